@@ -1,0 +1,112 @@
+"""The array backend (MagmaDNN's MemoryManager): numpy on the host or cupy on a GPU, chosen once.
+
+Every op is written against `xp` (the array module of its inputs), so the same code runs on both.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceError
+
+DEVICES = ("auto", "cpu", "gpu")
+PRECISIONS = {"float32": np.float32, "float64": np.float64}
+MEMORY = ("device", "managed")
+
+xp: types.ModuleType = np          # the active array module
+device: str = "cpu"                # "cpu" or "gpu" once selected
+floatx: type = np.float32          # the default float dtype
+
+
+def _import_cupy() -> types.ModuleType | None:
+    try:
+        import cupy  # noqa: PLC0415 (optional dependency)
+    except Exception:  # ImportError, or a broken CUDA install raising anything at import
+        return None
+    return cupy
+
+
+def probe_gpu() -> tuple[bool, str]:
+    """Whether cupy can really compute here: importable, a device present, a kernel and a matmul run."""
+    cupy = _import_cupy()
+    if cupy is None:
+        return False, "cupy is not installed (pip install 'magmadnn-cli[gpu]')"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count < 1:
+            return False, "cupy found no CUDA device"
+        a = cupy.arange(16, dtype=cupy.float32).reshape(4, 4)
+        b = (a * 2.0 + 1.0) @ a  # an elementwise kernel and a cuBLAS matmul
+        expected = (np.arange(16, dtype=np.float32).reshape(4, 4) * 2 + 1) @ np.arange(16, dtype=np.float32).reshape(4, 4)
+        if not np.allclose(cupy.asnumpy(b), expected):
+            return False, "the GPU smoke test computed a wrong result"
+    except Exception as exc:  # cupy raises RuntimeError subclasses (CUDARuntimeError, ...) at first use
+        return False, f"the CUDA runtime failed: {type(exc).__name__}: {exc}"
+    return True, f"{count} CUDA device(s)"
+
+
+def select(device_name: str = "auto", precision: str = "float32", memory: str = "device") -> str:
+    """Choose the backend once; returns "cpu" or "gpu". `auto` falls back to numpy quietly."""
+    global xp, device, floatx
+    if device_name not in DEVICES:
+        raise DeviceError(f"unknown device {device_name!r} (expected one of {', '.join(DEVICES)})")
+    if precision not in PRECISIONS:
+        raise DeviceError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
+    floatx = PRECISIONS[precision]
+    use_gpu = False
+    if device_name != "cpu":
+        ok, reason = probe_gpu()
+        if device_name == "gpu" and not ok:
+            raise DeviceError(f"device: gpu was requested but no usable GPU was found: {reason}. "
+                              "Use device: auto or cpu to train on the CPU.")
+        use_gpu = ok
+    if use_gpu:
+        cupy = _import_cupy()
+        assert cupy is not None
+        if memory == "managed":
+            cupy.cuda.set_allocator(cupy.cuda.MemoryPool(cupy.cuda.malloc_managed).malloc)
+        xp, device = cupy, "gpu"
+    else:
+        xp, device = np, "cpu"
+    return device
+
+
+def use_gpu_device(index: int) -> None:
+    """Bind this process to GPU `index` (data-parallel ranks pick theirs by node-local rank)."""
+    if device == "gpu":
+        xp.cuda.Device(index % xp.cuda.runtime.getDeviceCount()).use()
+
+
+def array_module(a: Any) -> types.ModuleType:
+    """numpy or cupy, whichever owns `a` (Chainer's get_array_module)."""
+    if isinstance(a, np.ndarray) or np.isscalar(a) or xp is np:
+        return np
+    return xp
+
+
+def to_device(a: Any, dtype: Any = None) -> Any:
+    """Copy host data to the active device (no copy when already there with the right dtype)."""
+    return xp.asarray(a, dtype=dtype)
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A numpy array on the host."""
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "get"):
+        return a.get()
+    return np.asarray(a)
+
+
+def rng(seed: int) -> Any:
+    """A seeded random generator on the active device."""
+    return xp.random.default_rng(seed)
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work (for honest timings); a no-op on the CPU."""
+    if device == "gpu":
+        xp.cuda.Stream.null.synchronize()

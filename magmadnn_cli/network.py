@@ -1,0 +1,121 @@
+"""A network assembled from layers (MagmaDNN's Model): one flat parameter buffer and one flat
+gradient buffer, each layer's weights being views into them, a training graph ending in the loss
+and a prediction graph ending in the output."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import backend as B
+from .errors import ShapeError
+from .graph import Graph, Node, Parameter, Variable, get_activation, nn
+from .layers import Context, Layer, Shape
+from .losses import Loss
+
+Array = Any
+
+
+class Network:
+    def __init__(self, layers: Sequence[Layer], input_shape: Shape, loss: Loss | None = None,
+                 seed: int = 0) -> None:
+        self.layers = list(layers)
+        self.input_shape = tuple(input_shape)
+        self.loss = loss
+        self.mode = nn.Mode()
+        shape = self.input_shape
+        for layer in self.layers:
+            shape = layer.build(shape)
+        self.output_shape = shape
+        self._allocate(np.random.default_rng(seed))
+        self._build_graphs(Context(self.mode, B.rng(seed + 1)))
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _allocate(self, rng: np.random.Generator) -> None:
+        """Initialize every weight on the host, then place all of them in one flat device buffer."""
+        specs = [(layer, spec) for layer in self.layers for spec in layer.specs]
+        sizes = [int(np.prod(spec.shape)) for _, spec in specs]
+        host = np.empty(sum(sizes), dtype=B.floatx)
+        offset = 0
+        for (layer, spec), size in zip(specs, sizes):
+            host[offset:offset + size] = spec.init(rng, spec.shape, spec.fan_in, spec.fan_out).ravel()
+            offset += size
+        self.flat_params = B.to_device(host)
+        self.flat_grads = B.xp.zeros_like(self.flat_params)
+        self.parameters: list[Parameter] = []
+        offset = 0
+        for (layer, spec), size in zip(specs, sizes):
+            p = Parameter(self.flat_params[offset:offset + size].reshape(spec.shape), f"{layer.name}/{spec.name}")
+            p.grad_view = self.flat_grads[offset:offset + size].reshape(spec.shape)
+            layer.weights[spec.name] = p
+            self.parameters.append(p)
+            offset += size
+
+    @property
+    def num_parameters(self) -> int:
+        return int(self.flat_params.size)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Weights by stable name (`<layer>/<weight>`) as host arrays."""
+        return {p.name: B.to_host(p.value).copy() for p in self.parameters}
+
+    def load_state(self, weights: dict[str, np.ndarray]) -> None:
+        for p in self.parameters:
+            if p.name not in weights:
+                raise ShapeError(f"the saved weights have no {p.name!r}; they hold {sorted(weights)}")
+            w = weights[p.name]
+            if tuple(w.shape) != tuple(p.value.shape):
+                raise ShapeError(f"weight {p.name!r}: expected shape {tuple(p.value.shape)}; received {tuple(w.shape)}")
+            p.value[...] = B.to_device(w, dtype=p.value.dtype)
+
+    # -- graphs -------------------------------------------------------------------------------
+    def _build_graphs(self, ctx: Context) -> None:
+        self.x = Variable("x")
+        self.y = Variable("y")
+        last = self.layers[-1]
+        fused = self.loss is not None and self.loss.fuses is not None and last.activation == self.loss.fuses
+        h: Node = self.x
+        for layer in self.layers[:-1]:
+            h = layer(h, ctx)
+        if fused:
+            self.logits = last(h, ctx, activation="linear")
+            self.output = nn.Activate(self.logits, get_activation(last.activation))
+        else:
+            self.output = self.logits = last(h, ctx)
+        self.predict_graph = Graph(self.output)
+        self.loss_node = None
+        if self.loss is not None:
+            self.loss_node = self.loss.node(self.logits, self.y, fused)
+            self.train_graph = Graph(self.loss_node)
+            self.eval_graph = Graph(self.loss_node, self.output)
+
+    def _check_input(self, x: Array) -> None:
+        if tuple(x.shape[1:]) != self.input_shape:
+            raise ShapeError(f"the network expects samples of shape {self.input_shape}; "
+                             f"received a batch of shape {tuple(x.shape)}")
+
+    def forward_backward(self, x: Array, y: Array) -> Array:
+        """One training forward + backward pass; gradients land in `flat_grads`. Returns the loss
+        (a 0-d device array, so no host sync is forced)."""
+        if self.loss_node is None:
+            raise ShapeError("this network was built without a loss; it can only predict")
+        self._check_input(x)
+        self.mode.training = True
+        (loss,) = self.train_graph.forward({self.x: x, self.y: y})
+        self.train_graph.backward()
+        return loss
+
+    def loss_and_output(self, x: Array, y: Array) -> tuple[Array, Array]:
+        """Eval-mode loss and predictions for one batch."""
+        self._check_input(x)
+        self.mode.training = False
+        loss, out = self.eval_graph.forward({self.x: x, self.y: y})
+        return loss, out
+
+    def predict(self, x: Array) -> Array:
+        """Eval-mode outputs (probabilities for classifiers) for a batch."""
+        self._check_input(x)
+        self.mode.training = False
+        (out,) = self.predict_graph.forward({self.x: x})
+        return out

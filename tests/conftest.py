@@ -1,0 +1,65 @@
+"""Shared test helpers: float64 finite-difference gradient checks and backend reset."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from magmadnn_cli import backend as B
+from magmadnn_cli.graph import Graph, Node, Variable
+from magmadnn_cli.graph import ops
+
+
+@pytest.fixture(autouse=True)
+def cpu_float32():
+    """Every test starts on the CPU in float32 and leaves it that way."""
+    B.select("cpu", "float32")
+    yield
+    B.select("cpu", "float32")
+
+
+@pytest.fixture
+def float64():
+    B.select("cpu", "float64")
+    yield
+    B.select("cpu", "float32")
+
+
+def numerical_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Central differences of scalar f with respect to every element of x (modified in place)."""
+    grad = np.zeros_like(x)
+    it = np.nditer(x, flags=["multi_index"])
+    for _ in it:
+        i = it.multi_index
+        old = x[i]
+        x[i] = old + eps
+        plus = f()
+        x[i] = old - eps
+        minus = f()
+        x[i] = old
+        grad[i] = (plus - minus) / (2 * eps)
+    return grad
+
+
+def check_op_grads(build: Callable[..., Node], *arrays: np.ndarray, seed: int = 0,
+                   rtol: float = 1e-5, atol: float = 1e-7) -> None:
+    """Build `build(*variables)`, reduce it with a random weighting to a scalar, and compare the
+    autodiff gradient of every input with central differences (float64)."""
+    variables = [Variable(f"x{i}", np.array(a, dtype=np.float64), requires_grad=True) for i, a in enumerate(arrays)]
+    out = build(*variables)
+    Graph(out).forward()
+    weights = np.random.default_rng(seed).normal(size=np.shape(out.value))
+    loss = ops.Sum(ops.Mul(out, Variable("w", weights)))
+    graph = Graph(loss)
+
+    def f() -> float:
+        return float(graph.forward()[0])
+
+    f()
+    graph.backward()
+    for v in variables:
+        expected = numerical_grad(f, v.value)
+        assert v.grad is not None, f"{v.name} received no gradient"
+        np.testing.assert_allclose(v.grad, expected, rtol=rtol, atol=atol, err_msg=v.name)

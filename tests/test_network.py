@@ -1,0 +1,174 @@
+"""Layers, initializers and the Network: gradient checks through whole networks, dropout modes,
+flat buffers, shape errors, and real learning (XOR, 3-class spiral)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from magmadnn_cli import backend as B
+from magmadnn_cli.errors import MagmaError, ShapeError
+from magmadnn_cli.graph import nn
+from magmadnn_cli.initializers import INITIALIZERS, get_initializer
+from magmadnn_cli.layers import LAYERS, Activation, Dense, Dropout, Flatten, Input
+from magmadnn_cli.losses import LOSSES, BinaryCrossEntropy, CrossEntropy, MeanAbsoluteError, MeanSquaredError
+from magmadnn_cli.network import Network
+from magmadnn_cli.optimizers import SGD, Adam
+
+from conftest import numerical_grad
+
+rng = np.random.default_rng(7)
+
+
+def _network_grad_check(net: Network, x: np.ndarray, y: np.ndarray) -> None:
+    net.forward_backward(x, y)
+    analytic = net.flat_grads.copy()
+
+    def f() -> float:
+        net.mode.training = True
+        return float(net.train_graph.forward({net.x: x, net.y: y})[0])
+
+    numeric = numerical_grad(f, net.flat_params)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.usefixtures("float64")
+@pytest.mark.parametrize("loss,out_units,out_act,target", [
+    (CrossEntropy, 3, "softmax", lambda: rng.integers(0, 3, size=6)),
+    (BinaryCrossEntropy, 1, "sigmoid", lambda: rng.integers(0, 2, size=(6, 1)).astype(float)),
+    (MeanSquaredError, 2, "linear", lambda: rng.normal(size=(6, 2))),
+    (MeanAbsoluteError, 2, "tanh", lambda: rng.normal(size=(6, 2))),
+])
+def test_network_gradients_match_finite_differences(loss, out_units, out_act, target):
+    layers = [Input((2, 3)), Flatten(), Dense(5, "tanh"), Activation("leaky_relu", alpha=0.1),
+              Dense(4, "gelu", name="hidden2"), Dropout(0.0), Dense(out_units, out_act, name="out")]
+    net = Network(layers, (2, 3), loss(), seed=3)
+    _network_grad_check(net, rng.normal(size=(6, 2, 3)), target())
+
+
+@pytest.mark.usefixtures("float64")
+def test_separate_softmax_layer_is_fused_with_cross_entropy():
+    net = Network([Dense(4, "relu"), Dense(3), Activation("softmax")], (2,), CrossEntropy(), seed=1)
+    assert net.logits is not net.output
+    x, y = rng.normal(size=(5, 2)), rng.integers(0, 3, size=5)
+    _network_grad_check(net, x, y)
+    np.testing.assert_allclose(net.predict(x).sum(axis=1), 1.0)
+
+
+def test_parameters_are_views_of_one_flat_buffer():
+    net = Network([Dense(4, "relu"), Dense(2)], (3,), MeanSquaredError())
+    assert net.num_parameters == 3 * 4 + 4 + 4 * 2 + 2
+    net.flat_params[:] = 0.5
+    assert all(np.all(p.value == 0.5) for p in net.parameters)
+    net.forward_backward(np.ones((2, 3), np.float32), np.zeros((2, 2), np.float32))
+    assert all(np.shares_memory(p.grad, net.flat_grads) for p in net.parameters)
+    assert net.flat_params.dtype == np.float32
+    assert [p.name for p in net.parameters] == ["dense/kernel", "dense/bias", "dense/kernel", "dense/bias"]
+
+
+def test_bias_has_units_shape_independent_of_batch():
+    net = Network([Dense(7)], (3,), MeanSquaredError())
+    bias = net.layers[0].weights["bias"]
+    assert bias.value.shape == (7,)
+    for batch in (1, 5):
+        net.forward_backward(np.ones((batch, 3), np.float32), np.zeros((batch, 7), np.float32))
+        assert bias.grad.shape == (7,)
+
+
+def test_dropout_is_inverted_in_training_and_identity_in_eval():
+    net = Network([Dropout(0.5)], (1000,), MeanSquaredError(), seed=0)
+    x = np.ones((20, 1000), np.float32)
+    np.testing.assert_array_equal(net.predict(x), x)  # eval mode: untouched
+    net.forward_backward(x, x)
+    (dropout,) = [n for n in net.train_graph.ops if isinstance(n, nn.Dropout)]
+    train_out = dropout.value
+    kept = train_out != 0
+    assert 0.45 < kept.mean() < 0.55
+    np.testing.assert_allclose(train_out[kept], 2.0)
+    np.testing.assert_array_equal(net.predict(x), x)
+
+
+@pytest.mark.parametrize("name", ["glorot_uniform", "glorot_normal", "he_uniform", "he_normal"])
+def test_initializers_scale_with_fan_in_and_out(name):
+    fan_in, fan_out = 400, 100
+    w = get_initializer(name)(np.random.default_rng(0), (fan_in, fan_out), fan_in, fan_out)
+    expected_var = {"glorot_uniform": 2 / (fan_in + fan_out), "glorot_normal": 2 / (fan_in + fan_out),
+                    "he_uniform": 2 / fan_in, "he_normal": 2 / fan_in}[name]
+    assert w.var() == pytest.approx(expected_var, rel=0.05)
+    assert abs(w.mean()) < 0.01
+
+
+def test_simple_initializers_and_bad_names():
+    r = np.random.default_rng(0)
+    assert np.all(get_initializer("zeros")(r, (2, 2), 2, 2) == 0)
+    assert np.all(get_initializer("ones")(r, (2, 2), 2, 2) == 1)
+    assert np.all(get_initializer({"type": "constant", "value": 0.3})(r, (2,), 1, 1) == 0.3)
+    assert np.abs(get_initializer({"type": "uniform", "limit": 0.1})(r, (1000,), 1, 1)).max() <= 0.1
+    assert get_initializer({"type": "normal", "stddev": 2.0})(r, (20000,), 1, 1).std() == pytest.approx(2.0, rel=0.05)
+    assert {"xavier_uniform", "he_normal"} <= set(INITIALIZERS)
+    with pytest.raises(MagmaError, match="unknown initializer 'glorot'"):
+        get_initializer("glorot")
+
+
+def test_shape_errors_name_the_layer_and_shapes():
+    with pytest.raises(ShapeError, match=r"layer 'hidden' \(dense\): expected flat input.*\(2, 3\)"):
+        Network([Dense(4, name="hidden")], (2, 3), MeanSquaredError())
+    net = Network([Dense(4)], (3,), MeanSquaredError())
+    with pytest.raises(ShapeError, match=r"expects samples of shape \(3,\); received a batch of shape \(2, 5\)"):
+        net.predict(np.ones((2, 5), np.float32))
+    with pytest.raises(MagmaError, match="units must be positive; received units=0"):
+        Dense(0)
+    with pytest.raises(MagmaError, match="unknown activation 'sigmod'"):
+        Dense(3, "sigmod")
+    with pytest.raises(MagmaError, match=r"rate must be in \[0, 1\); received rate=1.5"):
+        Dropout(1.5)
+
+
+def test_load_state_checks_names_and_shapes():
+    net = Network([Dense(4), Dense(2, name="out")], (3,), MeanSquaredError(), seed=1)
+    other = Network([Dense(4), Dense(2, name="out")], (3,), MeanSquaredError(), seed=2)
+    other.load_state(net.state())
+    np.testing.assert_array_equal(other.flat_params, net.flat_params)
+    bad = dict(net.state(), **{"out/kernel": np.zeros((5, 2))})
+    with pytest.raises(ShapeError, match=r"out/kernel.*expected shape \(4, 2\); received \(5, 2\)"):
+        other.load_state(bad)
+
+
+def test_registries_use_the_config_tags():
+    assert set(LAYERS) == {"input", "dense", "activation", "dropout", "flatten"}
+    assert set(LOSSES) == {"cross_entropy", "binary_cross_entropy", "mse", "mae"}
+
+
+def _train(net, opt, x, y, steps):
+    for _ in range(steps):
+        net.forward_backward(x, y)
+        opt.step(net.flat_params, net.flat_grads)
+
+
+def test_learns_xor():
+    x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
+    y = np.array([[0], [1], [1], [0]], np.float32)
+    net = Network([Dense(8, "tanh"), Dense(1, "sigmoid")], (2,), BinaryCrossEntropy(), seed=0)
+    _train(net, SGD(learning_rate=0.5, momentum=0.9), x, y, 300)
+    assert np.array_equal(net.predict(x) > 0.5, y > 0.5)
+
+
+def spiral(n_per_class: int = 100, classes: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    r = np.random.default_rng(seed)
+    xs, ys = [], []
+    for k in range(classes):
+        radius = np.linspace(0.05, 1, n_per_class)
+        theta = np.linspace(k * 4, (k + 1) * 4, n_per_class) + r.normal(0, 0.2, n_per_class)
+        xs.append(np.c_[radius * np.sin(theta), radius * np.cos(theta)])
+        ys.append(np.full(n_per_class, k))
+    return np.concatenate(xs).astype(np.float32), np.concatenate(ys)
+
+
+def test_learns_three_class_spiral():
+    x, y = spiral()
+    net = Network([Dense(64, "relu", kernel_initializer="he_normal"), Dense(64, "relu"),
+                   Dense(3, "softmax")], (2,), CrossEntropy(), seed=0)
+    _train(net, Adam(learning_rate=0.01), x, y, 400)
+    assert (net.predict(x).argmax(axis=1) == y).mean() >= 0.95
+    xt, yt = spiral(seed=1)  # a fresh draw of the same distribution
+    assert (net.predict(xt).argmax(axis=1) == yt).mean() >= 0.9
