@@ -15,6 +15,7 @@ from .layers import Context, Layer, Shape
 from .losses import Loss
 
 Array = Any
+STATS = 2
 
 
 class Network:
@@ -42,7 +43,11 @@ class Network:
             host[offset:offset + size] = spec.init(rng, spec.shape, spec.fan_in, spec.fan_out).ravel()
             offset += size
         self.flat_params = B.to_device(host)
-        self.flat_grads = B.xp.zeros_like(self.flat_params)
+        # Gradients plus STATS trailing slots (a step's loss sum and correct count), so data-parallel
+        # training reduces both with one Allreduce of `step_buffer`.
+        self.step_buffer = B.xp.zeros(self.flat_params.size + STATS, dtype=B.floatx)
+        self.flat_grads = self.step_buffer[:self.flat_params.size]
+        self.step_stats = self.step_buffer[self.flat_params.size:]
         self.parameters: list[Parameter] = []
         offset = 0
         for (layer, spec), size in zip(specs, sizes):
@@ -75,6 +80,7 @@ class Network:
         self.y = Variable("y")
         last = self.layers[-1]
         fused = self.loss is not None and self.loss.fuses is not None and last.activation == self.loss.fuses
+        self.fused = fused
         h: Node = self.x
         for layer in self.layers[:-1]:
             h = layer(h, ctx)

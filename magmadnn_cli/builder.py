@@ -1,0 +1,71 @@
+"""From a validated config to runtime objects, through one registry per kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import schedules
+from .config import Config, output_activation
+from .errors import DataError
+from .layers import LAYERS, Layer
+from .losses import LOSSES, Loss
+from .network import Network
+from .optimizers import OPTIMIZERS, Optimizer
+
+TASKS = {"cross_entropy": "classification", "binary_cross_entropy": "binary", "mse": "regression", "mae": "regression"}
+
+
+def task_of(config: Config) -> str:
+    return TASKS[config.loss.type]
+
+
+def build_layers(config: Config) -> list[Layer]:
+    layers = []
+    for index, spec in enumerate(config.model.layers):
+        args: dict[str, Any] = spec.model_dump(exclude={"type", "name", "alpha"}, exclude_none=True)
+        alpha = getattr(spec, "alpha", None)
+        if alpha is not None:
+            args["alpha"] = alpha
+        for key in ("kernel_initializer", "bias_initializer"):
+            if key in args and isinstance(args[key], dict):
+                args[key] = dict(args[key])
+        if spec.type == "input":
+            args["shape"] = tuple(args["shape"])
+        layers.append(LAYERS[spec.type](name=spec.name or f"{spec.type}_{index}", **args))
+    return layers
+
+
+def build_loss(config: Config) -> Loss:
+    return LOSSES[config.loss.type]()
+
+
+def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None) -> Network:
+    return Network(build_layers(config), sample_shape, build_loss(config), seed=config.seed if seed is None else seed)
+
+
+def build_optimizer(config: Config, steps_per_epoch: int) -> Optimizer:
+    spec = config.optimizer
+    args = spec.model_dump(exclude={"type", "schedule"})
+    lr = spec.learning_rate
+    schedule = schedules.constant(lr)
+    if spec.schedule is not None:
+        s = spec.schedule.model_dump(exclude={"type", "warmup_epochs"})
+        if spec.schedule.type == "cosine" and s.get("epochs") is None:
+            s["epochs"] = max(1, config.training.epochs)
+        schedule = schedules.SCHEDULES[spec.schedule.type](lr, **s)
+        if spec.schedule.warmup_epochs:
+            schedule = schedules.warmup(schedule, spec.schedule.warmup_epochs)
+    return OPTIMIZERS[spec.type](schedule=schedule, steps_per_epoch=steps_per_epoch, **args)
+
+
+def check_output_width(config: Config, network: Network, classes: list[Any], source: str) -> None:
+    """The last layer must have one unit per class (cross-entropy), one unit (binary) or one per target."""
+    units = network.output_shape[-1] if network.output_shape else 1
+    task = task_of(config)
+    expected = {"classification": len(classes), "binary": 1}.get(task)
+    index = max(i for i, layer in enumerate(config.model.layers) if layer.type == "dense") \
+        if any(layer.type == "dense" for layer in config.model.layers) else output_activation(config.model.layers)[0]
+    if expected is not None and units != expected:
+        why = f"the {len(classes)} classes in {source}" if task == "classification" else "binary_cross_entropy"
+        raise DataError(f"model.layers.{index}.units: the output layer has {units} units; expected {expected} "
+                        f"({why}: {', '.join(map(str, classes[:12]))})")

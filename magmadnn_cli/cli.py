@@ -1,0 +1,154 @@
+"""The `magmadnn` command line: parse options, call one function, turn known errors into one
+readable message (exit 2). `--debug` shows the traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from .errors import MagmaError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="magmadnn: train, evaluate and serve neural networks declared in YAML.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+STATE = {"debug": False}
+
+ConfigArg = Annotated[Path, typer.Argument(help="YAML config file", show_default=False)]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="override: dotted.key=value (repeatable)",
+                                                     show_default=False)]
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks for errors")] = False) -> None:
+    STATE["debug"] = debug
+
+
+@app.command()
+def train(config: ConfigArg, set_: SetOpt = None,
+          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="run directory [default: runs/<name>]")] = None,
+          init_from: Annotated[Optional[Path], typer.Option("--init-from", help="start from this model's weights")] = None,
+          quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress or tables")] = False) -> None:
+    """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml."""
+    from .configfile import load_config
+    from .distributed import get_communicator
+    from .reporting import make_reporter
+    from .run import train as run_train
+    cfg = load_config(config, set_ or [])
+    comm = get_communicator(cfg.distributed.strategy)
+    run_train(cfg, out_dir or Path("runs") / cfg.name, init_from, make_reporter(quiet, comm.rank), comm)
+
+
+@app.command()
+def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
+             data: Annotated[Path, typer.Argument(help="CSV (with the target column) or NPZ (x, y)")],
+             as_json: Annotated[bool, typer.Option("--json", help="print the metrics as JSON")] = False,
+             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
+    """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/MAE/R2)."""
+    from .inference import evaluate as run_evaluate
+    report = run_evaluate(model, data, device)
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    _print_report(report)
+
+
+def _print_report(report: dict) -> None:
+    out.print(f"[bold]{report['data']}[/]: {report['rows']} rows, task {report['task']}")
+    table = Table(title="metrics")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2"):
+        if key in report:
+            table.add_row(key, f"{report[key]:.4f}")
+    out.print(table)
+    if "per_class" in report:
+        per = Table(title="per class")
+        for c in ("class", "precision", "recall", "f1", "support"):
+            per.add_column(c, justify="right" if c != "class" else "left")
+        for label, m in report["per_class"].items():
+            per.add_row(label, f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}", str(m["support"]))
+        out.print(per)
+        cm = Table(title="confusion matrix (rows: true, columns: predicted)")
+        cm.add_column("")
+        for label in report["labels"]:
+            cm.add_column(label, justify="right")
+        for label, row in zip(report["labels"], report["confusion_matrix"]):
+            cm.add_row(label, *map(str, row))
+        out.print(cm)
+
+
+@app.command()
+def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
+            data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns, or NPZ (x)")],
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write [default: stdout]")] = None,
+            proba: Annotated[bool, typer.Option("--proba", help="add a prob_<label> column per class")] = False,
+            device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
+    """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
+    from .inference import predict as run_predict
+    rows = run_predict(model, data, output, proba, device)
+    if output is not None:
+        err.print(f"wrote {rows} predictions to {output}")
+
+
+@app.command()
+def validate(config: ConfigArg, set_: SetOpt = None) -> None:
+    """Check a config; print it resolved, with every default and the seed."""
+    from .configfile import load_config
+    cfg = load_config(config, set_ or [])
+    text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else text,
+              end="")
+    err.print(f"{config}: valid")
+
+
+@app.command()
+def schema() -> None:
+    """The JSON Schema of the config file (for editor completion and checks)."""
+    from .config import Config
+    print(json.dumps(Config.model_json_schema(), indent=2))
+
+
+@app.command()
+def summary(config: ConfigArg, set_: SetOpt = None) -> None:
+    """Layers, output shapes, parameter counts and FLOPs per sample."""
+    from .configfile import load_config
+    from .summary import summarize
+    out.print(summarize(load_config(config, set_ or [])))
+
+
+def main() -> None:
+    try:
+        app()
+    except MagmaError as exc:
+        _fail(exc, exc.exit_code)
+    except ValidationError as exc:
+        _fail(exc, 2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug, not a user mistake: say so, and how to see the traceback
+        if STATE["debug"]:
+            raise
+        err.print(Text("internal error: ", style="bold red") + Text(
+            f"{type(exc).__name__}: {exc}\nThis is a bug in magmadnn; run again with --debug for the "
+            "traceback, and report it."), highlight=False)
+        sys.exit(1)
+
+
+def _fail(exc: BaseException, code: int) -> None:
+    if STATE["debug"]:
+        err.print_exception()
+    err.print(Text("error: ", style="bold red") + Text(str(exc)), highlight=False)
+    sys.exit(code)

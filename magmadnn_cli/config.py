@@ -1,0 +1,306 @@
+"""The config schema (pydantic v2, strict): every model forbids unknown keys; layers, losses,
+optimizers and schedules are discriminated unions on `type`. Knows nothing of numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
+InitializerName = Literal["zeros", "ones", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
+                          "he_uniform", "he_normal", "uniform", "normal"]
+UnitFloat = Annotated[float, Field(ge=0.0, lt=1.0)]
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# -- initializers --------------------------------------------------------------------------------
+class ConstantInit(Strict):
+    type: Literal["constant"]
+    value: float
+
+
+class UniformInit(Strict):
+    type: Literal["uniform"]
+    limit: PositiveFloat = 0.05
+
+
+class NormalInit(Strict):
+    type: Literal["normal"]
+    stddev: PositiveFloat = 0.05
+
+
+Initializer = Union[InitializerName, Annotated[Union[ConstantInit, UniformInit, NormalInit], Field(discriminator="type")]]
+
+
+# -- layers --------------------------------------------------------------------------------------
+class LayerBase(Strict):
+    name: str | None = Field(None, description="stable name for the layer's weights (default <type>_<index>)")
+
+
+class InputLayer(LayerBase):
+    type: Literal["input"]
+    shape: list[PositiveInt] = Field(description="per-sample shape; must match the data")
+
+
+class DenseLayer(LayerBase):
+    type: Literal["dense"]
+    units: PositiveInt
+    activation: ActivationName = "linear"
+    alpha: float | None = Field(None, description="slope/scale for leaky_relu and elu")
+    use_bias: bool = True
+    kernel_initializer: Initializer = "glorot_uniform"
+    bias_initializer: Initializer = "zeros"
+
+
+class ActivationLayer(LayerBase):
+    type: Literal["activation"]
+    activation: ActivationName
+    alpha: float | None = None
+
+
+class DropoutLayer(LayerBase):
+    type: Literal["dropout"]
+    rate: UnitFloat
+
+
+class FlattenLayer(LayerBase):
+    type: Literal["flatten"]
+
+
+Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer],
+                  Field(discriminator="type")]
+
+
+class ModelConfig(Strict):
+    layers: list[Layer] = Field(min_length=1)
+
+
+# -- losses --------------------------------------------------------------------------------------
+class CrossEntropyLoss(Strict):
+    type: Literal["cross_entropy"]
+
+
+class BinaryCrossEntropyLoss(Strict):
+    type: Literal["binary_cross_entropy"]
+
+
+class MSELoss(Strict):
+    type: Literal["mse"]
+
+
+class MAELoss(Strict):
+    type: Literal["mae"]
+
+
+Loss = Annotated[Union[CrossEntropyLoss, BinaryCrossEntropyLoss, MSELoss, MAELoss], Field(discriminator="type")]
+LOSS_OUTPUT = {"cross_entropy": "softmax", "binary_cross_entropy": "sigmoid"}  # required output activation
+
+
+# -- schedules and optimizers --------------------------------------------------------------------
+class ScheduleBase(Strict):
+    warmup_epochs: Annotated[float, Field(ge=0.0)] = 0.0
+
+
+class ConstantSchedule(ScheduleBase):
+    type: Literal["constant"]
+
+
+class StepSchedule(ScheduleBase):
+    type: Literal["step"]
+    step_size: PositiveFloat = Field(description="epochs between decays")
+    gamma: PositiveFloat = 0.1
+
+
+class ExponentialSchedule(ScheduleBase):
+    type: Literal["exponential"]
+    gamma: PositiveFloat
+    decay_epochs: PositiveFloat = 1.0
+
+
+class CosineSchedule(ScheduleBase):
+    type: Literal["cosine"]
+    epochs: PositiveFloat | None = Field(None, description="length of the decay (default: training.epochs)")
+    min_lr: Annotated[float, Field(ge=0.0)] = 0.0
+
+
+Schedule = Annotated[Union[ConstantSchedule, StepSchedule, ExponentialSchedule, CosineSchedule],
+                     Field(discriminator="type")]
+
+
+class OptimizerBase(Strict):
+    learning_rate: PositiveFloat = 0.01
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    clip_norm: PositiveFloat | None = None
+    schedule: Schedule | None = None
+
+
+class SGDOptimizer(OptimizerBase):
+    type: Literal["sgd"]
+    momentum: UnitFloat = 0.0
+    nesterov: bool = False
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> "SGDOptimizer":
+        if self.nesterov and not self.momentum:
+            raise ValueError("nesterov: true needs momentum > 0")
+        return self
+
+
+class AdamOptimizer(OptimizerBase):
+    type: Literal["adam"]
+    learning_rate: PositiveFloat = 0.001
+    beta1: UnitFloat = 0.9
+    beta2: UnitFloat = 0.999
+    epsilon: PositiveFloat = 1e-8
+
+
+class AdamWOptimizer(AdamOptimizer):
+    type: Literal["adamw"]  # type: ignore[assignment]
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
+
+
+class AdagradOptimizer(OptimizerBase):
+    type: Literal["adagrad"]
+    epsilon: PositiveFloat = 1e-8
+
+
+class RMSpropOptimizer(OptimizerBase):
+    type: Literal["rmsprop"]
+    learning_rate: PositiveFloat = 0.001
+    rho: UnitFloat = 0.9
+    epsilon: PositiveFloat = 1e-8
+
+
+Optimizer = Annotated[Union[SGDOptimizer, AdamOptimizer, AdamWOptimizer, AdagradOptimizer, RMSpropOptimizer],
+                      Field(discriminator="type")]
+
+
+# -- data ----------------------------------------------------------------------------------------
+class SyntheticData(Strict):
+    samples: PositiveInt = 1000
+    features: PositiveInt = 20
+    classes: Annotated[int, Field(ge=2)] = 3
+    hidden: PositiveInt = 16
+    noise: Annotated[float, Field(ge=0.0)] = 0.1
+
+
+class DataConfig(Strict):
+    train: Path | None = Field(None, description="CSV (with header) or NPZ (arrays x, y); relative to the config file")
+    target: str | None = Field(None, description="CSV column holding the class or value")
+    features: list[str] | None = Field(None, description="CSV feature columns (default: all but the target)")
+    validation: Path | None = None
+    test: Path | None = None
+    validation_split: UnitFloat = 0.1
+    test_split: UnitFloat = 0.0
+    normalize: Literal["none", "minmax", "standard"] = "none"
+    scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
+    synthetic: SyntheticData | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DataConfig":
+        if (self.train is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of data.train (a file) or data.synthetic")
+        if self.validation_split + self.test_split >= 1.0:
+            raise ValueError("validation_split + test_split must be below 1")
+        return self
+
+
+# -- training ------------------------------------------------------------------------------------
+class EarlyStopping(Strict):
+    monitor: Literal["val_loss", "val_accuracy", "loss", "accuracy"] = "val_loss"
+    patience: Annotated[int, Field(ge=0)] = 5
+    min_delta: Annotated[float, Field(ge=0.0)] = 0.0
+    restore_best: bool = True
+
+
+class TrainingConfig(Strict):
+    epochs: Annotated[int, Field(ge=0)] = 10
+    batch_size: PositiveInt = 32
+    shuffle: bool = True
+    early_stopping: EarlyStopping | None = None
+    eval_batch_size: PositiveInt = 1024
+
+
+class DistributedConfig(Strict):
+    processes: PositiveInt = 1
+    strategy: Literal["allreduce", "ring", "parameter_server"] = "allreduce"
+
+
+class Distribution(Strict):
+    uniform: list[float] | None = Field(None, min_length=2, max_length=2)
+    loguniform: list[PositiveFloat] | None = Field(None, min_length=2, max_length=2)
+    int_uniform: list[int] | None = Field(None, min_length=2, max_length=2)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Distribution":
+        given = [k for k in ("uniform", "loguniform", "int_uniform") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of uniform, loguniform, int_uniform: [low, high]")
+        low, high = getattr(self, given[0])
+        if low > high:
+            raise ValueError(f"{given[0]}: low must not exceed high; received [{low}, {high}]")
+        return self
+
+
+class SearchConfig(Strict):
+    method: Literal["grid", "random"] = "grid"
+    trials: PositiveInt = 10
+    space: dict[str, Union[list[Any], Distribution]] = Field(default_factory=dict)
+    objective: Union[Literal["val_accuracy", "val_loss", "time"], dict[str, float]] = "val_accuracy"
+    direction: Literal["maximize", "minimize", "auto"] = "auto"
+    stop_when: float | None = None
+    early_stop: Literal["none", "median", "halving"] = "none"
+    seed: int = 0
+
+
+class Config(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="run name; outputs go to runs/<name>")
+    seed: int | None = Field(None, description="None: a random seed is drawn and recorded")
+    device: Literal["auto", "cpu", "gpu"] = "auto"
+    precision: Literal["float32", "float64"] = "float32"
+    data: DataConfig
+    model: ModelConfig
+    loss: Loss
+    optimizer: Optimizer
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    search: SearchConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_shorthand(cls, data: Any) -> Any:
+        """`loss: cross_entropy` means `loss: {type: cross_entropy}` (likewise `optimizer: sgd`)."""
+        if isinstance(data, dict):
+            for key in ("loss", "optimizer"):
+                if isinstance(data.get(key), str):
+                    data = {**data, key: {"type": data[key]}}
+        return data
+
+    @model_validator(mode="after")
+    def _loss_matches_output(self) -> "Config":
+        required = LOSS_OUTPUT.get(self.loss.type)
+        index, activation = output_activation(self.model.layers)
+        if required and activation != required:
+            raise ValueError(f"loss {self.loss.type} needs a final {required} activation "
+                             f"(model.layers.{index}.activation); received {activation!r}")
+        if self.loss.type in ("mse", "mae") and activation in ("softmax", "log_softmax"):
+            raise ValueError(f"loss {self.loss.type} is for regression; the final activation "
+                             f"(model.layers.{index}.activation) is {activation!r}: use linear")
+        return self
+
+
+def output_activation(layers: list[Any]) -> tuple[int, str]:
+    """Index and name of the activation that produces the network's output."""
+    for index in range(len(layers) - 1, -1, -1):
+        layer = layers[index]
+        if layer.type in ("dense", "activation"):
+            return index, layer.activation
+        if layer.type not in ("dropout", "flatten"):
+            break
+    return len(layers) - 1, "linear"

@@ -1,0 +1,268 @@
+"""Reading a config: safe YAML with line numbers, `--set` overrides, validation, and error messages
+that name the file, the line, the dotted path, what was expected and what was received."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import secrets
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .config import Config
+from .errors import ConfigError
+
+PATH_FIELDS = (("data", "train"), ("data", "validation"), ("data", "test"))
+MAX_ALIASES = 100  # YAML anchors/aliases beyond this are refused (a "billion laughs" guard)
+Location = tuple[Any, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses duplicate keys and alias bombs."""
+
+    aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.MarkedYAMLError("while reading the config", None,
+                                           f"more than {MAX_ALIASES} YAML aliases (an alias bomb?)",
+                                           self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _line_map(node: Any, path: Location = (), lines: dict[Location, int] | None = None) -> dict[Location, int]:
+    """Dotted path -> 1-based YAML line, for every key and list item."""
+    lines = {} if lines is None else lines
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            lines[path + (key.value,)] = key.start_mark.line + 1
+            _line_map(value, path + (key.value,), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _line_map(item, path + (i,), lines)
+    return lines
+
+
+def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
+    """The document as plain data, and its line map. Errors become ConfigError with file:line."""
+    if not path.exists():
+        raise ConfigError(f"{path}: config file not found")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected a YAML config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        if "could not determine a constructor" in str(problem):
+            problem = f"{problem}; tags that build Python objects are not allowed"
+        raise ConfigError(f"{path}{line}: {problem}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (name, data, model, ...); "
+                          f"received {type(data).__name__}")
+    return data, _line_map(node)
+
+
+def parse_override(text: str) -> tuple[Location, Any]:
+    """`model.layers.0.units=64` -> (("model", "layers", 0, "units"), 64); values are YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set training.epochs=20")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
+    path = tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
+    return path, value
+
+
+def apply_override(data: dict, path: Location, value: Any, origin: str) -> None:
+    node: Any = data
+    for i, part in enumerate(path[:-1]):
+        where = ".".join(map(str, path[:i + 1]))
+        if isinstance(node, list):
+            if not isinstance(part, int) or part >= len(node):
+                raise ConfigError(f"{origin}: {where}: no list item {part} (the list has {len(node)})")
+            node = node[part]
+        elif isinstance(node, dict):
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            raise ConfigError(f"{origin}: {where}: cannot set a key inside a {type(node).__name__}")
+    last = path[-1]
+    if isinstance(node, list):
+        if not isinstance(last, int) or last > len(node):
+            raise ConfigError(f"{origin}: no list item {last} (the list has {len(node)})")
+        node[last:last + 1] = [value]
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError(f"{origin}: cannot set {last!r} inside a {type(node).__name__}")
+
+
+def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read, override, resolve paths, validate; a seed is drawn if the config has none."""
+    path = Path(path)
+    data, lines = read_yaml(path)
+    origins: dict[Location, str] = {}
+    for text in overrides:
+        key, value = parse_override(text)
+        apply_override(data, key, value, f"--set {text}")
+        origins[key] = f"--set {text}"
+    data.setdefault("name", path.stem)
+    _resolve_paths(data, path.parent, origins)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, data, path, lines, origins)) from exc
+    if config.seed is None:
+        config = config.model_copy(update={"seed": secrets.randbelow(2**31)})
+    return config
+
+
+def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> None:
+    """Data paths from the file are relative to the file; those from --set, to the working directory."""
+    for key in PATH_FIELDS:
+        section = data.get(key[0])
+        if isinstance(section, dict) and isinstance(section.get(key[1]), str) and key not in origins:
+            p = Path(section[key[1]]).expanduser()
+            section[key[1]] = str(p if p.is_absolute() else (base / p))
+
+
+# -- error messages ------------------------------------------------------------------------------
+def _data_path(data: Any, loc: Location) -> Location:
+    """pydantic's loc with union tags and wrapper names removed: the path in the user's data."""
+    path: list[Any] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and part not in node and isinstance(part, str) and \
+                (node.get("type") == part or part in ("str", "function-after", "literal") or "[" in part):
+            continue  # a discriminator tag or a union member name
+        else:
+            path.append(part)
+            node = None
+    return tuple(path)
+
+
+def _where(path: Location, file: Path, lines: dict[Location, int], origins: dict[Location, str]) -> str:
+    for i in range(len(path), -1, -1):
+        if path[:i] in origins:
+            return origins[path[:i]]
+        if path[:i] in lines:
+            return f"{file}:{lines[path[:i]]}"
+    return str(file)
+
+
+def _pick(annotation: Any, node: Any) -> Any:
+    """The BaseModel member of an annotation (unwrapping Optional/Annotated/Union by `type` tag)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _pick(arg, node)
+        if found is not None:
+            if isinstance(node, dict) and "type" in found.model_fields and \
+                    node.get("type") not in get_args(found.model_fields["type"].annotation):
+                continue
+            return found
+    return None
+
+
+def _list_item_model(data: Any, path: Location) -> type[BaseModel] | None:
+    """Like _model_at, for paths that pass through list items (model.layers.N)."""
+    cls: Any = Config
+    node = data
+    for part in path:
+        if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            cls = _pick(cls, node)
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or part not in cls.model_fields:
+            return None
+        annotation = cls.model_fields[part].annotation
+        node = node.get(part) if isinstance(node, dict) else None
+        cls = get_args(annotation)[0] if get_origin(annotation) is list else _pick(annotation, node)
+    cls = _pick(cls, node) if not (isinstance(cls, type) and issubclass(cls, BaseModel)) else cls
+    return cls if isinstance(cls, type) and issubclass(cls, BaseModel) else None
+
+
+def _suggest(word: Any, choices: list[str]) -> str:
+    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    return f"\n  did you mean {close[0]!r}?" if close else ""
+
+
+def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
+    """(what is wrong, extra lines: expected / received / suggestion)."""
+    kind, ctx = error["type"], error.get("ctx", {})
+    received = error.get("input")
+    if kind == "extra_forbidden":
+        model = _list_item_model(data, path[:-1])
+        allowed = sorted(model.model_fields) if model else []
+        hint = f"\n  expected one of: {', '.join(allowed)}" if allowed else ""
+        return f"unknown key {path[-1]!r}", hint + _suggest(path[-1], allowed)
+    if kind == "union_tag_invalid":
+        expected = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        return (f"unknown type {ctx.get('tag')!r}",
+                f"\n  expected one of: {', '.join(expected)}" + _suggest(ctx.get("tag"), expected))
+    if kind == "union_tag_not_found":
+        return "missing key 'type'", f"\n  expected a mapping with type: one of the {path[-1] if path else ''} kinds"
+    if kind == "missing":
+        return f"missing required key {path[-1]!r}" if path else "missing value", ""
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        return "invalid value", (f"\n  expected one of: {', '.join(expected)}\n  received: {received!r}"
+                                 + _suggest(received, expected))
+    message = error["msg"].removeprefix("Value error, ").replace("Input should be", "expected")
+    extra = "" if kind == "value_error" else f"\n  received: {received!r}"
+    return message, extra
+
+
+def format_validation_error(exc: ValidationError, data: Any, file: Path, lines: dict[Location, int],
+                            origins: dict[Location, str]) -> str:
+    blocks: list[str] = []
+    seen: set[str] = set()
+    for error in exc.errors():
+        path = _data_path(data, error["loc"])
+        if error["type"] == "missing" and error["loc"] and error["loc"][-1] not in path:
+            path = path + (error["loc"][-1],)
+        what, extra = _describe(error, data, path)
+        dotted = ".".join(map(str, path)) or "(top level)"
+        block = f"{_where(path, file, lines, origins)}: {dotted}: {what}{extra}"
+        if block not in seen:
+            seen.add(block)
+            blocks.append(block)
+    count = f"{len(blocks)} problem{'s' if len(blocks) > 1 else ''}"
+    return f"invalid config ({count}):\n" + "\n".join(blocks)

@@ -1,0 +1,318 @@
+"""Data: CSV (header, target column by name), NPZ (`x`, `y`), and synthetic teacher-network data;
+seeded splits, label encoding, and normalization fitted on the training split only."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+import numpy as np
+
+from .config import DataConfig, SyntheticData
+from .errors import DataError
+
+
+@dataclass
+class Table:
+    """Features (float32, one row per sample), raw targets (labels or values) and feature names."""
+    x: np.ndarray
+    y: np.ndarray | None
+    features: list[str]
+    source: str
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _open_text(path: Path) -> TextIO:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory; expected a data file")
+
+
+def csv_header(path: Path) -> list[str]:
+    _check_file(path)
+    try:
+        with _open_text(path) as f:
+            header = next(csv.reader(f), None)
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from exc
+    if not header or not any(h.strip() for h in header):
+        raise DataError(f"{path}: empty file; expected a CSV with a header row")
+    names = [h.strip() for h in header]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates)}")
+    return names
+
+
+def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int) -> DataError:
+    """numpy's loadtxt message, restated with the file, line and column name."""
+    text = str(exc)
+    m = re.search(r"could not convert string '(.*)' to \w+ at row (\d+), column (\d+)", text)
+    if m:
+        value, row, col = m.group(1), int(m.group(2)), int(m.group(3))
+        name = names[col - 1] if 0 < col <= len(names) else f"#{col}"
+        what = "an empty cell (missing value)" if value.strip() == "" else f"a non-numeric value {value!r}"
+        return DataError(f"{path}:{first_line + row}: column {name!r} holds {what}; expected a number")
+    m = re.search(r"changed from (\d+) to (\d+) at row (\d+)", text)
+    if m:
+        return DataError(f"{path}:{first_line + int(m.group(3))}: the row has {m.group(2)} fields; "
+                         f"the header has {len(names)}")
+    return DataError(f"{path}: cannot parse the CSV: {text}")
+
+
+def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
+               dtype: Any = np.float32) -> np.ndarray:
+    """Parse CSV lines (without header) into a 2-D array of the chosen columns."""
+    try:
+        rows = np.loadtxt(lines, delimiter=",", dtype=dtype, usecols=columns, ndmin=2, comments=None)
+    except ValueError as exc:
+        raise _column_error(path, exc, names, first_line) from exc
+    if rows.shape[0] != len(lines) and dtype is not str:
+        raise DataError(f"{path}: blank lines inside the data")
+    return rows
+
+
+def iter_csv_chunks(path: Path, chunk_rows: int = 65536) -> Iterator[tuple[int, list[str]]]:
+    """(line number of the first row, raw lines) for consecutive chunks after the header."""
+    with _open_text(path) as f:
+        next(f, None)
+        line_no = 2
+        while True:
+            lines = [line for line in (f.readline() for _ in range(chunk_rows)) if line]
+            lines = [line for line in lines if line.strip()]
+            if not lines:
+                return
+            yield line_no, lines
+            line_no += len(lines)
+
+
+def read_csv(path: Path, target: str | None, features: list[str] | None, need_target: bool = True) -> Table:
+    names = csv_header(path)
+    if need_target:
+        if target is None:
+            raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
+        if target not in names:
+            raise DataError(f"{path}: no target column {target!r}; columns are {', '.join(names)}")
+    wanted = features or [n for n in names if n != target]
+    missing = [f for f in wanted if f not in names]
+    if missing:
+        raise DataError(f"{path}: missing feature column(s) {', '.join(missing)}; the file has {', '.join(names)}")
+    if not wanted:
+        raise DataError(f"{path}: no feature columns besides the target {target!r}")
+    feature_cols = [names.index(f) for f in wanted]
+    try:
+        xs, ys = [], []
+        for first_line, lines in iter_csv_chunks(path):
+            xs.append(parse_rows(lines, path, names, feature_cols, first_line - 1))
+            if need_target and target is not None:
+                ys.append(parse_rows(lines, path, names, [names.index(target)], first_line - 1, str)[:, 0])
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from exc
+    if not xs:
+        raise DataError(f"{path}: the CSV has a header but no data rows")
+    x = np.concatenate(xs)
+    y = _typed_labels(np.concatenate(ys)) if ys else None
+    _check_finite(x, path, wanted)
+    return Table(x, y, wanted, str(path))
+
+
+def _typed_labels(raw: np.ndarray) -> np.ndarray:
+    """Targets as ints if they all are, else floats if they all are, else stripped strings."""
+    raw = np.char.strip(raw.astype(str))
+    if np.any(raw == ""):
+        row = int(np.flatnonzero(raw == "")[0])
+        raise DataError(f"the target column has an empty cell (data row {row + 1})")
+    for kind in (np.int64, np.float64):
+        try:
+            return raw.astype(kind)
+        except (ValueError, OverflowError):
+            continue
+    return raw
+
+
+def _check_finite(x: np.ndarray, source: Path | str, names: list[str]) -> None:
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise DataError(f"{source}: column {names[col]!r}, data row {row + 1}: non-finite value {x[row, col]} "
+                        "(NaN or infinity); clean the data first")
+
+
+def read_npz(path: Path, need_target: bool = True) -> Table:
+    _check_file(path)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            keys = set(f.files)
+            if "x" not in keys or (need_target and "y" not in keys):
+                raise DataError(f"{path}: expected arrays 'x' and 'y'; the file holds {sorted(keys) or 'nothing'}")
+            x = f["x"]
+            y = f["y"] if "y" in keys else None
+    except DataError:
+        raise
+    except ValueError as exc:
+        raise DataError(f"{path}: refused: the file holds Python objects (pickles), which are never loaded") from exc
+    except (OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+        raise DataError(f"{path}: not a readable .npz file ({exc})") from exc
+    if x.dtype.kind not in "biuf":
+        raise DataError(f"{path}: x must be numeric; received dtype {x.dtype}")
+    if x.ndim < 2 or len(x) == 0:
+        raise DataError(f"{path}: x must have shape (samples, features...); received {x.shape}")
+    if y is not None and len(y) != len(x):
+        raise DataError(f"{path}: x has {len(x)} rows but y has {len(y)}")
+    x = x.astype(np.float32)
+    flat = x.reshape(len(x), -1)
+    _check_finite(flat, path, [f"x[{i}]" for i in range(flat.shape[1])])
+    return Table(x, y, [f"x{i}" for i in range(flat.shape[1])], str(path))
+
+
+def read_table(path: Path, target: str | None, features: list[str] | None, need_target: bool = True) -> Table:
+    name = path.name.lower()
+    if name.endswith(".npz"):
+        return read_npz(path, need_target)
+    if name.endswith((".csv", ".csv.gz", ".txt")):
+        return read_csv(path, target, features, need_target)
+    raise DataError(f"{path}: unknown data format; expected .csv, .csv.gz or .npz")
+
+
+def synthetic(spec: SyntheticData, seed: int) -> Table:
+    """Classification data labelled by a random teacher network (tanh hidden layer), plus noise."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(spec.samples, spec.features)).astype(np.float32)
+    w1 = rng.normal(size=(spec.features, spec.hidden)) / np.sqrt(spec.features)
+    w2 = rng.normal(size=(spec.hidden, spec.classes)) / np.sqrt(spec.hidden)
+    scores = np.tanh(x @ w1) @ w2 + spec.noise * rng.normal(size=(spec.samples, spec.classes))
+    return Table(x, scores.argmax(axis=1), [f"x{i}" for i in range(spec.features)], "synthetic")
+
+
+# -- preparing -----------------------------------------------------------------------------------
+@dataclass
+class Normalizer:
+    """x -> (x * scale - shift) / spread, fitted on the training split."""
+    scale: float = 1.0
+    shift: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    spread: np.ndarray = field(default_factory=lambda: np.ones(0, np.float32))
+
+    @classmethod
+    def fit(cls, x: np.ndarray, method: str, scale: float | None) -> "Normalizer":
+        s = float(scale or 1.0)
+        flat = x.reshape(len(x), -1) * s
+        if method == "minmax":
+            low, high = flat.min(axis=0), flat.max(axis=0)
+            return cls(s, low.astype(np.float32), np.where(high > low, high - low, 1.0).astype(np.float32))
+        if method == "standard":
+            std = flat.std(axis=0)
+            return cls(s, flat.mean(axis=0).astype(np.float32), np.where(std > 0, std, 1.0).astype(np.float32))
+        width = flat.shape[1]
+        return cls(s, np.zeros(width, np.float32), np.ones(width, np.float32))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        flat = x.reshape(len(x), -1).astype(np.float32)
+        if self.scale != 1.0:
+            flat = flat * np.float32(self.scale)
+        out = (flat - self.shift) / self.spread
+        return out.reshape(x.shape).astype(np.float32, copy=False)
+
+
+@dataclass
+class Split:
+    x: np.ndarray
+    y: np.ndarray  # class indices (classification), 0/1 column (binary), or values (regression)
+
+
+@dataclass
+class Prepared:
+    train: Split
+    validation: Split | None
+    test: Split | None
+    classes: list[Any]          # labels as in the data ([] for regression)
+    features: list[str]
+    sample_shape: tuple[int, ...]
+    normalizer: Normalizer
+    source: str
+
+
+def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) -> np.ndarray:
+    if task == "regression":
+        try:
+            values = np.asarray(y, dtype=np.float32)
+        except ValueError as exc:
+            raise DataError(f"{source}: regression targets must be numbers ({exc})") from exc
+        return values.reshape(len(values), -1)
+    lookup = {str(label): i for i, label in enumerate(classes)}
+    values, inverse = np.unique(y, return_inverse=True)
+    unknown = [str(v) for v in values if str(v) not in lookup]
+    if unknown:
+        raise DataError(f"{source}: labels {', '.join(unknown[:10])} do not occur in the training data "
+                        f"(known: {', '.join(map(str, classes))})")
+    idx = np.array([lookup[str(v)] for v in values], dtype=np.int64)[inverse.ravel()]
+    return idx.astype(np.float32).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
+
+
+def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
+    if task == "regression":
+        return []
+    labels = [v.item() if hasattr(v, "item") else v for v in np.unique(y)]
+    if len(labels) < 2:
+        raise DataError(f"{source}: the target has a single class ({labels[0]!r}); need at least 2 to learn")
+    if task == "binary" and len(labels) != 2:
+        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)}")
+    return labels
+
+
+def prepare(cfg: DataConfig, task: str, seed: int, sample_shape: tuple[int, ...] | None = None) -> Prepared:
+    """Read the configured data, split it (seeded), encode labels and fit the normalizer."""
+    table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, cfg.target, cfg.features)
+    if table.y is None:
+        raise DataError(f"{table.source}: no targets")
+    classes = class_labels(table.y, task, table.source)
+    order = np.random.default_rng(seed).permutation(len(table.x))
+    n_test = int(round(cfg.test_split * len(order))) if cfg.test is None else 0
+    n_val = int(round(cfg.validation_split * len(order))) if cfg.validation is None else 0
+    parts = {"test": order[:n_test], "validation": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
+    if len(parts["train"]) == 0:
+        raise DataError(f"{table.source}: no training rows left after the validation/test split")
+    normalizer = Normalizer.fit(table.x[parts["train"]], cfg.normalize, cfg.scale)
+
+    def split(x: np.ndarray, y: np.ndarray, source: str) -> Split:
+        return Split(normalizer(x), encode_targets(y, task, classes, source))
+
+    train = split(table.x[parts["train"]], table.y[parts["train"]], table.source)
+    extra: dict[str, Split | None] = {}
+    for name in ("validation", "test"):
+        path = getattr(cfg, name)
+        if path is not None:
+            other = read_table(path, cfg.target, cfg.features)
+            if other.features != table.features or other.x.shape[1:] != table.x.shape[1:]:
+                raise DataError(f"{path}: its columns {other.features[:5]}... differ from the training data's")
+            extra[name] = split(other.x, other.y, str(path))
+        elif len(parts[name]):
+            extra[name] = split(table.x[parts[name]], table.y[parts[name]], table.source)
+        else:
+            extra[name] = None
+    shape = tuple(table.x.shape[1:])
+    return Prepared(train, extra["validation"], extra["test"], classes, table.features, shape, normalizer, table.source)
+
+
+def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
+    """The per-sample input shape, read cheaply (CSV header, NPZ array header) without loading the data."""
+    if cfg.synthetic is not None:
+        return (cfg.synthetic.features,)
+    path = cfg.train
+    if path.name.lower().endswith(".npz"):
+        return tuple(read_npz(path).x.shape[1:])
+    names = csv_header(path)
+    features = cfg.features or [n for n in names if n != cfg.target]
+    return (len(features),)

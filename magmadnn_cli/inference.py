@@ -1,0 +1,114 @@
+"""`magmadnn evaluate` and `magmadnn predict`: from the model file alone, no config needed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import numpy as np
+
+from . import backend as B
+from .data import Split, csv_header, encode_targets, iter_csv_chunks, parse_rows, read_npz, read_table
+from .errors import DataError
+from .files import atomic_write
+from .modelfile import SavedModel, load, restore
+from .run import split_report
+from .trainer import Trainer
+
+
+def _feature_columns(path: Path, saved: SavedModel, allow: set[str]) -> list[int]:
+    names = csv_header(path)
+    missing = [f for f in saved.features if f not in names]
+    extra = [n for n in names if n not in saved.features and n not in allow]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing the model's feature column(s) {', '.join(missing[:10])}"
+                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
+        if extra:
+            parts.append(f"unknown column(s) {', '.join(extra[:10])}")
+        raise DataError(f"{path}: columns do not match the model: {'; '.join(parts)}")
+    return [names.index(f) for f in saved.features]
+
+
+def evaluate(model_path: Path, data_path: Path, device: str = "auto") -> dict[str, Any]:
+    saved = load(model_path)
+    B.select(device, saved.config.precision)
+    network = restore(saved)
+    target = saved.config.data.target
+    if data_path.name.lower().endswith((".csv", ".csv.gz", ".txt")):
+        _feature_columns(data_path, saved, {target} if target else set())
+    table = read_table(data_path, target, saved.features)
+    x = saved.normalizer(table.x.reshape((len(table.x),) + saved.sample_shape))
+    split = Split(x, encode_targets(table.y, saved.task, saved.classes, str(data_path)))
+    trainer = Trainer(network, None, saved.task, 1, 0, eval_batch_size=saved.config.training.eval_batch_size)  # type: ignore[arg-type]
+    report = split_report(trainer, split, saved.classes, saved.task)
+    return {"model": str(model_path), "data": str(data_path), "rows": len(x), "task": saved.task, **report}
+
+
+def _chunks(path: Path, saved: SavedModel, chunk_rows: int) -> Iterator[np.ndarray]:
+    if path.name.lower().endswith(".npz"):
+        yield read_npz(path, need_target=False).x.reshape((-1,) + saved.sample_shape)
+        return
+    target = saved.config.data.target
+    columns = _feature_columns(path, saved, {target} if target else set())
+    names = csv_header(path)
+    empty = True
+    for first_line, lines in iter_csv_chunks(path, chunk_rows):
+        rows = parse_rows(lines, path, names, columns, first_line - 1)
+        bad = ~np.isfinite(rows)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise DataError(f"{path}:{first_line + r}: column {saved.features[c]!r} is not finite ({rows[r, c]})")
+        empty = False
+        yield rows.reshape((-1,) + saved.sample_shape)
+    if empty:
+        raise DataError(f"{path}: the CSV has a header but no data rows")
+
+
+def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = False, device: str = "auto",
+            chunk_rows: int = 65536) -> int:
+    """Write predictions as CSV (to `out`, atomically, or to stdout); returns the row count."""
+    saved = load(model_path)
+    B.select(device, saved.config.precision)
+    network = restore(saved)
+    labels = np.array(saved.classes, dtype=object)
+    batch = saved.config.training.eval_batch_size
+    header = ["prediction"] + ([f"prob_{c}" for c in saved.classes] if proba and saved.task != "regression" else [])
+    if saved.task == "regression" and network.output_shape[-1] > 1:
+        header = [f"prediction_{i}" for i in range(network.output_shape[-1])]
+    count = 0
+
+    def write(f: IO[bytes]) -> None:
+        nonlocal count
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(header)
+        for x in _chunks(data_path, saved, chunk_rows):
+            x = saved.normalizer(x)
+            out_rows = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch])))
+                                       for i in range(0, len(x), batch)])
+            writer.writerows(_rows(out_rows, saved.task, labels, proba))
+            count += len(x)
+        text.flush()
+        text.detach()
+
+    if out is None:
+        write(sys.stdout.buffer)
+    else:
+        atomic_write(out, write)
+    return count
+
+
+def _rows(outputs: np.ndarray, task: str, labels: np.ndarray, proba: bool) -> list[list[Any]]:
+    if task == "regression":
+        return outputs.reshape(len(outputs), -1).tolist()
+    probs = np.concatenate([1 - outputs, outputs], axis=1) if task == "binary" else outputs
+    predicted = labels[probs.argmax(axis=1)]
+    if not proba:
+        return [[p] for p in predicted]
+    rounded = np.round(probs.astype(np.float64), 6)
+    return [[p, *r] for p, r in zip(predicted, rounded.tolist())]

@@ -1,0 +1,104 @@
+"""The model file: one `.npz` that numpy loads with `allow_pickle=False`.
+
+Keys:
+  format            "magmadnn-model"                 (0-d string array)
+  format_version    1                                (0-d int array)
+  meta              JSON: config, classes, features, sample_shape, task, scale, metrics, version
+  norm/shift        per-feature shift of the input normalization (float32)
+  norm/spread       per-feature divisor of the input normalization (float32)
+  weights/<layer>/<weight>   e.g. weights/dense_0/kernel (inputs x units), weights/dense_0/bias (units,)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .config import Config
+from .data import Normalizer
+from .errors import ModelFileError
+from .files import atomic_write
+from .network import Network
+
+FORMAT = "magmadnn-model"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class SavedModel:
+    config: Config
+    weights: dict[str, np.ndarray]
+    normalizer: Normalizer
+    classes: list[Any]
+    features: list[str]
+    sample_shape: tuple[int, ...]
+    task: str
+    metrics: dict[str, Any]
+
+
+def save(path: Path, network: Network, config: Config, normalizer: Normalizer, classes: list[Any],
+         features: list[str], task: str, metrics: dict[str, Any] | None = None) -> None:
+    meta = {"config": config.model_dump(mode="json"), "classes": classes, "features": features,
+            "sample_shape": list(network.input_shape), "task": task, "scale": normalizer.scale,
+            "metrics": metrics or {}, "magmadnn_version": __version__}
+    arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
+              "meta": np.array(json.dumps(meta, default=str)),
+              "norm/shift": normalizer.shift, "norm/spread": normalizer.spread}
+    arrays.update({f"weights/{name}": w for name, w in network.state().items()})
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+
+
+def load(path: Path) -> SavedModel:
+    path = Path(path)
+    if not path.exists():
+        raise ModelFileError(f"{path}: model file not found")
+    if path.is_dir():
+        raise ModelFileError(f"{path}: is a directory; expected a model .npz (e.g. {path / 'model.npz'})")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if "format" not in f.files:
+                raise ModelFileError(f"{path}: not a magmadnn model (no 'format' entry); it holds {f.files[:8]}")
+            if str(f["format"]) != FORMAT:
+                raise ModelFileError(f"{path}: not a magmadnn model (format {str(f['format'])!r})")
+            version = int(f["format_version"])
+            if version > FORMAT_VERSION:
+                raise ModelFileError(f"{path}: model format version {version} is newer than this magmadnn "
+                                     f"understands ({FORMAT_VERSION}); upgrade magmadnn")
+            meta = json.loads(str(f["meta"]))
+            weights = {k.removeprefix("weights/"): f[k] for k in f.files if k.startswith("weights/")}
+            shift, spread = f["norm/shift"], f["norm/spread"]
+    except ModelFileError:
+        raise
+    except ValueError as exc:
+        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
+            raise ModelFileError(f"{path}: refused: the file holds Python objects (pickles), "
+                                 "which are never loaded") from exc
+        raise ModelFileError(f"{path}: corrupt model file ({exc})") from exc
+    except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, TypeError) as exc:
+        raise ModelFileError(f"{path}: not a readable magmadnn model file ({type(exc).__name__}: {exc})") from exc
+    try:
+        config = Config.model_validate(meta["config"])
+        return SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],
+                          meta["features"], tuple(meta["sample_shape"]), meta["task"], meta.get("metrics", {}))
+    except Exception as exc:  # a model whose metadata does not fit the schema is corrupt, whatever broke
+        raise ModelFileError(f"{path}: corrupt model metadata ({type(exc).__name__}: {exc})") from exc
+
+
+def restore(saved: SavedModel) -> Network:
+    """Rebuild the network from the saved config and load its weights."""
+    from .builder import build_network  # noqa: PLC0415 (builder imports this module's neighbours)
+    network = build_network(saved.config, saved.sample_shape)
+    try:
+        network.load_state(saved.weights)
+    except Exception as exc:
+        raise ModelFileError(f"the model's weights do not fit its architecture: {exc}") from exc
+    return network

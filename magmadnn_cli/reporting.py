@@ -1,0 +1,109 @@
+"""Progress and results, reported through one place: a live rich progress bar on a terminal, one
+plain line per epoch otherwise (log files get no control characters), or nothing with --quiet."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def _fmt(metrics: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+
+
+class Reporter:
+    """Silent base: the interface the trainer calls."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=False, soft_wrap=True)
+
+    def start(self, epochs: int, steps: int) -> None: ...
+    def step(self, epoch: int, step: int, loss: float, accuracy: float | None) -> None: ...
+    def epoch(self, epoch: int, metrics: dict[str, Any]) -> None: ...
+    def stop(self) -> None: ...
+
+    def info(self, text: str) -> None: ...
+
+    def table(self, table: Table) -> None: ...
+
+
+class PlainReporter(Reporter):
+    """One line per epoch: for logs and pipes (no colours, no cursor movement)."""
+
+    def __init__(self) -> None:
+        super().__init__(Console(force_terminal=False, no_color=True, highlight=False, width=120, soft_wrap=True))
+
+    def epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+        self.console.print(f"epoch {epoch} {_fmt(metrics)}", markup=False)
+        sys.stdout.flush()
+
+    def info(self, text: str) -> None:
+        self.console.print(text)
+
+    def table(self, table: Table) -> None:
+        self.console.print(table)
+
+
+class RichReporter(Reporter):
+    """A live progress bar with the running loss and accuracy."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        super().__init__(console)
+        self.progress: Progress | None = None
+        self.task: Any = None
+        self.steps = 0
+
+    def start(self, epochs: int, steps: int) -> None:
+        self.steps = steps
+        self.progress = Progress(TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=self.console,
+                                 transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task("train", total=max(1, epochs * steps), epoch=f"1/{epochs}", stats="")
+        self.epochs = epochs
+
+    def step(self, epoch: int, step: int, loss: float, accuracy: float | None) -> None:
+        if self.progress is None:
+            return
+        stats = f"loss {loss:.4f}" + (f" acc {accuracy:.3f}" if accuracy is not None else "")
+        self.progress.update(self.task, completed=(epoch - 1) * self.steps + step, epoch=f"{epoch}/{self.epochs}",
+                             stats=stats)
+
+    def epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+        if self.progress is not None:
+            self.progress.console.print(f"epoch {epoch} {_fmt(metrics)}", highlight=False)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def info(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def table(self, table: Table) -> None:
+        self.console.print(table)
+
+
+def make_reporter(quiet: bool = False, rank: int = 0) -> Reporter:
+    if quiet or rank != 0:
+        return Reporter()
+    return RichReporter() if sys.stdout.isatty() else PlainReporter()
+
+
+def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
+    """A table with one row per split (train / validation / test) and one column per metric."""
+    columns = sorted({k for values in rows.values() for k, v in values.items() if isinstance(v, (int, float))},
+                     key=lambda k: ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2").index(k)
+                     if k in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2") else 99)
+    table = Table(title=title)
+    table.add_column("split")
+    for c in columns:
+        table.add_column(c, justify="right")
+    for split, values in rows.items():
+        table.add_row(split, *(f"{values[c]:.4f}" if c in values else "" for c in columns))
+    return table

@@ -1,0 +1,108 @@
+"""`magmadnn train`: config -> data -> network -> fit -> evaluate -> run directory."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from . import backend as B
+from .builder import build_network, build_optimizer, check_output_width, task_of
+from .config import Config
+from .data import Prepared, Split, prepare
+from .distributed import Communicator, SingleProcess
+from .errors import MagmaError
+from .files import write_json, write_text
+from .metrics import classification_report, predicted_classes, regression_report
+from .modelfile import load as load_model
+from .modelfile import save as save_model
+from .reporting import Reporter, metrics_table
+from .trainer import EarlyStopper, History, Trainer
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    metrics: dict[str, Any]
+    history: History
+
+
+def split_report(trainer: Trainer, split: Split, classes: list[Any], task: str) -> dict[str, Any]:
+    """Loss plus the full metric set of one split."""
+    result = trainer.evaluate(split)
+    outputs = result.pop("outputs")
+    if task == "regression":
+        result.update(regression_report(split.y, outputs))
+    else:
+        truth = split.y.reshape(-1).astype(np.int64)
+        result.update(classification_report(truth, predicted_classes(outputs, task), classes))
+    return result
+
+
+def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter: Reporter | None = None,
+          comm: Communicator | None = None) -> RunResult:
+    comm = comm or SingleProcess()
+    reporter = reporter or Reporter()
+    started = time.perf_counter()
+    device = B.select(config.device, config.precision)
+    if device == "gpu":
+        B.use_gpu_device(comm.local_rank)
+    task = task_of(config)
+    data = prepare(config.data, task, config.seed)
+    network = build_network(config, data.sample_shape)
+    check_output_width(config, network, data.classes, data.source)
+    if init_from is not None:
+        saved = load_model(init_from)
+        try:
+            network.load_state(saved.weights)
+        except MagmaError as exc:
+            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
+    comm.bcast_array(network.flat_params)  # every rank starts from rank 0's weights
+    trainer = Trainer(network, None, task, config.training.batch_size, config.seed,  # type: ignore[arg-type]
+                      config.training.shuffle, comm, reporter, config.training.eval_batch_size)
+    trainer.opt = build_optimizer(config, trainer.steps_per_epoch(len(data.train.x)))
+    es = config.training.early_stopping
+    stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
+    if stopper and stopper.monitor.startswith("val_") and data.validation is None:
+        raise MagmaError(f"training.early_stopping.monitor: {stopper.monitor} needs validation data "
+                         "(data.validation_split > 0 or data.validation)")
+    reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
+                  f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
+    history = trainer.fit(data.train, data.validation, config.training.epochs, stopper)
+    final = {name: split_report(trainer, split, data.classes, task)
+             for name, split in (("train", data.train), ("validation", data.validation), ("test", data.test))
+             if split is not None}
+    metrics = {"name": config.name, "task": task, "device": device, "processes": comm.size,
+               "epochs_run": len(history.epochs), "stopped_early": history.stopped_early,
+               "best_epoch": history.best_epoch, "wall_time_s": round(time.perf_counter() - started, 3),
+               "parameters": network.num_parameters, **final}
+    if comm.is_root:
+        write_outputs(out_dir, config, network, data, task, metrics, history)
+        reporter.table(metrics_table(f"{config.name} — final metrics", final))
+        reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml")
+    comm.barrier()
+    return RunResult(out_dir, metrics, history)
+
+
+def write_outputs(out_dir: Path, config: Config, network: Any, data: Prepared, task: str,
+                  metrics: dict[str, Any], history: History) -> None:
+    save_model(out_dir / "model.npz", network, config, data.normalizer, data.classes, data.features, task,
+               {k: v for k, v in metrics.items() if not isinstance(v, dict)})
+    write_json(out_dir / "metrics.json", metrics)
+    write_text(out_dir / "metrics.csv", history_csv(history))
+    write_text(out_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def history_csv(history: History) -> str:
+    columns = list(dict.fromkeys(k for row in history.epochs for k in row))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns or ["epoch"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(history.epochs)
+    return text.getvalue()
