@@ -304,3 +304,12 @@ def output_activation(layers: list[Any]) -> tuple[int, str]:
         if layer.type not in ("dropout", "flatten"):
             break
     return len(layers) - 1, "linear"
+
+
+def union_tags(annotation: Any) -> set[str]:
+    """The `type` tags of a discriminated union of config models (e.g. `union_tags(Layer)`)."""
+    from typing import get_args  # noqa: PLC0415
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return set(get_args(annotation.model_fields["type"].annotation))
+    return {tag for arg in get_args(annotation) for tag in union_tags(arg)}

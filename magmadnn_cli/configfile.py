@@ -16,7 +16,8 @@ from .config import Config
 from .errors import ConfigError
 
 PATH_FIELDS = (("data", "train"), ("data", "validation"), ("data", "test"))
-MAX_ALIASES = 100  # YAML anchors/aliases beyond this are refused (a "billion laughs" guard)
+MAX_ALIASES = 1000  # YAML aliases beyond this are refused (a "billion laughs" guard) ...
+MAX_VALUES = 100_000  # ... and so is a document that aliases expand beyond this many values
 Location = tuple[Any, ...]
 
 
@@ -44,17 +45,35 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _line_map(node: Any, path: Location = (), lines: dict[Location, int] | None = None) -> dict[Location, int]:
-    """Dotted path -> 1-based YAML line, for every key and list item."""
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """How many values the document holds once aliases are expanded (memoized, so cheap)."""
+    if id(node) not in memo:
+        memo[id(node)] = 0  # a recursive alias counts as nothing more
+        if isinstance(node, yaml.MappingNode):
+            memo[id(node)] = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            memo[id(node)] = 1 + sum(_expanded_size(v, memo) for v in node.value)
+        else:
+            memo[id(node)] = 1
+    return memo[id(node)]
+
+
+def _line_map(node: Any, path: Location = (), lines: dict[Location, int] | None = None,
+              seen: set[int] | None = None) -> dict[Location, int]:
+    """Dotted path -> 1-based YAML line, for every key and list item (aliased nodes walked once)."""
     lines = {} if lines is None else lines
+    seen = set() if seen is None else seen
     lines.setdefault(path, node.start_mark.line + 1)
+    if id(node) in seen:
+        return lines
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             lines[path + (key.value,)] = key.start_mark.line + 1
-            _line_map(value, path + (key.value,), lines)
+            _line_map(value, path + (key.value,), lines, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _line_map(item, path + (i,), lines)
+            _line_map(item, path + (i,), lines, seen)
     return lines
 
 
@@ -72,6 +91,9 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
         loader = _Loader(text)
         try:
             node = loader.get_single_node()
+            if node is not None and _expanded_size(node, {}) > MAX_VALUES:
+                raise ConfigError(f"{path}: the YAML expands to more than {MAX_VALUES:,} values "
+                                  "through anchors and aliases (an alias bomb?); refused")
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()

@@ -16,6 +16,7 @@ import numpy as np
 
 from .config import DataConfig, SyntheticData
 from .errors import DataError
+from .files import is_npz
 
 
 @dataclass
@@ -58,7 +59,7 @@ def csv_header(path: Path) -> list[str]:
 
 
 def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int) -> DataError:
-    """numpy's loadtxt message, restated with the file, line and column name."""
+    """numpy's loadtxt message (0-based row, 1-based column), restated with file:line and column name."""
     text = str(exc)
     m = re.search(r"could not convert string '(.*)' to \w+ at row (\d+), column (\d+)", text)
     if m:
@@ -66,23 +67,21 @@ def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int
         name = names[col - 1] if 0 < col <= len(names) else f"#{col}"
         what = "an empty cell (missing value)" if value.strip() == "" else f"a non-numeric value {value!r}"
         return DataError(f"{path}:{first_line + row}: column {name!r} holds {what}; expected a number")
-    m = re.search(r"changed from (\d+) to (\d+) at row (\d+)", text)
-    if m:
-        return DataError(f"{path}:{first_line + int(m.group(3))}: the row has {m.group(2)} fields; "
-                         f"the header has {len(names)}")
     return DataError(f"{path}: cannot parse the CSV: {text}")
 
 
 def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
                dtype: Any = np.float32) -> np.ndarray:
-    """Parse CSV lines (without header) into a 2-D array of the chosen columns."""
+    """Parse CSV lines (no header; lines[0] is file line `first_line`) into the chosen columns."""
+    fields = np.fromiter((line.count(",") + 1 for line in lines), dtype=np.int64, count=len(lines))
+    ragged = np.flatnonzero(fields != len(names))
+    if ragged.size:
+        i = int(ragged[0])
+        raise DataError(f"{path}:{first_line + i}: the row has {fields[i]} fields; the header has {len(names)}")
     try:
-        rows = np.loadtxt(lines, delimiter=",", dtype=dtype, usecols=columns, ndmin=2, comments=None)
+        return np.loadtxt(lines, delimiter=",", dtype=dtype, usecols=columns, ndmin=2, comments=None)
     except ValueError as exc:
         raise _column_error(path, exc, names, first_line) from exc
-    if rows.shape[0] != len(lines) and dtype is not str:
-        raise DataError(f"{path}: blank lines inside the data")
-    return rows
 
 
 def iter_csv_chunks(path: Path, chunk_rows: int = 65536) -> Iterator[tuple[int, list[str]]]:
@@ -116,9 +115,9 @@ def read_csv(path: Path, target: str | None, features: list[str] | None, need_ta
     try:
         xs, ys = [], []
         for first_line, lines in iter_csv_chunks(path):
-            xs.append(parse_rows(lines, path, names, feature_cols, first_line - 1))
+            xs.append(parse_rows(lines, path, names, feature_cols, first_line))
             if need_target and target is not None:
-                ys.append(parse_rows(lines, path, names, [names.index(target)], first_line - 1, str)[:, 0])
+                ys.append(parse_rows(lines, path, names, [names.index(target)], first_line, str)[:, 0])
     except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read: {exc}") from exc
     if not xs:
@@ -153,6 +152,8 @@ def _check_finite(x: np.ndarray, source: Path | str, names: list[str]) -> None:
 
 def read_npz(path: Path, need_target: bool = True) -> Table:
     _check_file(path)
+    if not is_npz(path):
+        raise DataError(f"{path}: not a readable .npz file (not a zip archive)")
     try:
         with np.load(path, allow_pickle=False) as f:
             keys = set(f.files)

@@ -41,3 +41,12 @@ def write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def is_npz(path: Path) -> bool:
+    """An .npz is a zip archive; anything else must not reach np.load (which would call it a pickle)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False

@@ -50,15 +50,19 @@ def evaluate(model_path: Path, data_path: Path, device: str = "auto") -> dict[st
 
 
 def _chunks(path: Path, saved: SavedModel, chunk_rows: int) -> Iterator[np.ndarray]:
+    """Input rows in chunks; the columns are checked before the first chunk is asked for."""
     if path.name.lower().endswith(".npz"):
-        yield read_npz(path, need_target=False).x.reshape((-1,) + saved.sample_shape)
-        return
+        return iter([read_npz(path, need_target=False).x.reshape((-1,) + saved.sample_shape)])
     target = saved.config.data.target
     columns = _feature_columns(path, saved, {target} if target else set())
+    return _csv_chunks(path, saved, columns, chunk_rows)
+
+
+def _csv_chunks(path: Path, saved: SavedModel, columns: list[int], chunk_rows: int) -> Iterator[np.ndarray]:
     names = csv_header(path)
     empty = True
     for first_line, lines in iter_csv_chunks(path, chunk_rows):
-        rows = parse_rows(lines, path, names, columns, first_line - 1)
+        rows = parse_rows(lines, path, names, columns, first_line)
         bad = ~np.isfinite(rows)
         if bad.any():
             r, c = np.argwhere(bad)[0]
@@ -81,20 +85,23 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     if saved.task == "regression" and network.output_shape[-1] > 1:
         header = [f"prediction_{i}" for i in range(network.output_shape[-1])]
     count = 0
+    chunks = _chunks(data_path, saved, chunk_rows)
 
     def write(f: IO[bytes]) -> None:
         nonlocal count
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(header)
-        for x in _chunks(data_path, saved, chunk_rows):
-            x = saved.normalizer(x)
-            out_rows = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch])))
-                                       for i in range(0, len(x), batch)])
-            writer.writerows(_rows(out_rows, saved.task, labels, proba))
-            count += len(x)
-        text.flush()
-        text.detach()
+        try:
+            writer = csv.writer(text, lineterminator="\n")
+            writer.writerow(header)
+            for x in chunks:
+                x = saved.normalizer(x)
+                out_rows = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch])))
+                                           for i in range(0, len(x), batch)])
+                writer.writerows(_rows(out_rows, saved.task, labels, proba))
+                count += len(x)
+            text.flush()
+        finally:
+            text.detach()  # leave the underlying file (maybe stdout) open
 
     if out is None:
         write(sys.stdout.buffer)

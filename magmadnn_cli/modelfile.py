@@ -24,7 +24,7 @@ from . import __version__
 from .config import Config
 from .data import Normalizer
 from .errors import ModelFileError
-from .files import atomic_write
+from .files import atomic_write, is_npz
 from .network import Network
 
 FORMAT = "magmadnn-model"
@@ -63,6 +63,8 @@ def load(path: Path) -> SavedModel:
         raise ModelFileError(f"{path}: model file not found")
     if path.is_dir():
         raise ModelFileError(f"{path}: is a directory; expected a model .npz (e.g. {path / 'model.npz'})")
+    if not is_npz(path):
+        raise ModelFileError(f"{path}: not a readable magmadnn model file (not an .npz archive)")
     try:
         with np.load(path, allow_pickle=False) as f:
             if "format" not in f.files:

@@ -63,3 +63,71 @@ def check_op_grads(build: Callable[..., Node], *arrays: np.ndarray, seed: int = 
         expected = numerical_grad(f, v.value)
         assert v.grad is not None, f"{v.name} received no gradient"
         np.testing.assert_allclose(v.grad, expected, rtol=rtol, atol=atol, err_msg=v.name)
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the real `magmadnn` entry point in-process; returns (exit code, stdout, stderr)."""
+    import sys
+    from magmadnn_cli import cli
+
+    argv = sys.argv
+    sys.argv = ["magmadnn", *map(str, args)]
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+        B.select("cpu", "float32")
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write_csv(path, header, rows) -> None:
+    lines = [",".join(header)] + [",".join(map(str, r)) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def blobs_csv(path, n: int = 120, seed: int = 0, labels=("a", "b", "c")) -> None:
+    """Three well-separated Gaussian blobs in 4 features, string labels."""
+    r = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        k = i % len(labels)
+        centre = np.eye(4)[k] * 4
+        rows.append([*np.round(centre + r.normal(size=4), 4), labels[k]])
+    write_csv(path, ["f1", "f2", "f3", "f4", "label"], rows)
+
+
+BLOBS_CONFIG = """\
+name: blobs
+seed: 1
+device: cpu
+data:
+  train: blobs.csv
+  target: label
+  validation_split: 0.2
+  normalize: standard
+model:
+  layers:
+    - {type: dense, units: 16, activation: relu}
+    - {type: dense, units: 3, activation: softmax}
+loss: cross_entropy
+optimizer: {type: adam, learning_rate: 0.01}
+training:
+  epochs: 15
+  batch_size: 16
+"""
+
+
+@pytest.fixture
+def blobs(tmp_path):
+    """A tiny real project: blobs.csv and a config beside it. Returns the config path."""
+    blobs_csv(tmp_path / "blobs.csv")
+    config = tmp_path / "blobs.yaml"
+    config.write_text(BLOBS_CONFIG)
+    return config

@@ -1,0 +1,170 @@
+"""The commands as a user runs them: train -> model.npz -> predict / evaluate; outputs, overrides,
+width checks, model-file safety, plain (non-TTY) output."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from magmadnn_cli import backend as B
+from magmadnn_cli.modelfile import load, restore
+
+from conftest import ROOT, blobs_csv, run_cli, write_csv
+
+
+def _train(capsys, config, out, *extra):
+    code, stdout, stderr = run_cli(capsys, "train", config, "--out", out, *extra)
+    assert code == 0, stderr
+    return stdout
+
+
+def test_train_writes_every_output_and_learns(capsys, blobs, tmp_path):
+    out = tmp_path / "run"
+    stdout = _train(capsys, blobs, out)
+    assert {p.name for p in out.iterdir()} == {"model.npz", "metrics.json", "metrics.csv", "config.yaml"}
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["validation"]["accuracy"] >= 0.95
+    assert metrics["train"]["accuracy"] >= 0.95
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == 15 and {"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"} <= set(rows[0])
+    assert "seed: 1" in (out / "config.yaml").read_text()
+    assert "epoch 15 " in stdout and "final metrics" in stdout
+    assert not list(out.glob(".*.tmp"))  # no temporary files left behind
+
+
+def test_set_override_reaches_training(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "--set", "training.epochs=2", "--quiet")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["epochs_run"] == 2
+
+
+def test_epochs_zero_writes_the_initialized_model(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "--set", "training.epochs=0", "-q")
+    assert (tmp_path / "run" / "model.npz").exists()
+
+
+def test_predict_matches_in_process_forward_and_keeps_string_labels(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    model = tmp_path / "run" / "model.npz"
+    code, _, err = run_cli(capsys, "predict", model, tmp_path / "blobs.csv", "-o", tmp_path / "p.csv", "--proba")
+    assert code == 0, err
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert len(rows) == 120 and set(rows[0]) == {"prediction", "prob_a", "prob_b", "prob_c"}
+    saved = load(model)
+    net = restore(saved)
+    x = np.loadtxt(tmp_path / "blobs.csv", delimiter=",", skiprows=1, usecols=range(4), dtype=np.float32)
+    expected = net.predict(saved.normalizer(x))
+    got = np.array([[float(r[f"prob_{c}"]) for c in "abc"] for r in rows])
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert [r["prediction"] for r in rows] == [saved.classes[i] for i in expected.argmax(axis=1)]
+    assert sum(r["prediction"] == "abc"[i % 3] for i, r in enumerate(rows)) >= 114
+
+
+def test_predict_to_stdout_and_from_npz(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    code, out, _ = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "blobs.csv")
+    assert code == 0 and out.splitlines()[0] == "prediction" and len(out.splitlines()) == 121
+    x = np.loadtxt(tmp_path / "blobs.csv", delimiter=",", skiprows=1, usecols=range(4), dtype=np.float32)
+    np.savez(tmp_path / "x.npz", x=x[:5])
+    code, out, _ = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "x.npz")
+    assert code == 0 and len(out.splitlines()) == 6
+
+
+def test_predict_rejects_mismatched_columns_naming_them(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    write_csv(tmp_path / "odd.csv", ["f1", "f2", "f9", "f4"], [[1, 2, 3, 4]])
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "odd.csv")
+    assert code == 2
+    assert "missing the model's feature column(s) f3" in err and "unknown column(s) f9" in err
+
+
+def test_evaluate_reports_full_metrics(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    blobs_csv(tmp_path / "fresh.csv", n=60, seed=5)
+    code, out, _ = run_cli(capsys, "evaluate", tmp_path / "run" / "model.npz", tmp_path / "fresh.csv", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["rows"] == 60
+    assert report["accuracy"] >= 0.9 and -1 <= report["mcc"] <= 1
+    assert np.sum(report["confusion_matrix"]) == 60
+    assert set(report["per_class"]) == {"a", "b", "c"}
+    code, out, _ = run_cli(capsys, "evaluate", tmp_path / "run" / "model.npz", tmp_path / "fresh.csv")
+    assert code == 0 and "confusion matrix" in out and "macro_f1" in out
+
+
+def test_init_from_warm_starts_and_checks_shapes(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "a", "-q")
+    _train(capsys, blobs, tmp_path / "b", "-q", "--init-from", tmp_path / "a" / "model.npz", "--set", "training.epochs=0")
+    wa, wb = load(tmp_path / "a" / "model.npz").weights, load(tmp_path / "b" / "model.npz").weights
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "c", "-q", "--init-from",
+                           tmp_path / "a" / "model.npz", "--set", "model.layers.0.units=8")
+    assert code == 2 and "dense_0/kernel" in err and "expected shape (4, 8); received (4, 16)" in err
+
+
+def test_output_width_must_match_the_classes(capsys, blobs, tmp_path):
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "--set", "model.layers.1.units=4")
+    assert code == 2
+    assert "model.layers.1.units: the output layer has 4 units; expected 3" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_data_file_is_a_clean_error(capsys, blobs, tmp_path):
+    code, out, err = run_cli(capsys, "train", blobs, "--set", f"data.train={tmp_path / 'nope.csv'}")
+    assert code == 2 and "nope.csv: file not found" in err and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda p: p.write_bytes(b"not a zip at all"), "not a readable magmadnn model file"),
+    (lambda p: np.savez(p, x=np.zeros(3)), "not a magmadnn model (no 'format' entry)"),
+    (lambda p: np.savez(p, format=np.array([{"evil": 1}], dtype=object)), "refused: the file holds Python objects"),
+    (lambda p: p.write_bytes(open(p.with_name("good.npz"), "rb").read()[:300]), "not a readable magmadnn model"),
+])
+def test_bad_model_files_are_refused(capsys, blobs, tmp_path, make, message):
+    _train(capsys, blobs, tmp_path / "run", "-q", "--set", "training.epochs=0")
+    (tmp_path / "good.npz").write_bytes((tmp_path / "run" / "model.npz").read_bytes())
+    bad = tmp_path / "bad.npz"
+    make(bad)
+    code, out, err = run_cli(capsys, "predict", bad, tmp_path / "blobs.csv")
+    assert code == 2 and message in err and "Traceback" not in out + err
+
+
+def test_model_file_round_trip_keeps_everything(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    with np.load(tmp_path / "run" / "model.npz", allow_pickle=False) as f:
+        assert str(f["format"]) == "magmadnn-model" and int(f["format_version"]) == 1
+        assert {"weights/dense_0/kernel", "weights/dense_0/bias", "weights/dense_1/kernel", "weights/dense_1/bias",
+                "norm/shift", "norm/spread", "meta"} <= set(f.files)
+    saved = load(tmp_path / "run" / "model.npz")
+    assert saved.classes == ["a", "b", "c"] and saved.features == ["f1", "f2", "f3", "f4"]
+    assert saved.config.name == "blobs" and saved.task == "classification"
+    net = restore(saved)
+    assert all(np.array_equal(net.state()[k], saved.weights[k]) for k in saved.weights)
+
+
+def test_summary_lists_layers_parameters_and_flops(capsys, blobs):
+    code, out, _ = run_cli(capsys, "summary", blobs)
+    assert code == 0
+    assert "dense_0" in out and "(16,)" in out and "131" in out  # 4*16+16 = 80, 16*3+3 = 51 -> 131
+    assert "total" in out
+
+
+def test_non_tty_output_has_no_control_characters(blobs, tmp_path):
+    env = dict(os.environ, COLUMNS="100")
+    result = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(blobs), "--out", str(tmp_path / "r"),
+                             "--set", "training.epochs=3"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout
+    assert [line.split()[1] for line in result.stdout.splitlines() if line.startswith("epoch ")] == ["1", "2", "3"]
+
+
+@pytest.mark.slow
+def test_digits_config_reaches_95_percent_test_accuracy(capsys, tmp_path):
+    _train(capsys, ROOT / "configs" / "digits_mlp.yaml", tmp_path / "run", "-q")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["test"]["accuracy"] >= 0.95
+    assert B.floatx is np.float32

@@ -1,0 +1,147 @@
+"""Config validation: one located, readable error per problem (file:line, dotted path, expected,
+received, did-you-mean), exit code 2 and no traceback; --set overrides; validate/schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from magmadnn_cli.config import ActivationName, InitializerName, Layer, Loss, Optimizer, Schedule, union_tags
+from magmadnn_cli.configfile import load_config
+from magmadnn_cli.errors import ConfigError
+from magmadnn_cli.graph import ACTIVATIONS
+from magmadnn_cli.initializers import INITIALIZERS
+from magmadnn_cli.layers import LAYERS
+from magmadnn_cli.losses import LOSSES
+from magmadnn_cli.optimizers import OPTIMIZERS
+from magmadnn_cli.schedules import SCHEDULES
+from typing import get_args
+
+from conftest import BLOBS_CONFIG, run_cli
+
+
+def _errors_for(tmp_path, text: str, *overrides: str) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return str(info.value)
+
+
+def _replace(old: str, new: str) -> str:
+    assert old in BLOBS_CONFIG
+    return BLOBS_CONFIG.replace(old, new)
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    # unknown key, with the allowed keys and a suggestion
+    ("  normalize: standard", "  normalise: standard",
+     [r"c.yaml:8: data.normalise: unknown key 'normalise'", "did you mean 'normalize'?"]),
+    # misspelt layer type
+    ("    - {type: dense, units: 3,", "    - {type: dens, units: 3,",
+     [r"c.yaml:12: model.layers.1: unknown type 'dens'", "expected one of: input, dense", "did you mean 'dense'?"]),
+    # wrong type
+    ("  epochs: 15", "  epochs: many",
+     [r"c.yaml:16: training.epochs: expected a valid integer", "received: 'many'"]),
+    # out-of-range value
+    ("learning_rate: 0.01", "learning_rate: -1",
+     [r"c.yaml:14: optimizer.learning_rate: expected greater than 0", "received: -1"]),
+    # misspelt activation
+    ("units: 16, activation: relu", "units: 16, activation: rleu",
+     [r"c.yaml:11: model.layers.0.activation: invalid value", "received: 'rleu'", "did you mean 'relu'?"]),
+    # loss vs output activation
+    ("units: 3, activation: softmax", "units: 3, activation: relu",
+     ["loss cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu'"]),
+    # missing required section
+    ("loss: cross_entropy\n", "", ["loss: missing required key 'loss'"]),
+])
+def test_config_errors_are_located_and_explained(tmp_path, old, new, expected):
+    message = _errors_for(tmp_path, _replace(old, new))
+    for part in expected:
+        assert part in message, message
+
+
+def test_several_problems_are_all_reported(tmp_path):
+    text = _replace("  epochs: 15", "  epochs: -1\n  batchsize: 3")
+    message = _errors_for(tmp_path, text)
+    assert "invalid config (2 problems)" in message
+    assert "training.epochs" in message and "did you mean 'batch_size'?" in message
+
+
+def test_yaml_problems(tmp_path):
+    assert "c.yaml:3:" in _errors_for(tmp_path, "name: x\nseed: 1\n  bad: [\n")
+    assert "duplicate key 'seed'" in _errors_for(tmp_path, "name: x\nseed: 1\nseed: 2\n")
+    message = _errors_for(tmp_path, "name: !!python/object/apply:os.system ['echo hi']\n")
+    assert "tags that build Python objects are not allowed" in message
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    assert "alias bomb" in _errors_for(tmp_path, bomb)
+    assert "expected a mapping of sections" in _errors_for(tmp_path, "- just\n- a list\n")
+
+
+def test_missing_and_directory_config(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_set_overrides_are_merged_and_revalidated(blobs):
+    cfg = load_config(blobs, ["training.epochs=3", "model.layers.0.units=32", "optimizer.type=sgd",
+                              "optimizer.momentum=0.5", "data.normalize=minmax"])
+    assert cfg.training.epochs == 3
+    assert cfg.model.layers[0].units == 32
+    assert cfg.optimizer.type == "sgd" and cfg.optimizer.momentum == 0.5
+    with pytest.raises(ConfigError, match=r"--set training.epochs=-2: training.epochs: expected greater than or equal to 0"):
+        load_config(blobs, ["training.epochs=-2"])
+    with pytest.raises(ConfigError, match="no list item 5"):
+        load_config(blobs, ["model.layers.5.units=3"])
+    with pytest.raises(ConfigError, match="expected dotted.key=value"):
+        load_config(blobs, ["training.epochs"])
+
+
+def test_paths_resolve_relative_to_the_config_file(blobs, tmp_path, monkeypatch):
+    monkeypatch.chdir("/")
+    cfg = load_config(blobs)
+    assert cfg.data.train == tmp_path / "blobs.csv"
+    assert cfg.seed == 1
+
+
+def test_a_missing_seed_is_drawn_and_recorded(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(BLOBS_CONFIG.replace("seed: 1\n", ""))
+    assert isinstance(load_config(path).seed, int)
+
+
+def test_registries_and_schema_tags_are_the_same_sets():
+    assert union_tags(Layer) == set(LAYERS)
+    assert union_tags(Loss) == set(LOSSES)
+    assert union_tags(Optimizer) == set(OPTIMIZERS)
+    assert union_tags(Schedule) == set(SCHEDULES)
+    assert set(get_args(ActivationName)) == set(ACTIVATIONS)
+    assert set(get_args(InitializerName)) | {"constant"} == set(INITIALIZERS)
+
+
+def test_validate_command_prints_resolved_config(capsys, blobs):
+    code, out, err = run_cli(capsys, "validate", blobs, "--set", "training.epochs=4")
+    assert code == 0
+    assert "epochs: 4" in out and "eval_batch_size: 1024" in out and "seed: 1" in out
+    assert "valid" in err
+
+
+def test_validate_command_reports_errors_with_exit_2_and_no_traceback(capsys, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(_replace("    - {type: dense, units: 3,", "    - {type: dropot, units: 3,"))
+    code, out, err = run_cli(capsys, "validate", path)
+    assert code == 2
+    assert "bad.yaml:12: model.layers.1: unknown type 'dropot'" in err
+    assert "Traceback" not in err + out
+
+
+def test_schema_command_emits_json_schema(capsys):
+    code, out, _ = run_cli(capsys, "schema")
+    schema = json.loads(out)
+    assert code == 0
+    assert schema["additionalProperties"] is False
+    assert {"data", "model", "loss", "optimizer"} <= set(schema["required"])

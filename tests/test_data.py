@@ -1,0 +1,123 @@
+"""Loaders on files the tests write: CSV (plain and gzip), NPZ, synthetic; splits, labels,
+normalization from training rows only; malformed input gives a located DataError."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from magmadnn_cli.config import DataConfig, SyntheticData
+from magmadnn_cli.data import Normalizer, prepare, read_table, sample_shape_of, synthetic
+from magmadnn_cli.errors import DataError
+
+from conftest import ROOT, write_csv
+
+
+def test_csv_with_string_labels_and_feature_subset(tmp_path):
+    write_csv(tmp_path / "d.csv", ["a", "b", "c", "y"], [[1, 2, 3, "cat"], [4, 5, 6, "dog"], [7, 8, 9, "cat"]])
+    t = read_table(tmp_path / "d.csv", "y", ["c", "a"])
+    np.testing.assert_array_equal(t.x, [[3, 1], [6, 4], [9, 7]])
+    assert t.x.dtype == np.float32 and t.features == ["c", "a"]
+    assert list(t.y) == ["cat", "dog", "cat"]
+
+
+def test_gzip_csv_and_int_labels(tmp_path):
+    with gzip.open(tmp_path / "d.csv.gz", "wt") as f:
+        f.write("y,x1,x2\n3,0.5,1\n7,1.5,2\n")
+    t = read_table(tmp_path / "d.csv.gz", "y", None)
+    assert t.y.dtype.kind == "i" and list(t.y) == [3, 7]
+    np.testing.assert_allclose(t.x, [[0.5, 1], [1.5, 2]])
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "empty file"),
+    ("a,b,y\n", "header but no data rows"),
+    ("a,b,y\n1,2,0\n3,,1\n", "d.csv:3: column 'b' holds an empty cell (missing value)"),
+    ("a,b,y\n1,2,0\n3,x7,1\n", "d.csv:3: column 'b' holds a non-numeric value 'x7'"),
+    ("a,b,y\n1,2,0\n3,4\n", "d.csv:3: the row has 2 fields; the header has 3"),
+    ("a,b,y\n1,nan,0\n3,4,1\n", "column 'b', data row 1: non-finite value nan"),
+    ("a,a,y\n1,2,0\n", "duplicate column names in the header: a"),
+    ("a,b,label\n1,2,0\n", "no target column 'y'; columns are a, b, label"),
+])
+def test_malformed_csv_is_a_located_error(tmp_path, text, message):
+    (tmp_path / "d.csv").write_text(text)
+    with pytest.raises(DataError) as info:
+        read_table(tmp_path / "d.csv", "y", None)
+    assert message in str(info.value)
+
+
+def test_npz_and_its_problems(tmp_path):
+    np.savez(tmp_path / "ok.npz", x=np.arange(12).reshape(4, 3), y=np.array([0, 1, 0, 1]))
+    t = read_table(tmp_path / "ok.npz", None, None)
+    assert t.x.shape == (4, 3) and t.x.dtype == np.float32
+    np.savez(tmp_path / "nox.npz", z=np.zeros(3))
+    with pytest.raises(DataError, match="expected arrays 'x' and 'y'"):
+        read_table(tmp_path / "nox.npz", None, None)
+    np.savez(tmp_path / "obj.npz", x=np.array([{"a": 1}], dtype=object), y=np.zeros(1))
+    with pytest.raises(DataError, match="never loaded"):
+        read_table(tmp_path / "obj.npz", None, None)
+    (tmp_path / "junk.npz").write_bytes(b"\x80\x04junk")
+    with pytest.raises(DataError, match="not a zip archive"):
+        read_table(tmp_path / "junk.npz", None, None)
+    with pytest.raises(DataError, match="unknown data format"):
+        read_table(tmp_path / "ok.parquet", None, None)
+
+
+def test_synthetic_teacher_data_is_seeded_and_learnable_shape():
+    spec = SyntheticData(samples=500, features=7, classes=4)
+    a, b = synthetic(spec, 3), synthetic(spec, 3)
+    np.testing.assert_array_equal(a.x, b.x)
+    np.testing.assert_array_equal(a.y, b.y)
+    assert a.x.shape == (500, 7) and set(np.unique(a.y)) == {0, 1, 2, 3}
+
+
+def test_prepare_splits_encodes_and_normalizes_from_train_only(tmp_path):
+    rows = [[i, 100 + 2 * i, ["lo", "hi"][i % 2]] for i in range(100)]
+    write_csv(tmp_path / "d.csv", ["a", "b", "y"], rows)
+    cfg = DataConfig(train=tmp_path / "d.csv", target="y", validation_split=0.2, test_split=0.1, normalize="standard")
+    p = prepare(cfg, "classification", seed=4)
+    assert (len(p.train.x), len(p.validation.x), len(p.test.x)) == (70, 20, 10)
+    assert p.classes == ["hi", "lo"]
+    np.testing.assert_allclose(p.train.x.mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(p.train.x.std(axis=0), 1, atol=1e-4)
+    assert abs(p.validation.x.mean()) > 1e-4  # validation rows use the training statistics
+    again = prepare(cfg, "classification", seed=4)
+    np.testing.assert_array_equal(again.test.x, p.test.x)
+    assert not np.array_equal(prepare(cfg, "classification", seed=5).test.x, p.test.x)
+
+
+def test_binary_and_regression_targets(tmp_path):
+    write_csv(tmp_path / "d.csv", ["a", "y"], [[i, i % 2] for i in range(10)])
+    p = prepare(DataConfig(train=tmp_path / "d.csv", target="y", validation_split=0), "binary", 0)
+    assert p.train.y.shape == (10, 1) and p.train.y.dtype == np.float32
+    p = prepare(DataConfig(train=tmp_path / "d.csv", target="a", validation_split=0), "regression", 0)
+    assert p.train.y.shape == (10, 1) and p.classes == []
+
+
+def test_label_problems(tmp_path):
+    write_csv(tmp_path / "one.csv", ["a", "y"], [[1, "x"], [2, "x"]])
+    with pytest.raises(DataError, match="single class"):
+        prepare(DataConfig(train=tmp_path / "one.csv", target="y", validation_split=0), "classification", 0)
+    write_csv(tmp_path / "tr.csv", ["a", "y"], [[1, "x"], [2, "z"]])
+    write_csv(tmp_path / "va.csv", ["a", "y"], [[1, "x"], [2, "w"]])
+    cfg = DataConfig(train=tmp_path / "tr.csv", target="y", validation=tmp_path / "va.csv")
+    with pytest.raises(DataError, match="labels w do not occur in the training data"):
+        prepare(cfg, "classification", 0)
+
+
+def test_minmax_normalizer_and_scale():
+    x = np.array([[0.0, 5.0], [10.0, 5.0]], np.float32)
+    n = Normalizer.fit(x, "minmax", scale=0.5)
+    np.testing.assert_allclose(n(x), [[0, 0], [1, 0]])
+
+
+def test_shipped_datasets_have_their_documented_shapes():
+    for name, target, width in [("digits.csv.gz", "label", 64), ("iris.csv", "species", 4),
+                                ("heart_cleveland.csv", "disease", 13), ("breast_cancer.csv", "diagnosis", 30),
+                                ("diabetes.csv", "progression", 10)]:
+        cfg = DataConfig(train=ROOT / "datasets" / name, target=target)
+        assert sample_shape_of(cfg) == (width,)
+    heart = read_table(ROOT / "datasets" / "heart_cleveland.csv", "disease", None)
+    assert heart.x.shape == (303, 13) and sorted(np.unique(heart.y)) == [0, 1]
