@@ -1,0 +1,64 @@
+"""The cupy path: skipped cleanly without a usable GPU; where one exists, the same network computes
+the same loss, gradients and training trajectory as numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from magmadnn_cli import backend as B
+from magmadnn_cli.errors import DeviceError
+from magmadnn_cli.layers import Dense, Dropout
+from magmadnn_cli.losses import CrossEntropy
+from magmadnn_cli.network import Network
+from magmadnn_cli.optimizers import Adam
+
+GPU, WHY = B.probe_gpu()
+needs_gpu = pytest.mark.skipif(not GPU, reason=f"no usable GPU: {WHY}")
+
+
+def test_auto_falls_back_quietly_and_explicit_gpu_is_a_clear_error():
+    if GPU:
+        pytest.skip("this machine has a GPU")
+    assert B.select("auto") == "cpu" and B.xp is np
+    with pytest.raises(DeviceError, match="device: gpu was requested but no usable GPU was found"):
+        B.select("gpu")
+
+
+def _run(device: str, precision: str, steps: int = 5):
+    B.select(device, precision)
+    rng = np.random.default_rng(0)
+    x = B.to_device(rng.normal(size=(64, 20)).astype(precision))
+    y = B.to_device(rng.integers(0, 4, 64))
+    net = Network([Dense(32, "tanh"), Dropout(0.0), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
+    opt = Adam(learning_rate=0.01)
+    losses = []
+    for _ in range(steps):
+        losses.append(float(net.forward_backward(x, y)))
+        grads = B.to_host(net.flat_grads).copy()
+        opt.step(net.flat_params, net.flat_grads)
+    return np.array(losses), grads, B.to_host(net.flat_params).copy()
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,tol", [("float64", 1e-10), ("float32", 2e-4)])
+def test_gpu_matches_cpu(precision, tol):
+    cpu = _run("cpu", precision)
+    gpu = _run("gpu", precision)
+    assert B.device == "gpu"
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=tol, atol=tol)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_training_command_end_to_end(tmp_path, capsys, blobs):
+    from conftest import run_cli
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "-q", "--set", "device=gpu")
+    assert code == 0, err
+    import json
+    metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert metrics["device"] == "gpu" and metrics["validation"]["accuracy"] >= 0.95
+    code, out, _ = run_cli(capsys, "predict", tmp_path / "r" / "model.npz", tmp_path / "blobs.csv", "--device", "gpu")
+    assert code == 0 and len(out.splitlines()) == 121
