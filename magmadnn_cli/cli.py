@@ -39,13 +39,19 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python trace
 def train(config: ConfigArg, set_: SetOpt = None,
           out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="run directory [default: runs/<name>]")] = None,
           init_from: Annotated[Optional[Path], typer.Option("--init-from", help="start from this model's weights")] = None,
-          quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress or tables")] = False) -> None:
+          quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress or tables")] = False,
+          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
+                               help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml."""
     from .configfile import load_config
     from .distributed import get_communicator
+    from .distributed.launcher import launch, should_launch, strip_processes
     from .reporting import make_reporter
     from .run import train as run_train
     cfg = load_config(config, set_ or [])
+    ranks = processes or cfg.distributed.processes
+    if should_launch(ranks):
+        raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
     comm = get_communicator(cfg.distributed.strategy)
     run_train(cfg, out_dir or Path("runs") / cfg.name, init_from, make_reporter(quiet, comm.rank), comm)
 
@@ -129,6 +135,8 @@ def summary(config: ConfigArg, set_: SetOpt = None) -> None:
 
 
 def main() -> None:
+    from .distributed.launcher import before_numpy
+    before_numpy()
     try:
         app()
     except MagmaError as exc:
@@ -141,14 +149,18 @@ def main() -> None:
     except Exception as exc:  # a bug, not a user mistake: say so, and how to see the traceback
         if STATE["debug"]:
             raise
-        err.print(Text("internal error: ", style="bold red") + Text(
-            f"{type(exc).__name__}: {exc}\nThis is a bug in magmadnn; run again with --debug for the "
-            "traceback, and report it."), highlight=False)
-        sys.exit(1)
+        _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
+              "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
 
 
-def _fail(exc: BaseException, code: int) -> None:
+def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = "") -> None:
+    """Report on this rank, then end the job: under MPI every rank is aborted so none hangs."""
+    from .distributed.comm import ACTIVE, abort_if_distributed, launched_rank
     if STATE["debug"]:
         err.print_exception()
-    err.print(Text("error: ", style="bold red") + Text(str(exc)), highlight=False)
+    distributed = bool(ACTIVE) and ACTIVE[0].size > 1
+    if distributed or launched_rank() == 0:
+        rank = f"rank {ACTIVE[0].rank}: " if distributed else ""
+        err.print(Text(rank + prefix, style="bold red") + Text(str(exc) + suffix), highlight=False)
+    abort_if_distributed(code)
     sys.exit(code)

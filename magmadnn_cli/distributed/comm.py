@@ -43,18 +43,44 @@ class SingleProcess(Communicator):
     """One process: every collective is the identity."""
 
 
+ACTIVE: list[Communicator] = []  # the communicator of this process, once made
+
+
+def _env_int(*keys: str) -> int | None:
+    for key in keys:
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def launched_ranks() -> int:
     """How many ranks the launcher says it started (0 when not under a launcher)."""
-    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"):
-        value = os.environ.get(key)
-        if value and value.isdigit():
-            return int(value)
-    return 0
+    return _env_int("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE") or 0
+
+
+def launched_rank() -> int:
+    return _env_int("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK") or 0
+
+
+def local_ranks() -> int:
+    return _env_int("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE") or launched_ranks() or 1
 
 
 def get_communicator(strategy: str = "allreduce") -> Communicator:
     """MPI when this process runs under an MPI launcher with several ranks, else SingleProcess."""
+    if ACTIVE:
+        return ACTIVE[0]
     if launched_ranks() <= 1:
-        return SingleProcess()
-    from .mpi import MPICommunicator  # noqa: PLC0415 (mpi4py initializes MPI on import)
-    return MPICommunicator(strategy)
+        comm: Communicator = SingleProcess()
+    else:
+        from .mpi import MPICommunicator  # noqa: PLC0415 (mpi4py initializes MPI on import)
+        comm = MPICommunicator(strategy)
+    ACTIVE.append(comm)
+    return comm
+
+
+def abort_if_distributed(code: int) -> None:
+    """After a rank has reported its error: end every rank (the others may wait in a collective)."""
+    if ACTIVE and ACTIVE[0].size > 1:
+        ACTIVE[0].abort(code)

@@ -1,0 +1,104 @@
+"""MPI data parallelism through mpi4py: gradient reduction strategies, weight broadcast, and an
+abort that ends the whole job when any rank fails (no hung collectives)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import backend as B
+from ..errors import MagmaError
+from .comm import Communicator, launched_ranks
+
+
+class MPICommunicator(Communicator):
+    """`strategy`: allreduce (MPI's own), ring (reduce-scatter + allgather by point-to-point, as in
+    MagmaDNN's papers) or parameter_server (rank 0 sums and broadcasts)."""
+
+    def __init__(self, strategy: str = "allreduce") -> None:
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        expected = launched_ranks()
+        if self.size == 1 and expected > 1:
+            raise MagmaError(
+                f"the launcher started {expected} processes but MPI sees only 1 in each: the mpiexec used "
+                f"belongs to a different MPI than mpi4py's ({MPI.Get_library_version().splitlines()[0].strip()}). "
+                f"Use the mpiexec of this environment ({sys.prefix}/bin/mpiexec) or `magmadnn train --processes N`.")
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
+        local.Free()
+        self.strategy = strategy
+        self._reduce = {"allreduce": self._allreduce, "ring": self._ring,
+                        "parameter_server": self._parameter_server}[strategy]
+        install_abort_hook(self)
+
+    # -- collectives ---------------------------------------------------------------------------
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        return self.comm.bcast(obj, root=root)
+
+    def bcast_array(self, array: Any, root: int = 0) -> None:
+        host = B.to_host(array)
+        self.comm.Bcast(host, root=root)
+        if host is not array:
+            array[...] = B.to_device(host)
+
+    def allreduce_sum(self, array: Any) -> None:
+        host = B.to_host(array)  # cupy buffers are staged through the host
+        if not host.flags.c_contiguous:
+            raise ValueError("allreduce_sum needs a contiguous buffer")
+        self._reduce(host)
+        if host is not array:
+            array[...] = B.to_device(host)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self.comm.allgather(obj)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+    # -- reduction strategies (each sums `buf` over ranks, in place, identically on every rank) --
+    def _allreduce(self, buf: np.ndarray) -> None:
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+    def _parameter_server(self, buf: np.ndarray) -> None:
+        if self.rank == 0:
+            self.comm.Reduce(MPI.IN_PLACE, buf, op=MPI.SUM, root=0)
+        else:
+            self.comm.Reduce(buf, None, op=MPI.SUM, root=0)
+        self.comm.Bcast(buf, root=0)
+
+    def _ring(self, buf: np.ndarray) -> None:
+        """Ring allreduce: N-1 reduce-scatter steps then N-1 allgather steps; each rank sends
+        2(N-1)/N of the buffer in all."""
+        n, r = self.size, self.rank
+        bounds = np.linspace(0, buf.size, n + 1).astype(int)
+        chunk = [buf[bounds[i]:bounds[i + 1]] for i in range(n)]
+        right, left = (r + 1) % n, (r - 1) % n
+        scratch = np.empty(max(len(c) for c in chunk), dtype=buf.dtype)
+        for step in range(n - 1):  # after this, rank r holds the full sum of chunk (r + 1) % n
+            send, recv = chunk[(r - step) % n], chunk[(r - step - 1) % n]
+            self.comm.Sendrecv(send, dest=right, recvbuf=scratch[:len(recv)], source=left)
+            recv += scratch[:len(recv)]
+        for step in range(n - 1):
+            send, recv = chunk[(r - step + 1) % n], chunk[(r - step) % n]
+            self.comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
+
+
+def install_abort_hook(comm: MPICommunicator) -> None:
+    """An uncaught exception on any rank prints that rank's message and aborts every rank, since a
+    console entry point bypasses `python -m mpi4py`."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        previous(kind, value, tb)
+        comm.abort(1)
+
+    sys.excepthook = hook

@@ -1,0 +1,116 @@
+"""Real ranks under mpiexec: rank-count invariance for every strategy, one set of outputs, --processes,
+a failing rank ends the whole job promptly with its message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from magmadnn_cli.distributed.launcher import strip_processes
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec in this environment")]
+
+CONFIG = """\
+name: syn
+seed: 3
+device: cpu
+data:
+  synthetic: {samples: 203, features: 10, classes: 3}
+  validation_split: 0.1
+model:
+  layers:
+    - {type: dense, units: 16, activation: tanh}
+    - {type: dense, units: 3, activation: softmax}
+loss: cross_entropy
+optimizer: {type: sgd, learning_rate: 0.1, momentum: 0.9}
+training: {epochs: 3, batch_size: 32}
+"""
+
+
+def _magmadnn(*args: str, ranks: int = 0, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    prefix = [str(MPIEXEC), "-n", str(ranks)] if ranks else []
+    return subprocess.run([*prefix, sys.executable, "-m", "magmadnn_cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def _weights(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path / "model.npz", allow_pickle=False) as f:
+        return {k: f[k] for k in f.files if k.startswith("weights/")}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mpi")
+    (root / "syn.yaml").write_text(CONFIG)
+    single = _magmadnn("train", str(root / "syn.yaml"), "--out", str(root / "single"), "-q")
+    assert single.returncode == 0, single.stderr
+    return root
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "ring", "parameter_server"])
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_weights_match_a_single_process_run(project, strategy, ranks):
+    out = project / f"{strategy}-{ranks}"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q",
+                       "--set", f"distributed.strategy={strategy}", ranks=ranks)
+    assert result.returncode == 0, result.stderr
+    single, multi = _weights(project / "single"), _weights(out)
+    assert single.keys() == multi.keys()
+    for key in single:  # 203 rows, batch 32: the short last batch is split unevenly, still exact
+        np.testing.assert_allclose(multi[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_only_rank_zero_reports_and_writes(project):
+    out = project / "quiet-check"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), ranks=3)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("final metrics") == 1 and result.stdout.count("epoch 3 ") == 1
+    assert "3 process(es)" in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.csv", "metrics.json", "model.npz"]
+
+
+def test_processes_option_launches_itself(project):
+    out = project / "launched"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q", "--processes", "2")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(_weights(out)["weights/dense_0/kernel"],
+                               _weights(project / "single")["weights/dense_0/kernel"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_rank_aborts_the_job_promptly(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import time\n"
+        "from magmadnn_cli.distributed import get_communicator\n"
+        "comm = get_communicator()\n"
+        "if comm.rank == 1:\n"
+        "    time.sleep(0.5)\n"
+        "    raise RuntimeError('rank one broke on purpose')\n"
+        "comm.barrier()  # rank 0 would wait here forever without the abort\n")
+    start = time.perf_counter()
+    result = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    assert "rank one broke on purpose" in result.stderr
+    assert time.perf_counter() - start < 30
+
+
+def test_a_user_error_under_mpi_exits_cleanly(project):
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "x"), "--set",
+                       "model.layers.1.units=4", ranks=2)
+    assert result.returncode != 0
+    assert "the output layer has 4 units; expected 3" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_strip_processes():
+    assert strip_processes(["train", "c.yaml", "--processes", "4", "-q"]) == ["train", "c.yaml", "-q"]
+    assert strip_processes(["train", "--processes=2", "c.yaml"]) == ["train", "c.yaml"]
