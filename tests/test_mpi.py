@@ -12,10 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magmadnn_cli.distributed.launcher import strip_processes
+from magmadnn_cli.distributed.launcher import find_mpiexec, strip_processes
+from magmadnn_cli.errors import MagmaError
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(not MPIEXEC.exists(), reason="no mpiexec in this environment")]
+
+def _find() -> str | None:
+    try:
+        return find_mpiexec()
+    except MagmaError:
+        return None
+
+
+MPIEXEC = _find()
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec in this environment")]
 
 CONFIG = """\
 name: syn

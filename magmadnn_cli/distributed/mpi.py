@@ -23,10 +23,11 @@ class MPICommunicator(Communicator):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         expected = launched_ranks()
         if self.size == 1 and expected > 1:
+            library = MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
             raise MagmaError(
                 f"the launcher started {expected} processes but MPI sees only 1 in each: the mpiexec used "
-                f"belongs to a different MPI than mpi4py's ({MPI.Get_library_version().splitlines()[0].strip()}). "
-                f"Use the mpiexec of this environment ({sys.prefix}/bin/mpiexec) or `magmadnn train --processes N`.")
+                f"belongs to a different MPI than the one mpi4py loaded ({library}). Use the mpiexec of "
+                "that MPI, or `magmadnn train --processes N`, which picks the environment's own.")
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         local.Free()
