@@ -55,6 +55,8 @@ def select(device_name: str = "auto", precision: str = "float32", memory: str = 
         raise DeviceError(f"unknown device {device_name!r} (expected one of {', '.join(DEVICES)})")
     if precision not in PRECISIONS:
         raise DeviceError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
+    if memory not in MEMORY:
+        raise DeviceError(f"unknown memory placement {memory!r} (expected one of {', '.join(MEMORY)})")
     floatx = PRECISIONS[precision]
     use_gpu = False
     if device_name != "cpu":

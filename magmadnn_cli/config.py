@@ -264,6 +264,7 @@ class Config(Strict):
     seed: int | None = Field(None, description="None: a random seed is drawn and recorded")
     device: Literal["auto", "cpu", "gpu"] = "auto"
     precision: Literal["float32", "float64"] = "float32"
+    memory: Literal["device", "managed"] = Field("device", description="GPU memory: device, or CUDA managed (unified)")
     data: DataConfig
     model: ModelConfig
     loss: Loss

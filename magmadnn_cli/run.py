@@ -50,7 +50,7 @@ def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter
     comm = comm or SingleProcess()
     reporter = reporter or Reporter()
     started = time.perf_counter()
-    device = B.select(config.device, config.precision)
+    device = B.select(config.device, config.precision, config.memory)
     if device == "gpu":
         B.use_gpu_device(comm.local_rank)
     task = task_of(config)

@@ -37,13 +37,18 @@ class Sigmoid(Activation):
     name = "sigmoid"
 
     def __call__(self, z: Array) -> Array:
-        y = B.array_module(z).tanh(z * 0.5)
+        xp = B.array_module(z)
+        y = xp.multiply(z, 0.5)
+        xp.tanh(y, out=y)
         y += 1.0
         y *= 0.5
         return y
 
     def grad(self, z: Array, y: Array, g: Array) -> Array:
-        return g * y * (1.0 - y)
+        d = 1.0 - y  # one temporary, then in place: g * y * (1 - y)
+        d *= y
+        d *= g
+        return d
 
 
 class Tanh(Activation):
