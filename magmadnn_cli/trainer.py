@@ -137,27 +137,34 @@ class Trainer:
         history = History()
         x, y = B.to_device(train.x), B.to_device(train.y)
         self.reporter.start(epochs, self.steps_per_epoch(len(train.x)))
-        try:
-            for epoch in range(first_epoch, epochs + 1):
-                start = time.perf_counter()
-                lr = self.opt.lr()
-                metrics = {"epoch": epoch, **self.run_epoch(train, epoch, x, y)}
-                if validation is not None:
-                    val = self.evaluate(validation)
-                    metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
-                metrics["lr"] = lr
-                metrics["time"] = time.perf_counter() - start
-                history.epochs.append(metrics)
-                self.reporter.epoch(epoch, {k: v for k, v in metrics.items() if k not in ("epoch", "time")})
-                if stopper is not None and stopper.update(epoch, metrics, self.net.flat_params):
-                    history.stopped_early = True
-                    break
-        finally:
-            self.reporter.stop()
-        if stopper is not None and stopper.best_params is not None:
-            self.net.flat_params[...] = stopper.best_params
+        # Overflow warnings are noise here: a non-finite loss is caught and reported by `run_epoch`.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            try:
+                for epoch in range(first_epoch, epochs + 1):
+                    self._epoch(epoch, train, validation, x, y, history)
+                    if stopper is not None and stopper.update(epoch, history.epochs[-1], self.net.flat_params):
+                        history.stopped_early = True
+                        break
+            finally:
+                self.reporter.stop()
+        if stopper is not None:
             history.best_epoch = stopper.best_epoch
+            if stopper.best_params is not None:
+                self.net.flat_params[...] = stopper.best_params
         return history
+
+    def _epoch(self, epoch: int, train: Split, validation: Split | None, x: Array, y: Array,
+               history: History) -> None:
+        start = time.perf_counter()
+        lr = self.opt.lr()
+        metrics = {"epoch": epoch, **self.run_epoch(train, epoch, x, y)}
+        if validation is not None:
+            val = self.evaluate(validation)
+            metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
+        metrics["lr"] = lr
+        metrics["time"] = time.perf_counter() - start
+        history.epochs.append(metrics)
+        self.reporter.epoch(epoch, {k: v for k, v in metrics.items() if k not in ("epoch", "time")})
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split: Split) -> dict[str, Any]:
