@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magmadnn_cli.distributed.launcher import find_mpiexec, strip_processes
+from magmadnn_cli.distributed.launcher import locate_mpi_launcher, strip_processes
 from magmadnn_cli.errors import MagmaError
 
 
 def _find() -> str | None:
     try:
-        return find_mpiexec()
+        return locate_mpi_launcher()
     except MagmaError:
         return None
 

@@ -15,7 +15,7 @@ GUARD = "MAGMADNN_LAUNCHED"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def find_mpiexec() -> str:
+def locate_mpi_launcher() -> str:
     """The mpiexec next to sys.executable (the PyPI `mpich` runtime installs it there), else PATH."""
     for name in ("mpiexec", "mpirun"):
         beside = Path(sys.executable).parent / name
@@ -43,7 +43,7 @@ def limit_blas_threads(ranks: int, env: dict[str, str] | os._Environ = os.enviro
 
 def launch(processes: int, argv: list[str]) -> int:
     """Run `magmadnn <argv>` on `processes` ranks; returns the launcher's exit code."""
-    mpiexec = find_mpiexec()
+    mpiexec = locate_mpi_launcher()
     flags: list[str] = []
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     if "Open MPI" in version or "OpenRTE" in version:
