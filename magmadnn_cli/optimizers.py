@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import backend as B
+from .graph.kernels import elementwise
 from .schedules import Schedule, constant
 
 Array = Any
@@ -86,6 +87,15 @@ class SGD(Optimizer):
             params *= 1.0 - lr * self.weight_decay
         else:
             super().decay(params, grads, lr)
+
+    def step(self, params: Array, grads: Array) -> None:
+        if B.array_module(params) is np or self.momentum or self.clip_norm is not None:
+            super().step(params, grads)
+            return
+        lr = self.lr()  # plain SGD on the GPU: decay and update in one fused kernel
+        self.t += 1
+        elementwise("sgd_decay_step")(grads, params.dtype.type(lr),
+                                      params.dtype.type(1.0 - lr * self.weight_decay), params)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         if self.momentum:

@@ -11,7 +11,7 @@ from magmadnn_cli.errors import DeviceError
 from magmadnn_cli.layers import Dense, Dropout
 from magmadnn_cli.losses import CrossEntropy
 from magmadnn_cli.network import Network
-from magmadnn_cli.optimizers import Adam
+from magmadnn_cli.optimizers import SGD, Adam
 
 GPU, WHY = B.probe_gpu()
 needs_gpu = pytest.mark.skipif(not GPU, reason=f"no usable GPU: {WHY}")
@@ -25,13 +25,13 @@ def test_auto_falls_back_quietly_and_explicit_gpu_is_a_clear_error():
         B.select("gpu")
 
 
-def _run(device: str, precision: str, steps: int = 5):
+def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make_opt=lambda: Adam(learning_rate=0.01)):
     B.select(device, precision)
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(64, 20)).astype(precision))
     y = B.to_device(rng.integers(0, 4, 64))
-    net = Network([Dense(32, "tanh"), Dropout(0.0), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
-    opt = Adam(learning_rate=0.01)
+    net = Network([Dense(32, hidden), Dropout(0.0), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
+    opt = make_opt()
     losses = []
     for _ in range(steps):
         losses.append(float(net.forward_backward(x, y)))
@@ -43,9 +43,14 @@ def _run(device: str, precision: str, steps: int = 5):
 @needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision,tol", [("float64", 1e-10), ("float32", 2e-4)])
-def test_gpu_matches_cpu(precision, tol):
-    cpu = _run("cpu", precision)
-    gpu = _run("gpu", precision)
+@pytest.mark.parametrize("hidden,make_opt", [
+    ("tanh", lambda: Adam(learning_rate=0.01)),
+    ("sigmoid", lambda: SGD(learning_rate=0.5, weight_decay=0.01)),  # the fused GPU kernels
+    ("sigmoid", lambda: SGD(learning_rate=0.1, momentum=0.9, nesterov=True)),
+])
+def test_gpu_matches_cpu(precision, tol, hidden, make_opt):
+    cpu = _run("cpu", precision, hidden=hidden, make_opt=make_opt)
+    gpu = _run("gpu", precision, hidden=hidden, make_opt=make_opt)
     assert B.device == "gpu"
     for a, b in zip(cpu, gpu):
         np.testing.assert_allclose(b, a, rtol=tol, atol=tol)
