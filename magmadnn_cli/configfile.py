@@ -223,7 +223,7 @@ def _pick(annotation: Any, node: Any) -> Any:
     return None
 
 
-def _list_item_model(data: Any, path: Location) -> type[BaseModel] | None:
+def _model_at(data: Any, path: Location) -> type[BaseModel] | None:
     """Like _model_at, for paths that pass through list items (model.layers.N)."""
     cls: Any = Config
     node = data
@@ -251,7 +251,7 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
     kind, ctx = error["type"], error.get("ctx", {})
     received = error.get("input")
     if kind == "extra_forbidden":
-        model = _list_item_model(data, path[:-1])
+        model = _model_at(data, path[:-1])
         allowed = sorted(model.model_fields) if model else []
         hint = f"\n  expected one of: {', '.join(allowed)}" if allowed else ""
         return f"unknown key {path[-1]!r}", hint + _suggest(path[-1], allowed)

@@ -44,7 +44,7 @@ def evaluate(model_path: Path, data_path: Path, device: str = "auto") -> dict[st
     table = read_table(data_path, target, saved.features)
     x = saved.normalizer(table.x.reshape((len(table.x),) + saved.sample_shape))
     split = Split(x, encode_targets(table.y, saved.task, saved.classes, str(data_path)))
-    trainer = Trainer(network, None, saved.task, 1, 0, eval_batch_size=saved.config.training.eval_batch_size)  # type: ignore[arg-type]
+    trainer = Trainer(network, None, saved.task, 1, 0, eval_batch_size=saved.config.training.eval_batch_size)
     report = split_report(trainer, split, saved.classes, saved.task)
     return {"model": str(model_path), "data": str(data_path), "rows": len(x), "task": saved.task, **report}
 

@@ -23,7 +23,7 @@ from .metrics import classification_report, predicted_classes, regression_report
 from .modelfile import load as load_model
 from .modelfile import save as save_model
 from .reporting import Reporter, metrics_table
-from .trainer import EarlyStopper, History, Trainer
+from .trainer import EarlyStopper, History, Trainer, steps_per_epoch
 
 
 @dataclass
@@ -64,9 +64,9 @@ def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter
         except MagmaError as exc:
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
     comm.bcast_array(network.flat_params)  # every rank starts from rank 0's weights
-    trainer = Trainer(network, None, task, config.training.batch_size, config.seed,  # type: ignore[arg-type]
+    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size))
+    trainer = Trainer(network, optimizer, task, config.training.batch_size, config.seed,
                       config.training.shuffle, comm, reporter, config.training.eval_batch_size)
-    trainer.opt = build_optimizer(config, trainer.steps_per_epoch(len(data.train.x)))
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     if stopper and stopper.monitor.startswith("val_") and data.validation is None:

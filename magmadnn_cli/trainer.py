@@ -27,6 +27,10 @@ from .reporting import Reporter
 Array = Any
 
 
+def steps_per_epoch(rows: int, batch_size: int) -> int:
+    return max(1, math.ceil(rows / batch_size))
+
+
 @dataclass
 class EarlyStopper:
     monitor: str
@@ -65,7 +69,7 @@ class History:
 
 
 class Trainer:
-    def __init__(self, network: Network, optimizer: Optimizer, task: str, batch_size: int, seed: int,
+    def __init__(self, network: Network, optimizer: Optimizer | None, task: str, batch_size: int, seed: int,
                  shuffle: bool = True, comm: Communicator | None = None, reporter: Reporter | None = None,
                  eval_batch_size: int = 1024) -> None:
         self.net, self.opt, self.task = network, optimizer, task
@@ -100,6 +104,7 @@ class Trainer:
         loss_sum, correct = (float(v) for v in B.to_host(net.step_stats))
         if not math.isfinite(loss_sum):
             return loss_sum, correct
+        assert self.opt is not None, "training needs an optimizer"
         self.opt.step(net.flat_params, net.flat_grads)
         return loss_sum, correct
 
@@ -109,7 +114,7 @@ class Trainer:
         return [order[i:i + self.batch_size] for i in range(0, n, self.batch_size)]
 
     def steps_per_epoch(self, n: int) -> int:
-        return max(1, math.ceil(n / self.batch_size))
+        return steps_per_epoch(n, self.batch_size)
 
     def run_epoch(self, train: Split, epoch: int, x: Array, y: Array) -> dict[str, float]:
         loss_sum = correct = 0.0
@@ -121,7 +126,7 @@ class Trainer:
             if not math.isfinite(l_sum):
                 raise DivergenceError(
                     f"epoch {epoch}, step {step}: the loss became {l_sum / len(batch)} (not finite). "
-                    f"Try a smaller learning rate (now {self.opt.lr():.3g}), optimizer.clip_norm, "
+                    f"Try a smaller learning rate (now {self.opt.lr() if self.opt else 0:.3g}), optimizer.clip_norm, "
                     "or data.normalize: standard. No output files were written.")
             loss_sum += l_sum
             correct += c

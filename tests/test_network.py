@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magmadnn_cli import backend as B
 from magmadnn_cli.errors import MagmaError, ShapeError
 from magmadnn_cli.graph import nn
 from magmadnn_cli.initializers import INITIALIZERS, get_initializer
