@@ -47,7 +47,7 @@ def _magmadnn(*args: str, ranks: int = 0, timeout: float = 120) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
     prefix = [str(MPIEXEC), "-n", str(ranks)] if ranks else []
     return subprocess.run([*prefix, sys.executable, "-m", "magmadnn_cli", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+                          stdin=subprocess.DEVNULL, text=True, env=env, timeout=timeout)
 
 
 def _weights(path: Path) -> dict[str, np.ndarray]:
@@ -106,7 +106,7 @@ def test_a_failing_rank_aborts_the_job_promptly(tmp_path):
         "comm.barrier()  # rank 0 would wait here forever without the abort\n")
     start = time.perf_counter()
     result = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script)], capture_output=True,
-                            text=True, timeout=60)
+                            stdin=subprocess.DEVNULL, text=True, timeout=60)
     assert result.returncode != 0
     assert "rank one broke on purpose" in result.stderr
     assert time.perf_counter() - start < 30
