@@ -19,6 +19,38 @@ import numpy as np
 HIDDEN, LAYERS, INPUTS, CLASSES = 528, 3, 784, 10
 
 
+def overlapped_step(net, comm, x, y) -> float:
+    """Backward with one non-blocking Allreduce per layer, started as soon as that layer's gradients
+    are final (and MPI progressed at every op); returns the seconds spent waiting afterwards."""
+    from mpi4py import MPI
+    from magmadnn_cli.graph import nn
+
+    offsets, start = {}, 0
+    for p in net.parameters:
+        offsets[id(p)] = (start, start + p.size)
+        start += p.size
+    requests = []
+
+    def after_op(op):
+        if isinstance(op, nn.Dense):
+            params = [i for i in op.inputs if id(i) in offsets]
+            lo = min(offsets[id(p)][0] for p in params)
+            hi = max(offsets[id(p)][1] for p in params)
+            if hi == net.flat_params.size:
+                hi = net.step_buffer.size  # the last layer's bucket carries the loss/accuracy slots
+            requests.append(comm.comm.Iallreduce(MPI.IN_PLACE, net.step_buffer[lo:hi], op=MPI.SUM))
+        if requests:
+            MPI.Request.Testall(requests)
+
+    net.mode.training = True
+    net.train_graph.forward({net.x: x, net.y: y})
+    net.step_stats[:] = 0
+    net.train_graph.backward(after_op=after_op)
+    t = time.perf_counter()
+    MPI.Request.Waitall(requests)
+    return time.perf_counter() - t
+
+
 def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
     from magmadnn_cli.distributed import get_communicator
     from magmadnn_cli.layers import Dense
@@ -26,7 +58,7 @@ def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
     from magmadnn_cli.network import Network
     from magmadnn_cli.optimizers import SGD
 
-    comm = get_communicator(strategy)
+    comm = get_communicator("allreduce" if strategy == "overlap" else strategy)
     net = Network([Dense(HIDDEN, "sigmoid") for _ in range(LAYERS)] + [Dense(CLASSES, "softmax")],
                   (INPUTS,), CrossEntropy(), seed=0)
     opt = SGD(learning_rate=0.05, weight_decay=0.001)
@@ -34,13 +66,19 @@ def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
     x = rng.random((batch_per_rank, INPUTS), dtype=np.float32)
     y = rng.integers(0, CLASSES, batch_per_rank)
     compute = communicate = 0.0
+    overlap = strategy == "overlap"
     for i in range(steps + 5):
         comm.barrier()
         t0 = time.perf_counter()
-        net.forward_backward(x, y)
-        t1 = time.perf_counter()
-        comm.allreduce_sum(net.step_buffer)
-        t2 = time.perf_counter()
+        if overlap and comm.size > 1:
+            waited = overlapped_step(net, comm, x, y)
+            t2 = time.perf_counter()
+            t1 = t2 - waited
+        else:
+            net.forward_backward(x, y)
+            t1 = time.perf_counter()
+            comm.allreduce_sum(net.step_buffer)
+            t2 = time.perf_counter()
         opt.step(net.flat_params, net.flat_grads)
         t3 = time.perf_counter()
         if i >= 5:  # warm-up excluded
@@ -65,7 +103,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--strategy", default="allreduce", choices=["allreduce", "ring", "parameter_server"])
+    parser.add_argument("--strategy", default="allreduce", choices=["allreduce", "ring", "parameter_server", "overlap"],
+                        help="overlap: per-layer non-blocking Allreduce started during backward (an experiment)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

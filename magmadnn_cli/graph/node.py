@@ -155,8 +155,9 @@ class Graph:
             op.value = op.forward(*(i.value for i in op.inputs))
         return [o.value for o in self.outputs]
 
-    def backward(self, loss: Node | None = None) -> None:
-        """Reverse-mode autodiff from a scalar `loss` (default: the first output)."""
+    def backward(self, loss: Node | None = None, after_op: Any = None) -> None:
+        """Reverse-mode autodiff from a scalar `loss` (default: the first output). `after_op(op)`, if
+        given, is called once each op's gradients are in place (e.g. to start communicating them)."""
         loss = loss or self.outputs[0]
         for node in self.nodes:
             node.grad = None
@@ -181,6 +182,8 @@ class Graph:
                     node.grad = node.grad_view
                 else:
                     node.grad = g if node.grad is None else node.grad + g
+            if after_op is not None:
+                after_op(op)
         for p in self.parameters:  # a parameter the loss does not reach has a zero gradient
             if id(p) in fresh and p.grad_view is not None:
                 p.grad_view.fill(0)
