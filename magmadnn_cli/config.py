@@ -73,7 +73,33 @@ class FlattenLayer(LayerBase):
     type: Literal["flatten"]
 
 
-Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer],
+IntOrPair = Union[PositiveInt, Annotated[list[PositiveInt], Field(min_length=2, max_length=2)]]
+
+
+class Conv2DLayer(LayerBase):
+    type: Literal["conv2d"]
+    filters: PositiveInt
+    kernel_size: IntOrPair = 3
+    stride: IntOrPair = 1
+    padding: Union[Literal["valid", "same"], Annotated[int, Field(ge=0)],
+                   Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] = "valid"
+    dilation: IntOrPair = 1
+    activation: ActivationName = "linear"
+    alpha: float | None = None
+    use_bias: bool = True
+    kernel_initializer: Initializer = "he_uniform"
+    bias_initializer: Initializer = "zeros"
+
+
+class Pool2DLayer(LayerBase):
+    type: Literal["pool2d"]
+    mode: Literal["max", "avg"] = "max"
+    pool_size: IntOrPair = 2
+    stride: IntOrPair | None = Field(None, description="default: the pool size")
+    padding: Union[Annotated[int, Field(ge=0)], Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] = 0
+
+
+Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer, Conv2DLayer, Pool2DLayer],
                   Field(discriminator="type")]
 
 
@@ -200,6 +226,7 @@ class DataConfig(Strict):
     test_split: UnitFloat = 0.0
     normalize: Literal["none", "minmax", "standard"] = "none"
     scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
+    shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
     synthetic: SyntheticData | None = None
 
     @model_validator(mode="after")
@@ -302,7 +329,9 @@ def output_activation(layers: list[Any]) -> tuple[int, str]:
         layer = layers[index]
         if layer.type in ("dense", "activation"):
             return index, layer.activation
-        if layer.type not in ("dropout", "flatten"):
+        if layer.type == "conv2d":
+            return index, layer.activation
+        if layer.type not in ("dropout", "flatten", "pool2d"):
             break
     return len(layers) - 1, "linear"
 

@@ -273,9 +273,22 @@ def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     return labels
 
 
-def prepare(cfg: DataConfig, task: str, seed: int, sample_shape: tuple[int, ...] | None = None) -> Prepared:
+def reshaped(table: Table, shape: list[int] | None) -> Table:
+    """Rows reshaped to `data.shape` (e.g. 784 pixel columns -> (1, 28, 28))."""
+    if not shape:
+        return table
+    width = int(np.prod(table.x.shape[1:]))
+    if int(np.prod(shape)) != width:
+        raise DataError(f"data.shape: {shape} holds {int(np.prod(shape))} values per sample; "
+                        f"{table.source} has {width} feature values per row")
+    table.x = table.x.reshape((len(table.x), *shape))
+    return table
+
+
+def prepare(cfg: DataConfig, task: str, seed: int) -> Prepared:
     """Read the configured data, split it (seeded), encode labels and fit the normalizer."""
     table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, cfg.target, cfg.features)
+    table = reshaped(table, cfg.shape)
     if table.y is None:
         raise DataError(f"{table.source}: no targets")
     classes = class_labels(table.y, task, table.source)
@@ -295,7 +308,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, sample_shape: tuple[int, ...]
     for name in ("validation", "test"):
         path = getattr(cfg, name)
         if path is not None:
-            other = read_table(path, cfg.target, cfg.features)
+            other = reshaped(read_table(path, cfg.target, cfg.features), cfg.shape)
             if other.features != table.features or other.x.shape[1:] != table.x.shape[1:]:
                 raise DataError(f"{path}: its columns {other.features[:5]}... differ from the training data's")
             extra[name] = split(other.x, other.y, str(path))
@@ -309,6 +322,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, sample_shape: tuple[int, ...]
 
 def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
     """The per-sample input shape, read cheaply (CSV header, NPZ array header) without loading the data."""
+    if cfg.shape:
+        return tuple(cfg.shape)
     if cfg.synthetic is not None:
         return (cfg.synthetic.features,)
     path = cfg.train

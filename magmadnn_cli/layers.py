@@ -8,13 +8,13 @@ nodes to the graph once the network has placed the weights in its flat buffer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from .errors import MagmaError, ShapeError
 from .graph import Node, Parameter, get_activation
-from .graph import nn, ops
+from .graph import conv, nn, ops
 from .initializers import Init, get_initializer
 
 Shape = tuple[int, ...]
@@ -170,4 +170,105 @@ class Flatten(Layer):
         return ops.Flatten(x)
 
 
-LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten)}
+def _pair(layer: str, field: str, value: int | Sequence[int]) -> tuple[int, int]:
+    pair = (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(pair) != 2 or min(pair) < 0:
+        raise MagmaError(f"layer {layer!r}: {field} must be a non-negative int or [h, w]; received {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+class Conv2D(Layer):
+    """2-D convolution on (channels, height, width) samples; weights (filters, channels, kh, kw)."""
+    type = "conv2d"
+
+    def __init__(self, filters: int, kernel_size: int | Sequence[int] = 3, stride: int | Sequence[int] = 1,
+                 padding: str | int | Sequence[int] = "valid", dilation: int | Sequence[int] = 1,
+                 activation: str = "linear", use_bias: bool = True, kernel_initializer: str | dict = "he_uniform",
+                 bias_initializer: str | dict = "zeros", name: str = "", **activation_args: float) -> None:
+        super().__init__(name)
+        self.filters = _positive(self.name, "filters", int(filters))
+        self.kernel = _pair(self.name, "kernel_size", kernel_size)
+        self.stride = _pair(self.name, "stride", stride)
+        self.dilation = _pair(self.name, "dilation", dilation)
+        if min(self.kernel + self.stride + self.dilation) < 1:
+            raise MagmaError(f"layer {self.name!r}: kernel_size, stride and dilation must be positive")
+        self.padding = padding
+        self.activation, self.activation_args = activation, activation_args
+        get_activation(activation, **activation_args)
+        self.use_bias = use_bias
+        self.kernel_init, self.bias_init = get_initializer(kernel_initializer), get_initializer(bias_initializer)
+
+    def _pad(self) -> tuple[int, int]:
+        if self.padding == "valid":
+            return (0, 0)
+        if self.padding == "same":
+            span = [d * (k - 1) for k, d in zip(self.kernel, self.dilation)]
+            if any(s % 2 for s in span) or self.stride != (1, 1):
+                raise MagmaError(f"layer {self.name!r}: padding 'same' needs stride 1 and an odd (dilated) "
+                                 f"kernel; received kernel_size={self.kernel}, stride={self.stride}")
+            return (span[0] // 2, span[1] // 2)
+        return _pair(self.name, "padding", self.padding)  # type: ignore[arg-type]
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        if len(input_shape) != 3:
+            raise self._error(f"expected (channels, height, width) input; received {input_shape}. "
+                              "Set data.shape, e.g. [1, 28, 28].")
+        c, h, w = input_shape
+        pad = self._pad()
+        ho, wo = (conv.output_size(size, k, s, p, d) for size, k, s, p, d in
+                  zip((h, w), self.kernel, self.stride, pad, self.dilation))
+        if ho < 1 or wo < 1:
+            raise self._error(f"a {self.kernel} kernel does not fit input {input_shape} (output {ho}x{wo})")
+        kh, kw = self.kernel
+        self.add_weight("kernel", (self.filters, c, kh, kw), self.kernel_init, c * kh * kw, self.filters * kh * kw)
+        if self.use_bias:
+            self.add_weight("bias", (self.filters,), self.bias_init, c * kh * kw, self.filters * kh * kw)
+        return (self.filters, ho, wo)
+
+    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+        y: Node = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self._pad(),
+                              self.dilation)
+        name = activation or self.activation
+        if name == "linear":
+            return y
+        return nn.Activate(y, get_activation(name, **(self.activation_args if name == self.activation else {})))
+
+    def flops(self) -> int:
+        f, ho, wo = self.output_shape
+        c, (kh, kw) = self.input_shape[0], self.kernel
+        return 2 * f * ho * wo * c * kh * kw + (f * ho * wo if self.use_bias else 0)
+
+
+class Pool2D(Layer):
+    """Max or average pooling; the stride defaults to the window."""
+    type = "pool2d"
+
+    def __init__(self, mode: str = "max", pool_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, name: str = "") -> None:
+        super().__init__(name)
+        if mode not in ("max", "avg"):
+            raise MagmaError(f"layer {self.name!r}: mode must be max or avg; received {mode!r}")
+        self.mode = mode
+        self.window = _pair(self.name, "pool_size", pool_size)
+        self.stride = _pair(self.name, "stride", stride if stride is not None else self.window)
+        self.pad = _pair(self.name, "padding", padding)
+        if min(self.window + self.stride) < 1:
+            raise MagmaError(f"layer {self.name!r}: pool_size and stride must be positive")
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        if len(input_shape) != 3:
+            raise self._error(f"expected (channels, height, width) input; received {input_shape}")
+        c, h, w = input_shape
+        ho, wo = (conv.output_size(size, k, s, p) for size, k, s, p in zip((h, w), self.window, self.stride, self.pad))
+        if ho < 1 or wo < 1:
+            raise self._error(f"a {self.window} window does not fit input {input_shape}")
+        return (c, ho, wo)
+
+    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+        return conv.Pool2D(x, self.mode, self.window, self.stride, self.pad)
+
+    def flops(self) -> int:
+        return int(np.prod(self.output_shape)) * self.window[0] * self.window[1]
+
+
+LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten, Conv2D, Pool2D)}
