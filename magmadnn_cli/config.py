@@ -99,8 +99,14 @@ class Pool2DLayer(LayerBase):
     padding: Union[Annotated[int, Field(ge=0)], Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] = 0
 
 
-Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer, Conv2DLayer, Pool2DLayer],
-                  Field(discriminator="type")]
+class BatchNormLayer(LayerBase):
+    type: Literal["batchnorm"]
+    momentum: UnitFloat = 0.9
+    epsilon: PositiveFloat = 1e-5
+
+
+Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer, Conv2DLayer, Pool2DLayer,
+                        BatchNormLayer], Field(discriminator="type")]
 
 
 class ModelConfig(Strict):
@@ -331,7 +337,7 @@ def output_activation(layers: list[Any]) -> tuple[int, str]:
             return index, layer.activation
         if layer.type == "conv2d":
             return index, layer.activation
-        if layer.type not in ("dropout", "flatten", "pool2d"):
+        if layer.type not in ("dropout", "flatten", "pool2d", "batchnorm"):
             break
     return len(layers) - 1, "linear"
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from . import backend as B
 from .errors import MagmaError, ShapeError
 from .graph import Node, Parameter, get_activation
 from .graph import conv, nn, ops
@@ -44,6 +45,7 @@ class Layer:
         self.name = name or self.type
         self.specs: list[WeightSpec] = []
         self.weights: dict[str, Parameter] = {}
+        self.buffers: dict[str, Any] = {}  # non-trainable state saved with the model (running statistics)
         self.input_shape: Shape = ()
         self.output_shape: Shape = ()
 
@@ -271,4 +273,34 @@ class Pool2D(Layer):
         return int(np.prod(self.output_shape)) * self.window[0] * self.window[1]
 
 
-LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten, Conv2D, Pool2D)}
+class BatchNorm(Layer):
+    """Batch normalization over the feature axis (units after dense, channels after conv2d)."""
+    type = "batchnorm"
+
+    def __init__(self, momentum: float = 0.9, epsilon: float = 1e-5, name: str = "") -> None:
+        super().__init__(name)
+        if not 0.0 <= momentum < 1.0 or epsilon <= 0:
+            raise MagmaError(f"layer {self.name!r}: need 0 <= momentum < 1 and epsilon > 0; "
+                             f"received momentum={momentum}, epsilon={epsilon}")
+        self.momentum, self.epsilon = momentum, epsilon
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        features = input_shape[0]
+        self.add_weight("gamma", (features,), get_initializer("ones"), features, features)
+        self.add_weight("beta", (features,), get_initializer("zeros"), features, features)
+        return input_shape
+
+    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+        features = self.input_shape[0]
+        xp = self.weights["gamma"].value
+        self.buffers = {"running_mean": B.xp.zeros(features, dtype=xp.dtype),
+                        "running_var": B.xp.ones(features, dtype=xp.dtype)}
+        return nn.BatchNorm(x, self.weights["gamma"], self.weights["beta"], self.buffers["running_mean"],
+                            self.buffers["running_var"], ctx.mode, self.momentum, self.epsilon)
+
+    def flops(self) -> int:
+        return 4 * int(np.prod(self.input_shape))
+
+
+LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten, Conv2D, Pool2D,
+                                                             BatchNorm)}

@@ -61,11 +61,20 @@ class Network:
     def num_parameters(self) -> int:
         return int(self.flat_params.size)
 
+    def buffers(self) -> dict[str, Array]:
+        """Non-trainable state by stable name (e.g. `batchnorm_1/running_mean`)."""
+        return {f"{layer.name}/{k}": v for layer in self.layers for k, v in layer.buffers.items()}
+
     def state(self) -> dict[str, np.ndarray]:
-        """Weights by stable name (`<layer>/<weight>`) as host arrays."""
-        return {p.name: B.to_host(p.value).copy() for p in self.parameters}
+        """Weights and buffers by stable name (`<layer>/<weight>`) as host arrays."""
+        state = {p.name: B.to_host(p.value).copy() for p in self.parameters}
+        state.update({k: B.to_host(v).copy() for k, v in self.buffers().items()})
+        return state
 
     def load_state(self, weights: dict[str, np.ndarray]) -> None:
+        for name, buffer in self.buffers().items():
+            if name in weights and tuple(weights[name].shape) == tuple(buffer.shape):
+                buffer[...] = B.to_device(weights[name], dtype=buffer.dtype)
         for p in self.parameters:
             if p.name not in weights:
                 raise ShapeError(f"the saved weights have no {p.name!r}; they hold {sorted(weights)}")

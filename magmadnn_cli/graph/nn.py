@@ -159,3 +159,48 @@ class MeanAbsoluteError(Op):
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         return B.array_module(self.diff).sign(self.diff) * (g / self.diff.size), None
+
+
+class BatchNorm(Op):
+    """y = gamma (x - mean) / sqrt(var + eps) + beta, per feature (axis 1). Training: batch statistics
+    (over the batch, and the spatial axes for NCHW), and the running statistics move towards them;
+    eval: the running statistics (Ioffe & Szegedy 2015)."""
+
+    def __init__(self, x: Node, gamma: Node, beta: Node, running_mean: Array, running_var: Array,
+                 mode: Mode, momentum: float = 0.9, epsilon: float = 1e-5) -> None:
+        super().__init__(x, gamma, beta, name="batchnorm")
+        self.running_mean, self.running_var = running_mean, running_var
+        self.mode, self.momentum, self.epsilon = mode, momentum, epsilon
+
+    def _axes(self, x: Array) -> tuple[int, ...]:
+        return (0,) + tuple(range(2, x.ndim))
+
+    def _shape(self, x: Array) -> tuple[int, ...]:
+        return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+    def forward(self, x: Array, gamma: Array, beta: Array) -> Array:
+        xp = B.array_module(x)
+        axes, shape = self._axes(x), self._shape(x)
+        if self.mode.training:
+            mean, var = x.mean(axis=axes), x.var(axis=axes)
+            count = x.size // x.shape[1]
+            m = self.momentum
+            self.running_mean[...] = m * self.running_mean + (1 - m) * mean
+            self.running_var[...] = m * self.running_var + (1 - m) * var * (count / max(1, count - 1))
+        else:
+            mean, var = self.running_mean, self.running_var
+        self.inv_std = (1.0 / xp.sqrt(var + self.epsilon)).reshape(shape)
+        self.xhat = (x - mean.reshape(shape)) * self.inv_std
+        return gamma.reshape(shape) * self.xhat + beta.reshape(shape)
+
+    def backward(self, g: Array) -> Sequence[Array]:
+        x, gamma = self.inputs[0].value, self.inputs[1].value
+        axes, shape = self._axes(x), self._shape(x)
+        dgamma, dbeta = (g * self.xhat).sum(axis=axes), g.sum(axis=axes)
+        dxhat = g * gamma.reshape(shape)
+        if not self.mode.training:
+            return dxhat * self.inv_std, dgamma, dbeta
+        count = x.size // x.shape[1]
+        dx = (dxhat - dxhat.sum(axis=axes, keepdims=True) / count
+              - self.xhat * (dxhat * self.xhat).sum(axis=axes, keepdims=True) / count) * self.inv_std
+        return dx, dgamma, dbeta
