@@ -20,9 +20,15 @@ def task_of(config: Config) -> str:
 
 
 def build_layers(config: Config) -> list[Layer]:
+    return _layers(config.model.layers)
+
+
+def _layers(specs: list[Any]) -> list[Layer]:
     layers = []
-    for index, spec in enumerate(config.model.layers):
-        args: dict[str, Any] = spec.model_dump(exclude={"type", "name", "alpha"}, exclude_none=True)
+    for index, spec in enumerate(specs):
+        args: dict[str, Any] = spec.model_dump(exclude={"type", "name", "alpha", "layers"}, exclude_none=True)
+        if spec.type == "residual":
+            args["layers"] = _layers(spec.layers)
         alpha = getattr(spec, "alpha", None)
         if alpha is not None:
             args["alpha"] = alpha

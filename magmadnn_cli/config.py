@@ -105,8 +105,25 @@ class BatchNormLayer(LayerBase):
     epsilon: PositiveFloat = 1e-5
 
 
+class GlobalAvgPoolLayer(LayerBase):
+    type: Literal["global_avg_pool"]
+
+
+class ReshapeLayer(LayerBase):
+    type: Literal["reshape"]
+    shape: list[PositiveInt] = Field(min_length=1)
+
+
+class ResidualLayer(LayerBase):
+    """A ResNet block: act(x + layers(x)); the inner layers must keep the shape."""
+    type: Literal["residual"]
+    layers: list["Layer"] = Field(min_length=1)
+    activation: ActivationName = "linear"
+
+
 Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer, Conv2DLayer, Pool2DLayer,
-                        BatchNormLayer], Field(discriminator="type")]
+                        BatchNormLayer, GlobalAvgPoolLayer, ReshapeLayer, ResidualLayer], Field(discriminator="type")]
+ResidualLayer.model_rebuild()
 
 
 class ModelConfig(Strict):
@@ -335,9 +352,9 @@ def output_activation(layers: list[Any]) -> tuple[int, str]:
         layer = layers[index]
         if layer.type in ("dense", "activation"):
             return index, layer.activation
-        if layer.type == "conv2d":
+        if layer.type in ("conv2d", "residual"):
             return index, layer.activation
-        if layer.type not in ("dropout", "flatten", "pool2d", "batchnorm"):
+        if layer.type not in ("dropout", "flatten", "pool2d", "batchnorm", "global_avg_pool", "reshape"):
             break
     return len(layers) - 1, "linear"
 

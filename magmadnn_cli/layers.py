@@ -67,6 +67,10 @@ class Layer:
         """Floating-point operations per sample in the forward pass (multiply-add = 2)."""
         return 0
 
+    def sublayers(self) -> list["Layer"]:
+        """Layers inside this one (a block's); their weights belong to the network too."""
+        return []
+
     def _error(self, message: str) -> ShapeError:
         return ShapeError(f"layer {self.name!r} ({self.type}): {message}")
 
@@ -302,5 +306,80 @@ class BatchNorm(Layer):
         return 4 * int(np.prod(self.input_shape))
 
 
+class GlobalAvgPool(Layer):
+    """(C, H, W) -> (C,): the mean over each channel's positions."""
+    type = "global_avg_pool"
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        if len(input_shape) != 3:
+            raise self._error(f"expected (channels, height, width) input; received {input_shape}")
+        return (input_shape[0],)
+
+    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+        return ops.Mean(x, axis=(2, 3))
+
+    def flops(self) -> int:
+        return int(np.prod(self.input_shape))
+
+
+class Reshape(Layer):
+    type = "reshape"
+
+    def __init__(self, shape: Sequence[int], name: str = "") -> None:
+        super().__init__(name)
+        self.shape = tuple(_positive(self.name, "shape", int(v)) for v in shape)
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        if int(np.prod(self.shape)) != int(np.prod(input_shape)):
+            raise self._error(f"cannot reshape {input_shape} ({int(np.prod(input_shape))} values) to {self.shape}")
+        return self.shape
+
+    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+        return ops.Reshape(x, (-1, *self.shape))
+
+
+class Residual(Layer):
+    """y = act(x + f(x)), f being the inner layers (a ResNet block); f must keep the shape."""
+    type = "residual"
+
+    def __init__(self, layers: Sequence[Layer], activation: str = "linear", name: str = "") -> None:
+        super().__init__(name)
+        self.inner = list(layers)
+        if not self.inner:
+            raise MagmaError(f"layer {self.name!r}: a residual block needs at least one inner layer")
+        for layer in self.inner:
+            layer.name = f"{self.name}.{layer.name}"
+        self.activation = activation
+        get_activation(activation)
+
+    def sublayers(self) -> list[Layer]:
+        return self.inner
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        shape = input_shape
+        for layer in self.inner:
+            shape = layer.build(shape)
+        if shape != input_shape:
+            raise self._error(f"the inner layers turn {input_shape} into {shape}; a residual block must keep "
+                              "the shape (use padding: same and the input's channel count)")
+        return shape
+
+    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+        h = x
+        for layer in self.inner:
+            h = layer(h, ctx)
+        y: Node = ops.Add(h, x)
+        name = activation or self.activation
+        return y if name == "linear" else nn.Activate(y, get_activation(name))
+
+    def flops(self) -> int:
+        return sum(layer.flops() for layer in self.inner) + int(np.prod(self.output_shape))
+
+
 LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten, Conv2D, Pool2D,
-                                                             BatchNorm)}
+                                                             BatchNorm, GlobalAvgPool, Reshape, Residual)}
+
+
+def all_layers(layers: Sequence[Layer]) -> list[Layer]:
+    """Every layer, blocks' inner layers included, in order."""
+    return [x for layer in layers for x in (layer, *all_layers(layer.sublayers()))]

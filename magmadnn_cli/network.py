@@ -11,7 +11,7 @@ import numpy as np
 from . import backend as B
 from .errors import ShapeError
 from .graph import Graph, Node, Parameter, Variable, get_activation, nn
-from .layers import Context, Layer, Shape
+from .layers import Context, Layer, Shape, all_layers
 from .losses import Loss
 
 Array = Any
@@ -35,7 +35,7 @@ class Network:
     # -- parameters ---------------------------------------------------------------------------
     def _allocate(self, rng: np.random.Generator) -> None:
         """Initialize every weight on the host, then place all of them in one flat device buffer."""
-        specs = [(layer, spec) for layer in self.layers for spec in layer.specs]
+        specs = [(layer, spec) for layer in all_layers(self.layers) for spec in layer.specs]
         sizes = [int(np.prod(spec.shape)) for _, spec in specs]
         host = np.empty(sum(sizes), dtype=B.floatx)
         offset = 0
@@ -63,7 +63,7 @@ class Network:
 
     def buffers(self) -> dict[str, Array]:
         """Non-trainable state by stable name (e.g. `batchnorm_1/running_mean`)."""
-        return {f"{layer.name}/{k}": v for layer in self.layers for k, v in layer.buffers.items()}
+        return {f"{layer.name}/{k}": v for layer in all_layers(self.layers) for k, v in layer.buffers.items()}
 
     def state(self) -> dict[str, np.ndarray]:
         """Weights and buffers by stable name (`<layer>/<weight>`) as host arrays."""

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from . import backend as B
 from .builder import build_layers
+from .layers import all_layers
 from .config import Config
 from .data import sample_shape_of
 
@@ -21,7 +22,7 @@ def summarize(config: Config) -> Table:
     total_params = total_flops = 0
     for layer in build_layers(config):
         shape = layer.build(shape)
-        params = sum(math.prod(s.shape) for s in layer.specs)
+        params = sum(math.prod(s.shape) for inner in all_layers([layer]) for s in inner.specs)
         flops = layer.flops()
         total_params += params
         total_flops += flops

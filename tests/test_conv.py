@@ -104,3 +104,28 @@ def test_data_shape_must_fit_the_columns(capsys, tmp_path):
     code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--out", tmp_path / "r",
                            "--set", "data.shape=[1, 9, 8]")
     assert code == 2 and "data.shape: [1, 9, 8] holds 72 values per sample" in err
+
+
+def test_residual_block_gradients_and_shape_rule():
+    from magmadnn_cli.layers import BatchNorm, GlobalAvgPool, Residual
+    block = Residual([Conv2DLayer(2, 3, padding="same", activation="tanh"), BatchNorm(),
+                      Conv2DLayer(2, 3, padding="same")], activation="tanh", name="res")
+    layers = [block, GlobalAvgPool(), Dense(3, "softmax")]
+    net = Network(layers, (2, 5, 5), CrossEntropy(), seed=1)
+    assert [p.name for p in net.parameters][:2] == ["res.conv2d/kernel", "res.conv2d/bias"]
+    from test_network import _network_grad_check
+    _network_grad_check(net, rng.normal(size=(4, 2, 5, 5)), rng.integers(0, 3, size=4))
+    with pytest.raises(ShapeError, match=r"a residual block must keep the shape"):
+        Network([Residual([Conv2DLayer(3, 3, padding="same")])], (2, 5, 5), CrossEntropy())
+
+
+def test_resnet_config_trains_and_round_trips(capsys, tmp_path):
+    from magmadnn_cli.modelfile import load, restore
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "resnet_small.yaml", "--out", tmp_path / "r", "-q",
+                           "--set", "training.epochs=2")
+    assert code == 0, err
+    saved = load(tmp_path / "r" / "model.npz")
+    assert "residual_3.conv2d_0/kernel" in saved.weights and "residual_3.batchnorm_1/running_var" in saved.weights
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["validation"]["accuracy"] > 0.5
+    net = restore(saved)
+    assert all(np.array_equal(v, saved.weights[k]) for k, v in net.state().items())

@@ -134,7 +134,8 @@ def test_load_state_checks_names_and_shapes():
 
 
 def test_registries_use_the_config_tags():
-    assert set(LAYERS) == {"input", "dense", "activation", "dropout", "flatten", "conv2d", "pool2d", "batchnorm"}
+    assert set(LAYERS) == {"input", "dense", "activation", "dropout", "flatten", "conv2d", "pool2d", "batchnorm",
+                           "global_avg_pool", "reshape", "residual"}
     assert set(LOSSES) == {"cross_entropy", "binary_cross_entropy", "mse", "mae"}
 
 
