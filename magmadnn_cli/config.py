@@ -269,12 +269,19 @@ class EarlyStopping(Strict):
     restore_best: bool = True
 
 
+class Augmentation(Strict):
+    """For (C, H, W) images; applied to training batches only, seeded by (seed, epoch)."""
+    crop_padding: Annotated[int, Field(ge=0)] = Field(0, description="random crops of the image zero-padded by this")
+    horizontal_flip: bool = False
+
+
 class TrainingConfig(Strict):
     epochs: Annotated[int, Field(ge=0)] = 10
     batch_size: PositiveInt = 32
     shuffle: bool = True
     early_stopping: EarlyStopping | None = None
     eval_batch_size: PositiveInt = 1024
+    augment: Augmentation | None = None
 
 
 class DistributedConfig(Strict):

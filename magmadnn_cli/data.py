@@ -17,6 +17,7 @@ import numpy as np
 from .config import DataConfig, SyntheticData
 from .errors import DataError
 from .files import is_npz
+from .imagedata import image_format, read_images
 
 
 @dataclass
@@ -181,11 +182,16 @@ def read_npz(path: Path, need_target: bool = True) -> Table:
 
 def read_table(path: Path, target: str | None, features: list[str] | None, need_target: bool = True) -> Table:
     name = path.name.lower()
+    if path.exists() and image_format(path):
+        x, y = read_images(path)
+        return Table(x, y, [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(path))
     if name.endswith(".npz"):
         return read_npz(path, need_target)
     if name.endswith((".csv", ".csv.gz", ".txt")):
         return read_csv(path, target, features, need_target)
-    raise DataError(f"{path}: unknown data format; expected .csv, .csv.gz or .npz")
+    _check_file(path)
+    raise DataError(f"{path}: unknown data format; expected .csv, .csv.gz, .npz, MNIST *-idx3-ubyte[.gz] "
+                    "or CIFAR-10 batches (data_batch_*.bin, data_batch_*)")
 
 
 def synthetic(spec: SyntheticData, seed: int) -> Table:
@@ -327,6 +333,8 @@ def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
     if cfg.synthetic is not None:
         return (cfg.synthetic.features,)
     path = cfg.train
+    if path.exists() and image_format(path):
+        return tuple(read_images(path)[0].shape[1:])
     if path.name.lower().endswith(".npz"):
         return tuple(read_npz(path).x.shape[1:])
     names = csv_header(path)

@@ -13,6 +13,7 @@ import numpy as np
 import yaml
 
 from . import backend as B
+from .augment import augment
 from .builder import build_network, build_optimizer, check_output_width, task_of
 from .config import Config
 from .data import Prepared, Split, prepare
@@ -65,8 +66,13 @@ def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
     comm.bcast_array(network.flat_params)  # every rank starts from rank 0's weights
     optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size))
+    aug = config.training.augment
+    if aug is not None and len(data.sample_shape) != 3:
+        raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
+                         f"{data.sample_shape} (set data.shape)")
     trainer = Trainer(network, optimizer, task, config.training.batch_size, config.seed,
-                      config.training.shuffle, comm, reporter, config.training.eval_batch_size)
+                      config.training.shuffle, comm, reporter, config.training.eval_batch_size,
+                      (lambda xb, rng: augment(xb, rng, aug.crop_padding, aug.horizontal_flip)) if aug else None)
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     if stopper and stopper.monitor.startswith("val_") and data.validation is None:

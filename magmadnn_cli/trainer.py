@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -71,12 +71,13 @@ class History:
 class Trainer:
     def __init__(self, network: Network, optimizer: Optimizer | None, task: str, batch_size: int, seed: int,
                  shuffle: bool = True, comm: Communicator | None = None, reporter: Reporter | None = None,
-                 eval_batch_size: int = 1024) -> None:
+                 eval_batch_size: int = 1024, augment: Callable[[Array, np.random.Generator], Array] | None = None) -> None:
         self.net, self.opt, self.task = network, optimizer, task
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.comm = comm or SingleProcess()
         self.reporter = reporter or Reporter()
         self.eval_batch_size = eval_batch_size
+        self.augment = augment
 
     # -- one step ------------------------------------------------------------------------------
     def correct(self, y: Array) -> Array:
@@ -119,10 +120,12 @@ class Trainer:
     def run_epoch(self, train: Split, epoch: int, x: Array, y: Array) -> dict[str, float]:
         loss_sum = correct = 0.0
         seen = 0
+        rng = np.random.default_rng([self.seed, epoch, self.comm.rank, 1])  # augmentation draws
         for step, batch in enumerate(self.batches(len(train.x), epoch), start=1):
             mine = np.array_split(batch, self.comm.size)[self.comm.rank]
             idx = B.to_device(mine)
-            l_sum, c = self.step(x[idx], y[idx], len(batch))
+            xb = x[idx] if self.augment is None or not len(mine) else self.augment(x[idx], rng)
+            l_sum, c = self.step(xb, y[idx], len(batch))
             if not math.isfinite(l_sum):
                 raise DivergenceError(
                     f"epoch {epoch}, step {step}: the loss became {l_sum / len(batch)} (not finite). "

@@ -61,6 +61,7 @@ def test_npz_and_its_problems(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"\x80\x04junk")
     with pytest.raises(DataError, match="not a zip archive"):
         read_table(tmp_path / "junk.npz", None, None)
+    (tmp_path / "ok.parquet").write_bytes(b"PAR1")
     with pytest.raises(DataError, match="unknown data format"):
         read_table(tmp_path / "ok.parquet", None, None)
 
