@@ -67,3 +67,28 @@ def test_gpu_training_command_end_to_end(tmp_path, capsys, blobs):
     assert metrics["device"] == "gpu" and metrics["validation"]["accuracy"] >= 0.95
     code, out, _ = run_cli(capsys, "predict", tmp_path / "r" / "model.npz", tmp_path / "blobs.csv", "--device", "gpu")
     assert code == 0 and len(out.splitlines()) == 121
+
+
+def _cnn_run(device: str, precision: str = "float64"):
+    from magmadnn_cli.layers import BatchNorm, Conv2D, Flatten, GlobalAvgPool, Pool2D, Residual
+    B.select(device, precision)
+    rng = np.random.default_rng(0)
+    x = B.to_device(rng.normal(size=(6, 2, 8, 8)).astype(precision))
+    y = B.to_device(rng.integers(0, 3, 6))
+    layers = [Conv2D(4, 3, padding="same", activation="relu"), BatchNorm(), Pool2D("max", 2),
+              Residual([Conv2D(4, 3, padding="same", activation="tanh"), Conv2D(4, 3, padding="same")], "relu"),
+              Pool2D("avg", 2, stride=1), GlobalAvgPool(), Dense(3, "softmax")]
+    net = Network(layers, (2, 8, 8), CrossEntropy(), seed=2)
+    opt = SGD(learning_rate=0.1, momentum=0.9)
+    for _ in range(3):
+        loss = float(net.forward_backward(x, y))
+        opt.step(net.flat_params, net.flat_grads)
+    return loss, B.to_host(net.flat_params).copy(), B.to_host(net.predict(x))
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_cnn_matches_cpu():
+    cpu, gpu = _cnn_run("cpu"), _cnn_run("gpu")
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-10)
