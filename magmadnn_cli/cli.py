@@ -57,6 +57,27 @@ def train(config: ConfigArg, set_: SetOpt = None,
 
 
 @app.command()
+def tune(config: ConfigArg, set_: SetOpt = None,
+         out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
+         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-trial lines")] = False,
+         processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
+                              help="ranks: rank 0 hands out trials, the others train them")] = None) -> None:
+    """Grid or random hyperparameter search over the config's `search:` section."""
+    from .configfile import load_config
+    from .distributed import get_communicator
+    from .distributed.launcher import launch, should_launch, strip_processes
+    from .reporting import make_reporter
+    from .tuner import tune as run_tune
+    cfg = load_config(config, set_ or [])
+    ranks = processes or cfg.distributed.processes
+    if should_launch(ranks):
+        raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
+    comm = get_communicator()
+    reporter = make_reporter(quiet, comm.rank)
+    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", reporter, comm)
+
+
+@app.command()
 def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
              data: Annotated[Path, typer.Argument(help="CSV (with the target column) or NPZ (x, y)")],
              as_json: Annotated[bool, typer.Option("--json", help="print the metrics as JSON")] = False,

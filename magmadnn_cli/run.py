@@ -47,7 +47,7 @@ def split_report(trainer: Trainer, split: Split, classes: list[Any], task: str) 
 
 
 def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter: Reporter | None = None,
-          comm: Communicator | None = None) -> RunResult:
+          comm: Communicator | None = None, prune: Any = None) -> RunResult:
     comm = comm or SingleProcess()
     reporter = reporter or Reporter()
     started = time.perf_counter()
@@ -80,12 +80,12 @@ def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter
                          "(data.validation_split > 0 or data.validation)")
     reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
-    history = trainer.fit(data.train, data.validation, config.training.epochs, stopper)
+    history = trainer.fit(data.train, data.validation, config.training.epochs, stopper, prune=prune)
     final = {name: split_report(trainer, split, data.classes, task)
              for name, split in (("train", data.train), ("validation", data.validation), ("test", data.test))
              if split is not None}
     metrics = {"name": config.name, "task": task, "device": device, "processes": comm.size,
-               "epochs_run": len(history.epochs), "stopped_early": history.stopped_early,
+               "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
                "best_epoch": history.best_epoch, "wall_time_s": round(time.perf_counter() - started, 3),
                "parameters": network.num_parameters, **final}
     if comm.is_root:

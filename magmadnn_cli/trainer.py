@@ -65,6 +65,7 @@ class EarlyStopper:
 class History:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     stopped_early: bool = False
+    pruned: bool = False
     best_epoch: int | None = None
 
 
@@ -141,7 +142,8 @@ class Trainer:
         return metrics
 
     def fit(self, train: Split, validation: Split | None, epochs: int, stopper: EarlyStopper | None = None,
-            first_epoch: int = 1) -> History:
+            first_epoch: int = 1, prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
+        """Train; `prune(epoch, metrics)` returning True stops early (a hyperparameter search's poor trial)."""
         history = History()
         x, y = B.to_device(train.x), B.to_device(train.y)
         self.reporter.start(epochs, self.steps_per_epoch(len(train.x)))
@@ -152,6 +154,9 @@ class Trainer:
                     self._epoch(epoch, train, validation, x, y, history)
                     if stopper is not None and stopper.update(epoch, history.epochs[-1], self.net.flat_params):
                         history.stopped_early = True
+                        break
+                    if prune is not None and prune(epoch, history.epochs[-1]):
+                        history.stopped_early = history.pruned = True
                         break
             finally:
                 self.reporter.stop()

@@ -1,0 +1,237 @@
+"""`magmadnn tune`: grid or random search over dotted config paths (MagmaDNN's grid-search engine).
+
+Each trial is the base config with its overrides merged and re-validated; an invalid combination is a
+failed trial with its reason. Under MPI, rank 0 is the master: it hands trials to free workers one at
+a time (point-to-point), so fast workers are never held by slow ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import itertools
+import math
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import ValidationError
+
+from .config import Config, Distribution, SearchConfig
+from .configfile import apply_override, parse_override
+from .distributed import Communicator, SingleProcess
+from .errors import MagmaError
+from .files import write_text
+from .reporting import Reporter
+
+Overrides = dict[str, Any]
+
+
+def sample_trials(search: SearchConfig) -> list[Overrides]:
+    """Grid: the Cartesian product of the listed values. Random: `trials` seeded draws."""
+    keys = list(search.space)
+    if search.method == "grid":
+        bad = [k for k, v in search.space.items() if isinstance(v, Distribution)]
+        if bad:
+            raise MagmaError(f"search.space: grid search needs lists of values; {', '.join(bad)} are distributions "
+                             "(use method: random)")
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(search.space[k] for k in keys))]
+    rng = np.random.default_rng(search.seed)
+    return [{k: _draw(search.space[k], rng) for k in keys} for _ in range(search.trials)]
+
+
+def _draw(spec: list[Any] | Distribution, rng: np.random.Generator) -> Any:
+    if isinstance(spec, list):
+        return copy.deepcopy(spec[int(rng.integers(len(spec)))])
+    if spec.uniform is not None:
+        return float(rng.uniform(*spec.uniform))
+    if spec.loguniform is not None:
+        low, high = spec.loguniform
+        return float(math.exp(rng.uniform(math.log(low), math.log(high))))
+    low, high = spec.int_uniform  # type: ignore[misc]
+    return int(rng.integers(low, high + 1))
+
+
+def trial_config(base: dict, overrides: Overrides) -> Config:
+    """The base config (as plain data) with the overrides merged, validated again."""
+    data = copy.deepcopy(base)
+    data.pop("search", None)
+    for key, value in overrides.items():
+        path, _ = parse_override(f"{key}=0")
+        apply_override(data, path, copy.deepcopy(value), f"search.space.{key}")
+    return Config.model_validate(data)
+
+
+def objective_direction(search: SearchConfig) -> str:
+    if search.direction != "auto":
+        return search.direction
+    return "minimize" if search.objective in ("val_loss", "time") else "maximize"
+
+
+def objective_value(search: SearchConfig, result: dict[str, Any]) -> float:
+    names = {"val_accuracy": result.get("val_accuracy"), "val_loss": result.get("val_loss"), "time": result.get("time_s")}
+    if isinstance(search.objective, str):
+        value = names[search.objective]
+    else:
+        value = sum(w * (names.get(k) if names.get(k) is not None else math.nan) for k, w in search.objective.items())
+    return math.nan if value is None else float(value)
+
+
+@dataclass
+class Pruner:
+    """Median stopping: from epoch `grace` on, a trial is stopped after an epoch whose validation loss is
+    worse than the median of earlier trials at that epoch ('halving' checks only at epochs 4, 8, 16, ...)."""
+    rule: str
+    curves: dict[int, list[float]] = field(default_factory=dict)
+    min_trials: int = 2
+    grace: int = 3
+
+    def __call__(self, epoch: int, metrics: dict[str, Any]) -> bool:
+        if self.rule == "none" or "val_loss" not in metrics or epoch < self.grace:
+            return False
+        if self.rule == "halving" and epoch & (epoch - 1):
+            return False
+        earlier = self.curves.get(epoch, [])
+        return len(earlier) >= self.min_trials and metrics["val_loss"] > statistics.median(earlier)
+
+    def record(self, curve: list[float]) -> None:
+        for epoch, value in enumerate(curve, start=1):
+            self.curves.setdefault(epoch, []).append(value)
+
+
+def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, pruner: Pruner) -> dict[str, Any]:
+    from .run import train  # noqa: PLC0415 (the tuner sits above the training entry point)
+    result: dict[str, Any] = {"trial": index, "status": "ok", "reason": "", **{f"param:{k}": v for k, v in overrides.items()}}
+    started = time.perf_counter()
+    try:
+        config = trial_config(base, overrides)
+        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=pruner)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+    except MagmaError as exc:
+        result.update(status="failed", reason=str(exc).splitlines()[0])
+    else:
+        validation = run.metrics.get("validation", {})
+        result.update(val_accuracy=validation.get("accuracy"), val_loss=validation.get("loss"),
+                      epochs=run.metrics["epochs_run"], curve=[e.get("val_loss") for e in run.history.epochs],
+                      status="pruned" if run.history.pruned else "ok")
+    result["time_s"] = round(time.perf_counter() - started, 3)
+    return result
+
+
+def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: Communicator | None = None) -> list[dict]:
+    """Run the search; rank 0 returns every trial's result (other ranks return [])."""
+    if config.search is None or not config.search.space:
+        raise MagmaError("search: the config needs a search section with a non-empty space to tune")
+    comm, reporter = comm or SingleProcess(), reporter or Reporter()
+    search = config.search
+    base = config.model_dump(mode="json")
+    trials = sample_trials(search)
+    if comm.size == 1:
+        results = _sequential(trials, base, out_dir, search, reporter)
+    else:
+        results = _master(trials, comm, search, reporter) if comm.is_root else _worker(comm, base, out_dir, search)
+    if comm.is_root:
+        write_results(results, base, out_dir, search, reporter)
+    comm.barrier()
+    return results if comm.is_root else []
+
+
+def _report(reporter: Reporter, result: dict[str, Any], search: SearchConfig) -> None:
+    params = " ".join(f"{k.removeprefix('param:')}={v}" for k, v in result.items() if k.startswith("param:"))
+    score = objective_value(search, result)
+    reporter.info(f"trial {result['trial']:>3} {result['status']:<7} objective={score:.4f} "
+                  f"time={result['time_s']:.2f}s {params} {result['reason']}".rstrip())
+
+
+def _reached(search: SearchConfig, result: dict[str, Any]) -> bool:
+    if search.stop_when is None or result["status"] == "failed":
+        return False
+    value = objective_value(search, result)
+    return value >= search.stop_when if objective_direction(search) == "maximize" else value <= search.stop_when
+
+
+def _sequential(trials: list[Overrides], base: dict, out_dir: Path, search: SearchConfig,
+                reporter: Reporter) -> list[dict]:
+    pruner, results = Pruner(search.early_stop), []
+    for index, overrides in enumerate(trials):
+        result = run_trial(index, base, overrides, out_dir, pruner)
+        if result["status"] == "ok":
+            pruner.record(result["curve"])
+        results.append(result)
+        _report(reporter, result, search)
+        if _reached(search, result):
+            reporter.info(f"stop_when reached by trial {index}; {len(trials) - index - 1} trial(s) not run")
+            break
+    return results
+
+
+def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: Reporter) -> list[dict]:
+    """Hand out trial indices to whichever worker is free; collect results; tell idle workers to stop."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    mpi, status = comm.comm, MPI.Status()
+    curves: dict[int, list[float]] = {}
+    queue, results, busy = list(range(len(trials))), [], 0
+    for worker in range(1, comm.size):
+        if queue:
+            mpi.send((queue.pop(0), trials[len(results) + busy], curves), dest=worker)
+            busy += 1
+        else:
+            mpi.send(None, dest=worker)
+    stop = False
+    while busy:
+        result = mpi.recv(source=MPI.ANY_SOURCE, status=status)
+        busy -= 1
+        results.append(result)
+        _report(reporter, result, search)
+        if result["status"] == "ok":
+            for epoch, value in enumerate(result["curve"], start=1):
+                curves.setdefault(epoch, []).append(value)
+        stop = stop or _reached(search, result)
+        if queue and not stop:
+            index = queue.pop(0)
+            mpi.send((index, trials[index], curves), dest=status.Get_source())
+            busy += 1
+        else:
+            mpi.send(None, dest=status.Get_source())
+    return sorted(results, key=lambda r: r["trial"])
+
+
+def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> list[dict]:
+    while True:
+        task = comm.comm.recv(source=0)
+        if task is None:
+            return []
+        index, overrides, curves = task
+        comm.comm.send(run_trial(index, base, overrides, out_dir, Pruner(search.early_stop, dict(curves))), dest=0)
+
+
+def write_results(results: list[dict], base: dict, out_dir: Path, search: SearchConfig, reporter: Reporter) -> None:
+    params = list(dict.fromkeys(k for r in results for k in r if k.startswith("param:")))
+    columns = ["trial", "status", *params, "val_accuracy", "val_loss", "objective", "epochs", "time_s", "reason"]
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in results:
+        writer.writerow({**{k: (yaml.safe_dump(v, default_flow_style=True).strip() if isinstance(v, (list, dict)) else v)
+                            for k, v in r.items()}, "objective": objective_value(search, r)})
+    write_text(out_dir / "trials.csv", text.getvalue())
+    finished = [r for r in results if r["status"] != "failed" and not math.isnan(objective_value(search, r))]
+    if not finished:
+        raise MagmaError(f"every trial failed; see {out_dir / 'trials.csv'} (first reason: {results[0]['reason']})")
+    sign = 1 if objective_direction(search) == "maximize" else -1
+    best = max(finished, key=lambda r: sign * objective_value(search, r))
+    overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
+    best_config = trial_config(base, overrides).model_dump(mode="json")
+    write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
+    shutil.copyfile(out_dir / "trials" / str(best["trial"]) / "model.npz", out_dir / "model.npz")
+    reporter.info(f"best: trial {best['trial']} objective={objective_value(search, best):.4f} "
+                  f"{overrides}; wrote {out_dir}/trials.csv, best_config.yaml, model.npz")

@@ -1,0 +1,138 @@
+"""Hyperparameter search: grid = Cartesian product, seeded random draws within bounds, dotted overrides
+into list items, invalid trials recorded as failed, poor trials stopped early, outputs usable, and the
+MPI master-worker version runs each trial exactly once with the single-process results."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from magmadnn_cli.config import SearchConfig
+from magmadnn_cli.configfile import load_config
+from magmadnn_cli.distributed.launcher import locate_mpi_launcher
+from magmadnn_cli.errors import MagmaError
+from magmadnn_cli.tuner import Pruner, sample_trials, trial_config, tune
+
+from conftest import run_cli
+
+SEARCH = """
+search:
+  method: grid
+  objective: val_accuracy
+  space:
+    model.layers.0.units: [4, 16]
+    optimizer.learning_rate: [0.001, 0.05]
+    model.layers.0.activation: [relu, tanh]
+"""
+
+
+def test_grid_is_the_cartesian_product():
+    trials = sample_trials(SearchConfig(method="grid", space={"a": [1, 2, 3], "b": ["x", "y"], "c.0.d": [True]}))
+    assert len(trials) == 6
+    assert {(t["a"], t["b"]) for t in trials} == {(a, b) for a in (1, 2, 3) for b in "xy"}
+    with pytest.raises(MagmaError, match="grid search needs lists"):
+        sample_trials(SearchConfig(method="grid", space={"a": {"uniform": [0, 1]}}))
+
+
+def test_random_search_is_seeded_and_in_bounds():
+    space = {"lr": {"loguniform": [1e-4, 1e-1]}, "u": {"uniform": [-1, 2]}, "n": {"int_uniform": [3, 5]},
+             "act": ["relu", "tanh"]}
+    a = sample_trials(SearchConfig(method="random", trials=300, seed=4, space=space))
+    assert a == sample_trials(SearchConfig(method="random", trials=300, seed=4, space=space))
+    assert a != sample_trials(SearchConfig(method="random", trials=300, seed=5, space=space))
+    lr = np.array([t["lr"] for t in a])
+    assert lr.min() >= 1e-4 and lr.max() <= 1e-1
+    assert 0.3 < np.mean(np.log10(lr) < -2.5) < 0.7  # log-uniform: half the draws below 10^-2.5
+    assert all(-1 <= t["u"] <= 2 for t in a)
+    assert {t["n"] for t in a} == {3, 4, 5} and {t["act"] for t in a} == {"relu", "tanh"}
+
+
+def test_dotted_overrides_reach_list_items(blobs):
+    base = load_config(blobs).model_dump(mode="json")
+    cfg = trial_config(base, {"model.layers.0.units": 7, "optimizer.learning_rate": 0.2})
+    assert cfg.model.layers[0].units == 7 and cfg.optimizer.learning_rate == 0.2
+
+
+def test_median_pruner():
+    pruner = Pruner("median", grace=2)
+    pruner.record([1.0, 0.8, 0.6])
+    pruner.record([1.2, 0.9, 0.7])
+    assert not pruner(1, {"val_loss": 9.0})  # grace epoch
+    assert pruner(2, {"val_loss": 0.95}) and not pruner(2, {"val_loss": 0.5})
+
+
+def _search_project(blobs, extra: str = SEARCH):
+    blobs.write_text(blobs.read_text() + extra)
+    return load_config(blobs)
+
+
+def test_search_writes_results_records_failures_and_best_config_trains(capsys, blobs, tmp_path):
+    space = SEARCH + "    model.layers.1.units: [3, 5]\n"  # 5 output units for 3 classes: those trials fail
+    cfg = _search_project(blobs, space)
+    results = tune(cfg, tmp_path / "t")
+    assert len(results) == 16
+    failed = [r for r in results if r["status"] == "failed"]
+    assert len(failed) == 8 and all("units" in r["reason"] for r in failed)
+    rows = list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))
+    assert len(rows) == 16 and "param:model.layers.0.units" in rows[0]
+    best = max((r for r in results if r["status"] != "failed"), key=lambda r: r["val_accuracy"])
+    best_config = yaml.safe_load((tmp_path / "t" / "best_config.yaml").read_text())
+    assert best_config["model"]["layers"][0]["units"] == best["param:model.layers.0.units"]
+    assert (tmp_path / "t" / "model.npz").exists()
+    code, _, err = run_cli(capsys, "train", tmp_path / "t" / "best_config.yaml", "--out", tmp_path / "b", "-q")
+    assert code == 0, err
+
+
+def test_poor_trials_stop_before_their_epoch_budget(blobs, tmp_path):
+    extra = """
+search:
+  method: grid
+  early_stop: median
+  space:
+    optimizer.learning_rate: [0.05, 0.04, 0.00001]
+"""
+    cfg = _search_project(blobs, extra)
+    results = tune(cfg, tmp_path / "t")
+    bad = results[2]  # a learning rate this small barely moves: worse than the median after the grace epochs
+    assert bad["status"] == "pruned" and bad["epochs"] < cfg.training.epochs
+    assert results[0]["epochs"] == cfg.training.epochs
+
+
+def test_mpi_search_runs_every_trial_once_like_one_process(blobs, tmp_path):
+    try:
+        mpiexec = locate_mpi_launcher()
+    except MagmaError:
+        pytest.skip("no mpiexec")
+    _search_project(blobs)
+    single = tune(load_config(blobs), tmp_path / "one")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    result = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "magmadnn_cli", "tune", str(blobs),
+                             "--out", str(tmp_path / "mpi")], capture_output=True, stdin=subprocess.DEVNULL,
+                            text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader((tmp_path / "mpi" / "trials.csv").open()))
+    assert sorted(int(r["trial"]) for r in rows) == list(range(8))
+    for row, one in zip(rows, single):
+        assert math.isclose(float(row["val_accuracy"]), one["val_accuracy"], abs_tol=1e-6)
+        assert math.isclose(float(row["val_loss"]), one["val_loss"], rel_tol=1e-5)
+
+
+def test_more_ranks_than_trials_does_not_hang(blobs, tmp_path):
+    try:
+        mpiexec = locate_mpi_launcher()
+    except MagmaError:
+        pytest.skip("no mpiexec")
+    _search_project(blobs, "\nsearch:\n  space:\n    optimizer.learning_rate: [0.01]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    result = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "magmadnn_cli", "tune", str(blobs), "-q",
+                             "--out", str(tmp_path / "t")], capture_output=True, stdin=subprocess.DEVNULL,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))) == 1
