@@ -70,7 +70,7 @@ def test_gpu_training_command_end_to_end(tmp_path, capsys, blobs):
 
 
 def _cnn_run(device: str, precision: str = "float64"):
-    from magmadnn_cli.layers import BatchNorm, Conv2D, Flatten, GlobalAvgPool, Pool2D, Residual
+    from magmadnn_cli.layers import BatchNorm, Conv2D, GlobalAvgPool, Pool2D, Residual
     B.select(device, precision)
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(6, 2, 8, 8)).astype(precision))
