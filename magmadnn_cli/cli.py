@@ -35,46 +35,46 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python trace
     STATE["debug"] = debug
 
 
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, per-trial lines or tables")]
+
+
+def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True):
+    """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's communicator."""
+    from .configfile import load_config
+    from .distributed import get_communicator
+    from .distributed.launcher import launch, should_launch, strip_processes
+    cfg = load_config(config, overrides or [])
+    ranks = processes or cfg.distributed.processes
+    if should_launch(ranks):
+        raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
+    return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
+
+
 @app.command()
 def train(config: ConfigArg, set_: SetOpt = None,
           out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="run directory [default: runs/<name>]")] = None,
           init_from: Annotated[Optional[Path], typer.Option("--init-from", help="start from this model's weights")] = None,
-          quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress or tables")] = False,
+          quiet: QuietOpt = False,
           processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                                help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml."""
-    from .configfile import load_config
-    from .distributed import get_communicator
-    from .distributed.launcher import launch, should_launch, strip_processes
     from .reporting import make_reporter
     from .run import train as run_train
-    cfg = load_config(config, set_ or [])
-    ranks = processes or cfg.distributed.processes
-    if should_launch(ranks):
-        raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
-    comm = get_communicator(cfg.distributed.strategy)
+    cfg, comm = _config_on_ranks(config, set_, processes)
     run_train(cfg, out_dir or Path("runs") / cfg.name, init_from, make_reporter(quiet, comm.rank), comm)
 
 
 @app.command()
 def tune(config: ConfigArg, set_: SetOpt = None,
          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
-         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-trial lines")] = False,
+         quiet: QuietOpt = False,
          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                               help="ranks: rank 0 hands out trials, the others train them")] = None) -> None:
     """Grid or random hyperparameter search over the config's `search:` section."""
-    from .configfile import load_config
-    from .distributed import get_communicator
-    from .distributed.launcher import launch, should_launch, strip_processes
     from .reporting import make_reporter
     from .tuner import tune as run_tune
-    cfg = load_config(config, set_ or [])
-    ranks = processes or cfg.distributed.processes
-    if should_launch(ranks):
-        raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
-    comm = get_communicator()
-    reporter = make_reporter(quiet, comm.rank)
-    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", reporter, comm)
+    cfg, comm = _config_on_ranks(config, set_, processes, strategy=False)
+    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm)
 
 
 @app.command()
