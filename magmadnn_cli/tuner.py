@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 from pydantic import ValidationError
+from rich.table import Table
 
 from .config import Config, Distribution, SearchConfig
 from .configfile import apply_override, parse_override
@@ -117,6 +118,8 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
         result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
     except MagmaError as exc:
         result.update(status="failed", reason=str(exc).splitlines()[0])
+    except Exception as exc:  # a crash in one trial is that trial's failure; the search goes on
+        result.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
     else:
         validation = run.metrics.get("validation", {})
         result.update(val_accuracy=validation.get("accuracy"), val_loss=validation.get("loss"),
@@ -233,5 +236,30 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     best_config = trial_config(base, overrides).model_dump(mode="json")
     write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
     shutil.copyfile(out_dir / "trials" / str(best["trial"]) / "model.npz", out_dir / "model.npz")
+    reporter.table(trials_table(results, search))
     reporter.info(f"best: trial {best['trial']} objective={objective_value(search, best):.4f} "
                   f"{overrides}; wrote {out_dir}/trials.csv, best_config.yaml, model.npz")
+
+
+def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> Table:
+    """The best trials first, failed ones last."""
+    sign = 1 if objective_direction(search) == "maximize" else -1
+
+    def key(r: dict) -> float:
+        value = objective_value(search, r)
+        return -math.inf if r["status"] == "failed" or math.isnan(value) else sign * value
+
+    ranked = sorted(results, key=key, reverse=True)[:top]
+    params = list(dict.fromkeys(k for r in ranked for k in r if k.startswith("param:")))
+    table = Table(title=f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)})")
+    for column in ("trial", "status", *[p.removeprefix("param:") for p in params], "objective", "epochs", "time s"):
+        table.add_column(column)
+    for r in ranked:
+        cells = [_short(r.get(p)) for p in params]
+        table.add_row(str(r["trial"]), r["status"], *cells, f"{objective_value(search, r):.4f}",
+                      str(r.get("epochs", "")), f"{r['time_s']:.2f}")
+    return table
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -136,3 +136,19 @@ def test_more_ranks_than_trials_does_not_hang(blobs, tmp_path):
                             text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert len(list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))) == 1
+
+
+def test_a_crashing_trial_is_recorded_and_the_search_goes_on(blobs, tmp_path, monkeypatch):
+    import magmadnn_cli.run as run_module
+    real = run_module.train
+
+    def flaky(config, *args, **kwargs):
+        if config.optimizer.learning_rate == 0.05:
+            raise RuntimeError("worker lost its GPU")
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "train", flaky)
+    cfg = _search_project(blobs, "\nsearch:\n  space:\n    optimizer.learning_rate: [0.05, 0.01]\n")
+    results = tune(cfg, tmp_path / "t")
+    assert results[0]["status"] == "failed" and "RuntimeError: worker lost its GPU" in results[0]["reason"]
+    assert results[1]["status"] == "ok" and (tmp_path / "t" / "model.npz").exists()
