@@ -1,0 +1,137 @@
+"""Hostile and broken input, table-driven: every case ends with exit code 2, a message naming the
+problem, no traceback, and no output file left behind."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+
+import numpy as np
+import pytest
+
+from conftest import BLOBS_CONFIG, blobs_csv, run_cli
+
+
+def _config(tmp, text=BLOBS_CONFIG, name="c.yaml"):
+    (tmp / name).write_text(text)
+    return tmp / name
+
+
+def _csv(tmp, text, name="blobs.csv"):
+    (tmp / name).write_text(text)
+
+
+def _obj_npz(tmp, name):
+    np.savez(tmp / name, x=np.array([{"a": 1}], dtype=object), y=np.zeros(1))
+
+
+HEADER = "f1,f2,f3,f4,label\n"
+CASES = {
+    # config files
+    "empty config": (lambda t: _config(t, ""), "train", "expected a mapping of sections"),
+    "config is a list": (lambda t: _config(t, "- a\n- b\n"), "train", "expected a mapping of sections"),
+    "yaml syntax": (lambda t: _config(t, "name: [x\n"), "train", "c.yaml:"),
+    "python tag": (lambda t: _config(t, "name: !!python/object/apply:os.system [ls]\n"), "train", "not allowed"),
+    "duplicate key": (lambda t: _config(t, BLOBS_CONFIG + "seed: 2\n"), "train", "duplicate key 'seed'"),
+    "alias bomb": (lambda t: _config(t, "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{c}: &{c} [{','.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg"))), "train", "alias bomb"),
+    "huge number": (lambda t: _config(t, BLOBS_CONFIG.replace("epochs: 15", "epochs: 1e400")), "train", "training.epochs"),
+    "negative batch": (lambda t: _config(t, BLOBS_CONFIG.replace("batch_size: 16", "batch_size: -4")), "train", "training.batch_size"),
+    "string learning rate": (lambda t: _config(t, BLOBS_CONFIG.replace("learning_rate: 0.01", "learning_rate: fast")), "train", "optimizer.learning_rate"),
+    "unknown section": (lambda t: _config(t, BLOBS_CONFIG + "extras: 1\n"), "train", "unknown key 'extras'"),
+    "bad name": (lambda t: _config(t, BLOBS_CONFIG.replace("name: blobs", "name: ../../etc")), "train", "name"),
+    "no layers": (lambda t: _config(t, BLOBS_CONFIG.split("model:")[0] + "model: {layers: []}\nloss: mse\noptimizer: sgd\n"), "train", "model.layers"),
+    "splits leave no training rows": (lambda t: _config(t, BLOBS_CONFIG.replace("validation_split: 0.2", "validation_split: 0.6\n  test_split: 0.5")),
+                                      "train", "validation_split + test_split must be below 1"),
+    "bad --set": (lambda t: _config(t), "train --set training.epochs", "expected dotted.key=value"),
+    "config is a directory": (lambda t: (t / "d.yaml").mkdir() or t / "d.yaml", "train", "is a directory"),
+    "binary config": (lambda t: (t / "c.yaml").write_bytes(b"\xff\xfe\x00\x01") or t / "c.yaml", "train", "c.yaml"),
+    # data files
+    "empty csv": (lambda t: (_config(t), _csv(t, "")), "train", "empty file"),
+    "header only": (lambda t: (_config(t), _csv(t, HEADER)), "train", "no data rows"),
+    "missing value": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,,3,4,b\n")), "train", "blobs.csv:3: column 'f2' holds an empty cell"),
+    "non-numeric": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,x,3,4,b\n")), "train", "non-numeric value 'x'"),
+    "ragged row": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,2,3\n")), "train", "the row has 3 fields"),
+    "nan feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,nan,3,4,b\n")), "train", "non-finite value"),
+    "inf feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value"),
+    "one class": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n2,3,4,5,a\n" * 5)), "train", "single class"),
+    "empty label": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,2,3,4,\n")), "train", "empty cell"),
+    "missing target column": (lambda t: (_config(t), _csv(t, "f1,f2,f3,f4,y\n1,2,3,4,a\n")), "train", "no target column 'label'"),
+    "duplicate header": (lambda t: (_config(t), _csv(t, "f1,f1,f3,f4,label\n1,2,3,4,a\n")), "train", "duplicate column names"),
+    "data is a directory": (lambda t: (_config(t), (t / "blobs.csv").mkdir()), "train", "is a directory"),
+    "corrupt gzip": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "b.csv.gz")),
+                                (t / "b.csv.gz").write_bytes(b"\x1f\x8bnot gzip")), "train", "b.csv.gz"),
+    "wrong output width": (lambda t: (_config(t, BLOBS_CONFIG.replace("units: 3", "units: 4")), blobs_csv(t / "blobs.csv")),
+                           "train", "the output layer has 4 units; expected 3"),
+    "pickled npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz").replace("  target: label\n", "")),
+                                    _obj_npz(t, "d.npz")), "train", "never loaded"),
+    "fake npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz")),
+                                 (t / "d.npz").write_bytes(pickle.dumps({"x": 1}))), "train", "not a zip archive"),
+    "gzip npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz")),
+                                 (t / "d.npz").write_bytes(gzip.compress(b"x"))), "train", "not a zip archive"),
+    "unknown extension": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.xlsx")), (t / "d.xlsx").write_text("x")),
+                          "train", "unknown data format"),
+    "divergence": (lambda t: (_config(t, BLOBS_CONFIG.replace("learning_rate: 0.01", "learning_rate: 1e30").replace("type: adam", "type: sgd")),
+                              blobs_csv(t / "blobs.csv")), "train", "not finite"),
+    "gpu without gpu": (lambda t: (_config(t, BLOBS_CONFIG.replace("device: cpu", "device: gpu")), blobs_csv(t / "blobs.csv")),
+                        "train", "no usable GPU"),
+    "huge synthetic": (lambda t: _config(t, BLOBS_CONFIG.replace("  train: blobs.csv\n  target: label\n", "  synthetic: {samples: 0}\n")),
+                       "train", "data.synthetic.samples"),
+    "augment on flat data": (lambda t: (_config(t, BLOBS_CONFIG + "  augment: {horizontal_flip: true}\n"), blobs_csv(t / "blobs.csv")),
+                             "train", "training.augment is for"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_training_input(name, capsys, tmp_path, monkeypatch):
+    make, command, expected = CASES[name]
+    made = make(tmp_path)
+    config = made if hasattr(made, "suffix") else tmp_path / ("c.yaml" if (tmp_path / "c.yaml").exists() else "d.yaml")
+    monkeypatch.chdir(tmp_path)
+    words = command.split()
+    code, out, err = run_cli(capsys, words[0], config, "--out", tmp_path / "out", *words[1:])
+    assert code == 2, (out, err)
+    assert expected in err, err
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _model(capsys, tmp_path):
+    blobs_csv(tmp_path / "blobs.csv")
+    code, _, err = run_cli(capsys, "train", _config(tmp_path), "--out", tmp_path / "run", "-q", "--set", "training.epochs=1")
+    assert code == 0, err
+    return tmp_path / "run" / "model.npz"
+
+
+MODEL_CASES = {
+    "truncated model": (lambda m: m.write_bytes(m.read_bytes()[:200]), "not a readable magmadnn model"),
+    "zero-byte model": (lambda m: m.write_bytes(b""), "not a readable magmadnn model"),
+    "pickled model": (lambda m: np.savez(m, format=np.array([{"x": 1}], dtype=object)), "never loaded"),
+    "foreign npz": (lambda m: np.savez(m, weights=np.zeros(2)), "not a magmadnn model"),
+    "future format": (lambda m: np.savez(m, format=np.array("magmadnn-model"), format_version=np.array(99)), "newer than this magmadnn"),
+    "corrupt meta": (lambda m: np.savez(m, format=np.array("magmadnn-model"), format_version=np.array(1), meta=np.array("{not json")),
+                     "corrupt model file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CASES))
+def test_hostile_model_files(name, capsys, tmp_path):
+    model = _model(capsys, tmp_path)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(model.read_bytes())
+    mutate, expected = MODEL_CASES[name]
+    mutate(bad)
+    code, out, err = run_cli(capsys, "predict", bad, tmp_path / "blobs.csv", "-o", tmp_path / "p.csv")
+    assert code == 2 and expected in err and "Traceback" not in out + err, err
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
+    model = _model(capsys, tmp_path)
+    (tmp_path / "new.csv").write_text("f1,f2,f3,f4\n1,2,3,4\n1,2,x,4\n")
+    code, _, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "-o", tmp_path / "p.csv")
+    assert code == 2 and "new.csv:3: column 'f3' holds a non-numeric value 'x'" in err
+    assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob(".p.csv.*"))
+    (tmp_path / "lab.csv").write_text("f1,f2,f3,f4,label\n1,2,3,4,zebra\n")
+    code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "lab.csv")
+    assert code == 2 and "labels zebra do not occur in the training data" in err
