@@ -224,7 +224,7 @@ def _pick(annotation: Any, node: Any) -> Any:
 
 
 def _model_at(data: Any, path: Location) -> type[BaseModel] | None:
-    """Like _model_at, for paths that pass through list items (model.layers.N)."""
+    """The pydantic model class that validates the mapping at `path` (list items included)."""
     cls: Any = Config
     node = data
     for part in path:

@@ -20,6 +20,7 @@ from . import backend as B
 from .data import Split
 from .distributed import Communicator, SingleProcess
 from .errors import DivergenceError
+from .metrics import predicted_classes
 from .network import Network
 from .optimizers import Optimizer
 from .reporting import Reporter
@@ -196,7 +197,6 @@ class Trainer:
         output = np.concatenate(gathered) if gathered else np.zeros((0,), np.float32)
         result: dict[str, Any] = {"loss": float(sums[0]) / len(split.x), "outputs": output}
         if self.task != "regression":
-            from .metrics import predicted_classes  # noqa: PLC0415
             truth = split.y.reshape(-1).astype(np.int64)
             result["accuracy"] = float((predicted_classes(output, self.task) == truth).mean())
         return result
