@@ -16,7 +16,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from .errors import MagmaError
+from .errors import Interrupted, MagmaError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="magmadnn: train, evaluate and serve neural networks declared in YAML.",
@@ -38,30 +38,40 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python trace
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, per-trial lines or tables")]
 
 
-def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True):
-    """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's communicator."""
+def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True,
+                     draw_seed: bool = True):
+    """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's
+    communicator. A missing seed is drawn on rank 0 for all ranks (unless `draw_seed` is False)."""
+    import secrets
+
     from .configfile import load_config
     from .distributed import get_communicator
     from .distributed.launcher import launch, should_launch, strip_processes
-    cfg = load_config(config, overrides or [])
+    cfg = load_config(config, overrides or [], draw_seed=False)
     ranks = processes or cfg.distributed.processes
     if should_launch(ranks):
         raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
-    return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
+    comm = get_communicator(cfg.distributed.strategy if strategy else "allreduce")
+    if cfg.seed is None and draw_seed:
+        cfg = cfg.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
+    return cfg, comm
 
 
 @app.command()
 def train(config: ConfigArg, set_: SetOpt = None,
           out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="run directory [default: runs/<name>]")] = None,
           init_from: Annotated[Optional[Path], typer.Option("--init-from", help="start from this model's weights")] = None,
+          resume: Annotated[Optional[Path], typer.Option("--resume", "-r", help="continue exactly from a checkpoint, "
+                            "or the newest one of a run directory", show_default=False)] = None,
           quiet: QuietOpt = False,
           processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                                help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None) -> None:
-    """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml."""
+    """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
+    checkpoints (resume with --resume RUN_DIR)."""
     from .reporting import make_reporter
     from .run import train as run_train
-    cfg, comm = _config_on_ranks(config, set_, processes)
-    run_train(cfg, out_dir or Path("runs") / cfg.name, init_from, make_reporter(quiet, comm.rank), comm)
+    cfg, comm = _config_on_ranks(config, set_, processes, draw_seed=False)
+    run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume)
 
 
 @app.command()
@@ -160,6 +170,8 @@ def main() -> None:
     before_numpy()
     try:
         app()
+    except Interrupted as exc:
+        _fail(exc, exc.exit_code, "interrupted: ")
     except MagmaError as exc:
         _fail(exc, exc.exit_code)
     except ValidationError as exc:
@@ -180,8 +192,10 @@ def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = 
     if STATE["debug"]:
         err.print_exception()
     distributed = bool(ACTIVE) and ACTIVE[0].size > 1
-    if distributed or launched_rank() == 0:
-        rank = f"rank {ACTIVE[0].rank}: " if distributed else ""
+    together = getattr(exc, "collective", False)  # every rank raised it at the same point: no abort needed
+    if launched_rank() == 0 or (distributed and not together):
+        rank = f"rank {ACTIVE[0].rank}: " if distributed and not together else ""
         err.print(Text(rank + prefix, style="bold red") + Text(str(exc) + suffix), highlight=False)
-    abort_if_distributed(code)
+    if not together:
+        abort_if_distributed(code)
     sys.exit(code)

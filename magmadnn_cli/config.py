@@ -270,9 +270,17 @@ class EarlyStopping(Strict):
 
 
 class Augmentation(Strict):
-    """For (C, H, W) images; applied to training batches only, seeded by (seed, epoch)."""
+    """For (C, H, W) images; applied to training batches only, seeded by (seed, epoch, step, rank)."""
     crop_padding: Annotated[int, Field(ge=0)] = Field(0, description="random crops of the image zero-padded by this")
     horizontal_flip: bool = False
+
+
+class Checkpointing(Strict):
+    """Checkpoints in <run dir>/checkpoints: every N epochs and/or N steps, and on SIGINT/SIGTERM."""
+    every_epochs: PositiveInt | None = Field(1, description="write after every N-th epoch (null: never)")
+    every_steps: PositiveInt | None = Field(None, description="write after every N-th training step (null: never)")
+    keep: PositiveInt = Field(2, description="how many of the newest checkpoints to keep")
+    on_signal: bool = Field(True, description="on SIGINT/SIGTERM: finish the step, write a checkpoint, exit")
 
 
 class TrainingConfig(Strict):
@@ -282,6 +290,8 @@ class TrainingConfig(Strict):
     early_stopping: EarlyStopping | None = None
     eval_batch_size: PositiveInt = 1024
     augment: Augmentation | None = None
+    checkpoint: Checkpointing | None = Field(default_factory=Checkpointing,
+                                             description="null: no checkpoints (and Ctrl-C just stops)")
 
 
 class DistributedConfig(Strict):

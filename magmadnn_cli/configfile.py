@@ -150,8 +150,8 @@ def apply_override(data: dict, path: Location, value: Any, origin: str) -> None:
         raise ConfigError(f"{origin}: cannot set {last!r} inside a {type(node).__name__}")
 
 
-def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read, override, resolve paths, validate; a seed is drawn if the config has none."""
+def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), draw_seed: bool = True) -> Config:
+    """Read, override, resolve paths, validate; a seed is drawn if the config has none (and `draw_seed`)."""
     path = Path(path)
     data, lines = read_yaml(path)
     origins: dict[Location, str] = {}
@@ -165,7 +165,7 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, data, path, lines, origins)) from exc
-    if config.seed is None:
+    if config.seed is None and draw_seed:
         config = config.model_copy(update={"seed": secrets.randbelow(2**31)})
     return config
 

@@ -7,6 +7,7 @@ class MagmaError(Exception):
     """A problem the user can fix (bad config, bad data, bad file). Exit code 2, no traceback."""
 
     exit_code = 2
+    collective = False  # True when every rank raises it at the same point (no MPI abort needed)
 
 
 class ShapeError(MagmaError):
@@ -30,4 +31,16 @@ class DeviceError(MagmaError):
 
 
 class DivergenceError(MagmaError):
-    """Training produced a non-finite loss or gradient."""
+    """Training produced a non-finite loss, gradient or weight (all ranks agree: it is reduced)."""
+
+    collective = True
+
+
+class Interrupted(MagmaError):
+    """SIGINT/SIGTERM stopped training after a checkpoint was written; every rank stops together."""
+
+    collective = True
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum

@@ -15,7 +15,7 @@ from .layers import Context, Layer, Shape, all_layers
 from .losses import Loss
 
 Array = Any
-STATS = 2
+STATS = 3  # trailing slots of the step buffer: loss sum, correct count, stop request
 
 
 class Network:
@@ -30,7 +30,8 @@ class Network:
             shape = layer.build(shape)
         self.output_shape = shape
         self._allocate(np.random.default_rng(seed))
-        self._build_graphs(Context(self.mode, B.rng(seed + 1)))
+        self.rng = B.rng(seed + 1)  # dropout draws; its state goes into checkpoints
+        self._build_graphs(Context(self.mode, self.rng))
 
     # -- parameters ---------------------------------------------------------------------------
     def _allocate(self, rng: np.random.Generator) -> None:
@@ -43,8 +44,8 @@ class Network:
             host[offset:offset + size] = spec.init(rng, spec.shape, spec.fan_in, spec.fan_out).ravel()
             offset += size
         self.flat_params = B.to_device(host)
-        # Gradients plus STATS trailing slots (a step's loss sum and correct count), so data-parallel
-        # training reduces both with one Allreduce of `step_buffer`.
+        # Gradients plus STATS trailing slots (a step's loss sum, correct count and a stop request),
+        # so data-parallel training reduces all of them with one Allreduce of `step_buffer`.
         self.step_buffer = B.xp.zeros(self.flat_params.size + STATS, dtype=B.floatx)
         self.flat_grads = self.step_buffer[:self.flat_params.size]
         self.step_stats = self.step_buffer[self.flat_params.size:]

@@ -18,8 +18,9 @@ def _fmt(metrics: dict[str, Any]) -> str:
 class Reporter:
     """Silent base: the interface the trainer calls."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, warnings: bool = True) -> None:
         self.console = console or Console(stderr=False, soft_wrap=True)
+        self.warnings = warnings  # shown even with --quiet (on rank 0 only)
 
     def start(self, epochs: int, steps: int) -> None: ...
     def step(self, epoch: int, step: int, loss: float, accuracy: float | None) -> None: ...
@@ -27,6 +28,10 @@ class Reporter:
     def stop(self) -> None: ...
 
     def info(self, text: str) -> None: ...
+
+    def warn(self, text: str) -> None:
+        if self.warnings:
+            Console(stderr=True, soft_wrap=True, highlight=False).print(f"[yellow]warning:[/] {text}")
 
     def table(self, table: Table) -> None: ...
 
@@ -91,7 +96,7 @@ class RichReporter(Reporter):
 
 def make_reporter(quiet: bool = False, rank: int = 0) -> Reporter:
     if quiet or rank != 0:
-        return Reporter()
+        return Reporter(warnings=rank == 0)
     return RichReporter() if sys.stdout.isatty() else PlainReporter()
 
 

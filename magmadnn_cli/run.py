@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from . import backend as B
 from .augment import augment
 from .builder import build_network, build_optimizer, check_output_width, task_of
+from .checkpoint import Saver, check_compatible, clear, load_for_resume, restore
 from .config import Config
 from .data import Prepared, Split, prepare
 from .distributed import Communicator, SingleProcess
@@ -46,11 +48,22 @@ def split_report(trainer: Trainer, split: Split, classes: list[Any], task: str) 
     return result
 
 
-def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter: Reporter | None = None,
-          comm: Communicator | None = None, prune: Any = None) -> RunResult:
+def train(config: Config, out_dir: Path | None = None, init_from: Path | None = None, reporter: Reporter | None = None,
+          comm: Communicator | None = None, prune: Any = None, resume: Path | None = None,
+          checkpoints: bool = True) -> RunResult:
+    """`out_dir` defaults to runs/<name>, or to the run that `resume` (a checkpoint or run dir) names."""
     comm = comm or SingleProcess()
     reporter = reporter or Reporter()
     started = time.perf_counter()
+    if init_from is not None and resume is not None:
+        raise MagmaError("--resume continues a training (weights, optimizer, position); --init-from starts a "
+                         "new one from a model's weights: give one of them")
+    ckpt = load_for_resume(resume, comm) if resume is not None else None
+    if config.seed is None:  # drawn once for all ranks, or the resumed run's
+        seed = ckpt.meta["config"]["seed"] if ckpt else comm.bcast(secrets.randbelow(2**31))
+        config = config.model_copy(update={"seed": seed})
+    if out_dir is None:
+        out_dir = ckpt.path.parent.parent if ckpt else Path("runs") / config.name
     device = B.select(config.device, config.precision, config.memory)
     if device == "gpu":
         B.use_gpu_device(comm.local_rank)
@@ -70,9 +83,12 @@ def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter
     if aug is not None and len(data.sample_shape) != 3:
         raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
                          f"{data.sample_shape} (set data.shape)")
+    policy = config.training.checkpoint if checkpoints else None
+    saver = Saver(out_dir / "checkpoints", policy, config, data.train, comm) if policy else None
     trainer = Trainer(network, optimizer, task, config.training.batch_size, config.seed,
                       config.training.shuffle, comm, reporter, config.training.eval_batch_size,
-                      (lambda xb, rng: augment(xb, rng, aug.crop_padding, aug.horizontal_flip)) if aug else None)
+                      (lambda xb, rng: augment(xb, rng, aug.crop_padding, aug.horizontal_flip)) if aug else None,
+                      saver, stop_on_signal=bool(policy and policy.on_signal))
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     if stopper and stopper.monitor.startswith("val_") and data.validation is None:
@@ -80,7 +96,19 @@ def train(config: Config, out_dir: Path, init_from: Path | None = None, reporter
                          "(data.validation_split > 0 or data.validation)")
     reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
+    if ckpt is not None:
+        notes = check_compatible(ckpt, config, data.train) + restore(ckpt, trainer, stopper)
+        if saver is not None:
+            saver.last = ckpt.path
+        pos = trainer.position
+        reporter.info(f"resuming from {ckpt.path}: epoch {pos.epoch}, step {pos.step} (global step "
+                      f"{trainer.global_step})")
+        for note in notes:
+            reporter.warn(f"resumed with {note}" if ": checkpoint " in note else note)
+    elif saver is not None and comm.is_root and (removed := clear(saver.folder)):
+        reporter.info(f"removed {removed} checkpoint(s) of an earlier run in {saver.folder}")
     history = trainer.fit(data.train, data.validation, config.training.epochs, stopper, prune=prune)
+    trainer.check_weights()
     final = {name: split_report(trainer, split, data.classes, task)
              for name, split in (("train", data.train), ("validation", data.validation), ("test", data.test))
              if split is not None}

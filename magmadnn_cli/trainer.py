@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from . import backend as B
 from .data import Split
 from .distributed import Communicator, SingleProcess
-from .errors import DivergenceError
+from .errors import DivergenceError, Interrupted
+from .interrupts import StopSignals, resume_command
 from .metrics import predicted_classes
 from .network import Network
 from .optimizers import Optimizer
@@ -70,16 +72,40 @@ class History:
     best_epoch: int | None = None
 
 
+@dataclass
+class Position:
+    """Where training stands: the epoch in progress, the steps of it done, and its running sums."""
+    epoch: int = 1
+    step: int = 0
+    loss_sum: float = 0.0
+    correct: float = 0.0
+    seen: int = 0
+
+
+class Checkpointer(Protocol):
+    last: Path | None
+
+    def due(self, global_step: int, epoch_done: int | None) -> bool: ...
+    def write(self, trainer: "Trainer") -> Path: ...
+
+
 class Trainer:
     def __init__(self, network: Network, optimizer: Optimizer | None, task: str, batch_size: int, seed: int,
                  shuffle: bool = True, comm: Communicator | None = None, reporter: Reporter | None = None,
-                 eval_batch_size: int = 1024, augment: Callable[[Array, np.random.Generator], Array] | None = None) -> None:
+                 eval_batch_size: int = 1024, augment: Callable[[Array, np.random.Generator], Array] | None = None,
+                 checkpointer: Checkpointer | None = None, stop_on_signal: bool = False) -> None:
         self.net, self.opt, self.task = network, optimizer, task
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.comm = comm or SingleProcess()
         self.reporter = reporter or Reporter()
         self.eval_batch_size = eval_batch_size
         self.augment = augment
+        self.checkpointer = checkpointer
+        self.signals = StopSignals(stop_on_signal)
+        self.stop_requested = False  # a rank caught SIGINT/SIGTERM (agreed through the step's allreduce)
+        self.position = Position()
+        self.history = History()
+        self.stopper: EarlyStopper | None = None
 
     # -- one step ------------------------------------------------------------------------------
     def correct(self, y: Array) -> Array:
@@ -103,8 +129,10 @@ class Trainer:
             net.step_stats[1] = self.correct(y)
         else:  # this rank has no rows in a short last batch: it still joins the collective
             net.step_buffer.fill(0)
+        net.step_stats[2] = 1.0 if self.signals.received else 0.0
         self.comm.allreduce_sum(net.step_buffer)
-        loss_sum, correct = (float(v) for v in B.to_host(net.step_stats))
+        loss_sum, correct, stop = (float(v) for v in B.to_host(net.step_stats))
+        self.stop_requested = stop > 0
         if not math.isfinite(loss_sum):
             return loss_sum, correct
         assert self.opt is not None, "training needs an optimizer"
@@ -119,46 +147,55 @@ class Trainer:
     def steps_per_epoch(self, n: int) -> int:
         return steps_per_epoch(n, self.batch_size)
 
-    def run_epoch(self, train: Split, epoch: int, x: Array, y: Array) -> dict[str, float]:
-        loss_sum = correct = 0.0
-        seen = 0
-        rng = np.random.default_rng([self.seed, epoch, self.comm.rank, 1])  # augmentation draws
-        for step, batch in enumerate(self.batches(len(train.x), epoch), start=1):
+    @property
+    def global_step(self) -> int:
+        return self.opt.t if self.opt is not None else 0
+
+    def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
+        """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch)."""
+        pos = self.position
+        batches = self.batches(len(train.x), pos.epoch)
+        for step in range(pos.step + 1, len(batches) + 1):
+            batch = batches[step - 1]
             mine = np.array_split(batch, self.comm.size)[self.comm.rank]
             idx = B.to_device(mine)
-            xb = x[idx] if self.augment is None or not len(mine) else self.augment(x[idx], rng)
+            if self.augment is None or not len(mine):
+                xb = x[idx]
+            else:  # seeded per step and rank, so a resumed run draws what the uninterrupted one did
+                xb = self.augment(x[idx], np.random.default_rng([self.seed, pos.epoch, step, self.comm.rank, 1]))
             l_sum, c = self.step(xb, y[idx], len(batch))
             if not math.isfinite(l_sum):
-                raise DivergenceError(
-                    f"epoch {epoch}, step {step}: the loss became {l_sum / len(batch)} (not finite). "
-                    f"Try a smaller learning rate (now {self.opt.lr() if self.opt else 0:.3g}), optimizer.clip_norm, "
-                    "or data.normalize: standard. No output files were written.")
-            loss_sum += l_sum
-            correct += c
-            seen += len(batch)
-            self.reporter.step(epoch, step, loss_sum / seen, correct / seen if self.task != "regression" else None)
-        metrics = {"loss": loss_sum / seen}
+                raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
+                                                       f"{l_sum / len(batch)} (not finite)"))
+            pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + l_sum, pos.correct + c, pos.seen + len(batch)
+            self.reporter.step(pos.epoch, step, pos.loss_sum / pos.seen,
+                               pos.correct / pos.seen if self.task != "regression" else None)
+            if step < len(batches):
+                self._checkpoint_if_due(None)
+        metrics = {"loss": pos.loss_sum / pos.seen}
         if self.task != "regression":
-            metrics["accuracy"] = correct / seen
+            metrics["accuracy"] = pos.correct / pos.seen
         return metrics
 
     def fit(self, train: Split, validation: Split | None, epochs: int, stopper: EarlyStopper | None = None,
-            first_epoch: int = 1, prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
-        """Train; `prune(epoch, metrics)` returning True stops early (a hyperparameter search's poor trial)."""
-        history = History()
+            prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
+        """Train from `self.position` (epoch 1, or where a checkpoint left off) to `epochs`;
+        `prune(epoch, metrics)` returning True stops early (a hyperparameter search's poor trial)."""
+        history, self.stopper = self.history, stopper
         x, y = B.to_device(train.x), B.to_device(train.y)
         self.reporter.start(epochs, self.steps_per_epoch(len(train.x)))
         # Overflow warnings are noise here: a non-finite loss is caught and reported by `run_epoch`.
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.signals:
             try:
-                for epoch in range(first_epoch, epochs + 1):
-                    self._epoch(epoch, train, validation, x, y, history)
+                while not history.stopped_early and self.position.epoch <= epochs:
+                    epoch = self.position.epoch
+                    self._epoch(train, validation, x, y)
+                    self.position = Position(epoch + 1)
                     if stopper is not None and stopper.update(epoch, history.epochs[-1], self.net.flat_params):
                         history.stopped_early = True
-                        break
-                    if prune is not None and prune(epoch, history.epochs[-1]):
+                    elif prune is not None and prune(epoch, history.epochs[-1]):
                         history.stopped_early = history.pruned = True
-                        break
+                    self._checkpoint_if_due(epoch)
             finally:
                 self.reporter.stop()
         if stopper is not None:
@@ -167,18 +204,51 @@ class Trainer:
                 self.net.flat_params[...] = stopper.best_params
         return history
 
-    def _epoch(self, epoch: int, train: Split, validation: Split | None, x: Array, y: Array,
-               history: History) -> None:
+    def _epoch(self, train: Split, validation: Split | None, x: Array, y: Array) -> None:
         start = time.perf_counter()
-        lr = self.opt.lr()
-        metrics = {"epoch": epoch, **self.run_epoch(train, epoch, x, y)}
+        epoch = self.position.epoch
+        lr = self.opt.schedule(float(epoch - 1)) if self.opt else 0.0  # the rate the epoch started with
+        metrics = {"epoch": epoch, **self.run_epoch(train, x, y)}
         if validation is not None:
             val = self.evaluate(validation)
             metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
         metrics["lr"] = lr
         metrics["time"] = time.perf_counter() - start
-        history.epochs.append(metrics)
+        self.history.epochs.append(metrics)
         self.reporter.epoch(epoch, {k: v for k, v in metrics.items() if k not in ("epoch", "time")})
+
+    # -- checkpoints and interruption -----------------------------------------------------------
+    def _checkpoint_if_due(self, epoch_done: int | None) -> None:
+        """After a step (`epoch_done` None) or an epoch's end: write a checkpoint when one is due or
+        a rank caught a signal; then stop if one did. Every rank takes the same decisions."""
+        cp = self.checkpointer
+        if cp is not None and (self.stop_requested or cp.due(self.global_step, epoch_done)):
+            self.check_weights()
+            cp.write(self)
+        if self.stop_requested:
+            where = f"epoch {self.position.epoch - 1} (completed)" if epoch_done else \
+                f"epoch {self.position.epoch}, step {self.position.step}"
+            name = self.signals.name or "a signal on another rank"
+            if cp is None or cp.last is None:
+                raise Interrupted(f"stopped by {name} at {where}; checkpoints are off (training.checkpoint), "
+                                  "so nothing was saved", self.signals.received or 2)
+            raise Interrupted(f"stopped by {name} at {where}; checkpoint written: {cp.last}\n"
+                              f"Continue with: {resume_command(cp.last.parent.parent)}",
+                              self.signals.received or 2)
+
+    def check_weights(self) -> None:
+        """A non-finite gradient leaves non-finite weights: never checkpoint or save those."""
+        if not bool(B.xp.isfinite(self.net.flat_params).all()):
+            raise DivergenceError(self._divergence(f"after global step {self.global_step}: the weights are no "
+                                                   "longer finite (a gradient overflowed)"))
+
+    def _divergence(self, what: str) -> str:
+        lr = f"{self.opt.lr():.3g}" if self.opt else "?"
+        last = self.checkpointer.last if self.checkpointer is not None else None
+        keep = (f" The last good checkpoint is {last}: resume from it with --resume {last} and a smaller "
+                "--set optimizer.learning_rate=...") if last else ""
+        return (f"{what}. Try a smaller learning rate (now {lr}), optimizer.clip_norm, or data.normalize: "
+                f"standard. No model file was written.{keep}")
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split: Split) -> dict[str, Any]:

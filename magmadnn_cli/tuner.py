@@ -112,7 +112,7 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
     started = time.perf_counter()
     try:
         config = trial_config(base, overrides)
-        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=pruner)
+        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=pruner, checkpoints=False)
     except ValidationError as exc:
         first = exc.errors()[0]
         result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")

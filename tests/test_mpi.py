@@ -83,7 +83,9 @@ def test_only_rank_zero_reports_and_writes(project):
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("final metrics") == 1 and result.stdout.count("epoch 3 ") == 1
     assert "3 process(es)" in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.csv", "metrics.json", "model.npz"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.yaml", "metrics.csv", "metrics.json",
+                                                     "model.npz"]
+    assert len(list((out / "checkpoints").iterdir())) == 2  # one writer: the newest 2, no temp files
 
 
 def test_processes_option_launches_itself(project):

@@ -1,0 +1,60 @@
+"""SIGINT/SIGTERM during training: the first one is only recorded, so the loop can finish its step,
+write a checkpoint and exit cleanly; a second one stops at once (KeyboardInterrupt)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """While active (a context manager), `received` holds the first signal number caught (0: none)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if self.enabled:
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received:  # the second signal: the user means it
+            self.__exit__()
+            raise KeyboardInterrupt
+        self.received = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues this run: the one that started it, with `--resume RUN_DIR`."""
+    args = sys.argv[1:]
+    if not args or args[0] != "train":
+        return f"magmadnn train CONFIG --resume {run_dir}"
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--resume", "-r", "--init-from"):
+            skip = True
+        elif not arg.startswith(("--resume=", "--init-from=")):
+            kept.append(arg)
+    return shlex.join(["magmadnn", *kept, "--resume", str(run_dir)])
