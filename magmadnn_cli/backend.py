@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DeviceError
+from .errors import DeviceError, MagmaError
 
 DEVICES = ("auto", "cpu", "gpu")
 PRECISIONS = {"float32": np.float32, "float64": np.float64}
@@ -112,3 +112,40 @@ def synchronize() -> None:
     """Wait for queued GPU work (for honest timings); a no-op on the CPU."""
     if device == "gpu":
         xp.cuda.Stream.null.synchronize()
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory available for new allocations (Linux MemAvailable; None if unknown)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os  # noqa: PLC0415
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_available() -> int | None:
+    """Bytes the active device can still allocate: free GPU memory (plus cupy's cached blocks) or host."""
+    if device == "gpu":
+        free, _ = xp.cuda.runtime.memGetInfo()
+        return int(free) + int(xp.get_default_memory_pool().free_bytes())
+    return host_memory_available()
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def require_memory(needed: int, what: str, on_host: bool = False) -> None:
+    """Refuse up front, naming the amount, what a request would need but the machine lacks."""
+    available = host_memory_available() if on_host else memory_available()
+    if available is not None and needed > available:
+        where = "host" if on_host or device == "cpu" else "GPU"
+        raise MagmaError(f"{what} would need {gib(needed)} of memory; the {where} has {gib(available)} "
+                         "available. Make it smaller.")

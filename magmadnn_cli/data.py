@@ -14,6 +14,7 @@ from typing import Any, Iterator, TextIO
 
 import numpy as np
 
+from . import backend as B
 from .config import DataConfig, SyntheticData
 from .errors import DataError
 from .files import is_npz
@@ -196,6 +197,8 @@ def read_table(path: Path, target: str | None, features: list[str] | None, need_
 
 def synthetic(spec: SyntheticData, seed: int) -> Table:
     """Classification data labelled by a random teacher network (tanh hidden layer), plus noise."""
+    B.require_memory(spec.samples * (spec.features * 12 + spec.classes * 16),
+                     f"data.synthetic ({spec.samples:,} samples x {spec.features:,} features)", on_host=True)
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(spec.samples, spec.features)).astype(np.float32)
     w1 = rng.normal(size=(spec.features, spec.hidden)) / np.sqrt(spec.features)

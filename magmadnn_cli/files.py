@@ -44,9 +44,12 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def is_npz(path: Path) -> bool:
-    """An .npz is a zip archive; anything else must not reach np.load (which would call it a pickle)."""
+    """An .npz is a zip archive; anything else must not reach np.load (which would call it a pickle).
+    A file that cannot be read at all is reported as such."""
     try:
         with open(path, "rb") as f:
             return f.read(4) == b"PK\x03\x04"
-    except OSError:
+    except IsADirectoryError:
         return False
+    except OSError as exc:
+        raise MagmaError(f"{path}: cannot read: {exc.strerror or exc}") from exc

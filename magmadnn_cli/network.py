@@ -26,8 +26,10 @@ class Network:
         self.loss = loss
         self.mode = nn.Mode()
         shape = self.input_shape
+        self.activation_size = 0  # floats of layer outputs per sample (for memory estimates)
         for layer in self.layers:
             shape = layer.build(shape)
+            self.activation_size += int(np.prod(shape))
         self.output_shape = shape
         self._allocate(np.random.default_rng(seed))
         self.rng = B.rng(seed + 1)  # dropout draws; its state goes into checkpoints
@@ -38,6 +40,12 @@ class Network:
         """Initialize every weight on the host, then place all of them in one flat device buffer."""
         specs = [(layer, spec) for layer in all_layers(self.layers) for spec in layer.specs]
         sizes = [int(np.prod(spec.shape)) for _, spec in specs]
+        if sizes:
+            biggest = max(range(len(sizes)), key=sizes.__getitem__)
+            layer, spec = specs[biggest]
+            B.require_memory(3 * sum(sizes) * np.dtype(B.floatx).itemsize,
+                             f"the model's {sum(sizes):,} parameters (largest: {layer.name}/{spec.name} of shape "
+                             f"{tuple(spec.shape)}), with their gradients,")
         host = np.empty(sum(sizes), dtype=B.floatx)
         offset = 0
         for (layer, spec), size in zip(specs, sizes):
@@ -57,6 +65,12 @@ class Network:
             layer.weights[spec.name] = p
             self.parameters.append(p)
             offset += size
+
+    def training_bytes(self, batch: int, optimizer_slots: int) -> int:
+        """A lower bound on training memory: weights, gradients, optimizer state, and each layer's
+        output and its gradient for a batch."""
+        floats = self.flat_params.size * (2 + optimizer_slots) + 2 * batch * self.activation_size
+        return int(floats) * np.dtype(B.floatx).itemsize
 
     @property
     def num_parameters(self) -> int:

@@ -83,6 +83,9 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if aug is not None and len(data.sample_shape) != 3:
         raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
                          f"{data.sample_shape} (set data.shape)")
+    batch = min(config.training.batch_size, len(data.train.x))
+    B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
+                     f"training with batch {batch} (training.batch_size; weights, gradients, optimizer state, activations)")
     policy = config.training.checkpoint if checkpoints else None
     saver = Saver(out_dir / "checkpoints", policy, config, data.train, comm) if policy else None
     trainer = Trainer(network, optimizer, task, config.training.batch_size, config.seed,

@@ -4,6 +4,7 @@ problem, no traceback, and no output file left behind."""
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 
 import numpy as np
@@ -77,6 +78,11 @@ CASES = {
                         "train", "no usable GPU"),
     "huge synthetic": (lambda t: _config(t, BLOBS_CONFIG.replace("  train: blobs.csv\n  target: label\n", "  synthetic: {samples: 0}\n")),
                        "train", "data.synthetic.samples"),
+    "huge layer": (lambda t: (_config(t, BLOBS_CONFIG.replace("units: 16", "units: 4000000000")), blobs_csv(t / "blobs.csv")),
+                   "train", "(largest: dense_0/kernel of shape (4, 4000000000)), with their gradients, would need"),
+    "huge data request": (lambda t: _config(t, BLOBS_CONFIG.replace("  train: blobs.csv\n  target: label\n",
+                                                                    "  synthetic: {samples: 90000000000}\n")),
+                          "train", "data.synthetic (90,000,000,000 samples x 20 features) would need"),
     "augment on flat data": (lambda t: (_config(t, BLOBS_CONFIG + "  augment: {horizontal_flip: true}\n"), blobs_csv(t / "blobs.csv")),
                              "train", "training.augment is for"),
 }
@@ -93,7 +99,69 @@ def test_hostile_training_input(name, capsys, tmp_path, monkeypatch):
     assert code == 2, (out, err)
     assert expected in err, err
     assert "Traceback" not in out + err
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not _files(tmp_path / "out")
+
+
+def _files(folder):
+    return [p for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
+
+
+@pytest.fixture
+def unreadable(monkeypatch):
+    """Make the files named by the test unreadable, as chmod 000 would (which root ignores)."""
+    import builtins
+    import gzip as gzip_module
+    import io
+    denied: set[str] = set()
+    real_open, real_gzip = builtins.open, gzip_module.open
+
+    def guard(opener):
+        def wrapped(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) in denied:
+                raise PermissionError(13, "Permission denied", str(file))
+            return opener(file, *args, **kwargs)
+        return wrapped
+    monkeypatch.setattr(builtins, "open", guard(real_open))
+    monkeypatch.setattr(io, "open", guard(real_open))  # pathlib's read_text opens through io.open
+    monkeypatch.setattr(gzip_module, "open", guard(real_gzip))
+    return lambda path: denied.add(os.path.abspath(path))
+
+
+@pytest.mark.parametrize("which", ["config", "csv", "npz data", "model"])
+def test_unreadable_files_are_named(which, capsys, tmp_path, unreadable):
+    model = _model(capsys, tmp_path) if which == "model" else None
+    config = _config(tmp_path, BLOBS_CONFIG.replace("blobs.csv", "d.npz") if which == "npz data" else BLOBS_CONFIG)
+    blobs_csv(tmp_path / "blobs.csv")
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 4)), y=np.arange(4) % 2)
+    target = {"config": config, "csv": tmp_path / "blobs.csv", "npz data": tmp_path / "d.npz", "model": model}[which]
+    unreadable(target)
+    if which == "model":
+        code, out, err = run_cli(capsys, "predict", model, tmp_path / "blobs.csv", "-o", tmp_path / "p.csv")
+    else:
+        code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out")
+    assert code == 2 and "Permission denied" in err and target.name in err and "Traceback" not in out + err, err
+    assert not _files(tmp_path / "out") and not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "predict", "tune"])
+def test_a_full_disk_leaves_no_partial_output(command, capsys, tmp_path, monkeypatch):
+    """ENOSPC at the moment a file is flushed to disk (the last step before the rename)."""
+    import errno
+
+    from magmadnn_cli import files
+    model = _model(capsys, tmp_path) if command == "predict" else None
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files.os, "fsync", full)
+    blobs_csv(tmp_path / "blobs.csv")
+    config = _config(tmp_path, BLOBS_CONFIG + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
+    out = tmp_path / "out"
+    args = {"train": ("train", config, "--out", out), "tune": ("tune", config, "--out", out),
+            "predict": ("predict", model, tmp_path / "blobs.csv", "-o", out / "p.csv")}[command]
+    code, stdout, err = run_cli(capsys, *args, "-q") if command != "predict" else run_cli(capsys, *args)
+    assert code == 2 and "No space left on device" in err and "Traceback" not in stdout + err, err
+    assert not _files(out)
 
 
 def _model(capsys, tmp_path):
