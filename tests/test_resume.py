@@ -202,15 +202,25 @@ def test_resume_refuses_another_architecture_naming_the_fields(project):
 
 
 def test_divergence_keeps_the_last_good_checkpoint(project):
+    """The learning rate jumps 1e6-fold after two good epochs, and the loss blows up."""
     out = project / "nan"
-    result = _run(str(project / "r.yaml"), "--out", str(out), "--set", "optimizer.learning_rate=1e30",
-                  "--set", "training.checkpoint.every_steps=null")
+    config = str(project / "r.yaml")
+    blow_up = ("--set", "optimizer={type: sgd, learning_rate: 0.01, schedule: {type: step, step_size: 2, gamma: 1e6}}",
+               "--set", "training.checkpoint.every_steps=null", "--set", "training.early_stopping=null")
+    result = _run(config, "--out", str(out), *blow_up)
     assert result.returncode == 2
     assert "not finite" in result.stderr and "epoch " in result.stderr and "step " in result.stderr
     assert "Traceback" not in result.stderr and not (out / "model.npz").exists()
-    for path in listing(out / "checkpoints"):  # any checkpoint left holds finite weights
+    kept = listing(out / "checkpoints")
+    assert kept and f"The last good checkpoint is {kept[-1]}" in result.stderr.replace("\n", "")
+    for path in kept:
         with np.load(path, allow_pickle=False) as f:
             assert np.isfinite(f["params"]).all()
+    # the remedy the message suggests works: resume from it with a sane learning rate
+    fixed = _run(config, "--resume", str(kept[-1]), *blow_up[:1],
+                 "optimizer={type: sgd, learning_rate: 0.01}", *blow_up[2:])
+    assert fixed.returncode == 0, fixed.stderr
+    assert np.isfinite(np.concatenate([w.ravel() for w in _weights(out).values()])).all()
 
 
 # -- units ------------------------------------------------------------------------------------
