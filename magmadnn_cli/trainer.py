@@ -233,7 +233,7 @@ class Trainer:
                 raise Interrupted(f"stopped by {name} at {where}; checkpoints are off (training.checkpoint), "
                                   "so nothing was saved", self.signals.received or 2)
             raise Interrupted(f"stopped by {name} at {where}; checkpoint written: {cp.last}\n"
-                              f"Continue with: {resume_command(cp.last.parent.parent)}",
+                              f"Continue with: {resume_command(cp.last.parent.parent, self.comm.size)}",
                               self.signals.received or 2)
 
     def check_weights(self) -> None:

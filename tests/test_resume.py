@@ -160,9 +160,11 @@ def test_resume_under_mpi_is_exact(project, mpi_reference, sig):
     out = project / f"mpi-{sig}"
     config = str(project / "r.yaml")
     p = _start(config, "--out", str(out), ranks=2)
-    assert _kill_when(p, lambda: _newest_step(out / "checkpoints") >= 150, sig) is not None
+    stderr = _kill_when(p, lambda: _newest_step(out / "checkpoints") >= 150, sig)
+    assert stderr is not None
     if sig == signal.SIGTERM:  # mpiexec forwards it to both ranks; they stop at the same step
         assert p.returncode == 128 + sig
+        assert f"--processes 2 --resume {out}" in stderr
     result = _run(config, "--resume", str(out), ranks=2)
     assert result.returncode == 0, result.stderr
     _assert_same_weights(out, mpi_reference)
