@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from magmadnn_cli.distributed.launcher import locate_mpi_launcher, strip_processes
 from magmadnn_cli.errors import MagmaError
@@ -125,3 +126,17 @@ def test_a_user_error_under_mpi_exits_cleanly(project):
 def test_strip_processes():
     assert strip_processes(["train", "c.yaml", "--processes", "4", "-q"]) == ["train", "c.yaml", "-q"]
     assert strip_processes(["train", "--processes=2", "c.yaml"]) == ["train", "c.yaml"]
+
+
+def test_a_drawn_seed_is_one_seed_for_all_ranks(project):
+    """No seed in the config: rank 0 draws it for every rank (else ranks would split the data
+    differently). The recorded seed reproduces the run on one process."""
+    out = project / "no-seed"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q", "--set", "seed=null", ranks=2)
+    assert result.returncode == 0, result.stderr
+    seed = yaml.safe_load((out / "config.yaml").read_text())["seed"]
+    again = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "seeded"), "-q", "--set", f"seed={seed}")
+    assert again.returncode == 0, again.stderr
+    multi, single = _weights(out), _weights(project / "seeded")
+    for key in single:
+        np.testing.assert_allclose(multi[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
