@@ -62,6 +62,7 @@ def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
     net = Network([Dense(HIDDEN, "sigmoid") for _ in range(LAYERS)] + [Dense(CLASSES, "softmax")],
                   (INPUTS,), CrossEntropy(), seed=0)
     opt = SGD(learning_rate=0.05, weight_decay=0.001)
+    comm.share(net, opt)
     rng = np.random.default_rng(comm.rank)
     x = rng.random((batch_per_rank, INPUTS), dtype=np.float32)
     y = rng.integers(0, CLASSES, batch_per_rank)
@@ -79,11 +80,13 @@ def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
             t1 = time.perf_counter()
             comm.allreduce_sum(net.step_buffer)
             t2 = time.perf_counter()
-        opt.step(net.flat_params, net.flat_grads)
+        opt.step(net.flat_params, net.flat_grads, comm.update_share(net.flat_params.size), comm.sum_shares)
         t3 = time.perf_counter()
+        comm.update_done()  # shared_memory: waiting for the other shares of the update is communication
+        t4 = time.perf_counter()
         if i >= 5:  # warm-up excluded
             compute += (t1 - t0) + (t3 - t2)
-            communicate += t2 - t1
+            communicate += (t2 - t1) + (t4 - t3)
     if comm.rank == 0:
         step = (compute + communicate) / steps
         print(json.dumps({"step_s": step, "comm_fraction": communicate / (compute + communicate),
@@ -103,7 +106,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--strategy", default="allreduce", choices=["allreduce", "ring", "parameter_server", "overlap"],
+    parser.add_argument("--strategy", default="auto", choices=["auto", "allreduce", "ring", "parameter_server", "shared_memory", "overlap"],
                         help="overlap: per-layer non-blocking Allreduce started during backward (an experiment)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

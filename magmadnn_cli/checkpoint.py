@@ -255,8 +255,13 @@ def restore(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None) ->
         buffer[...] = B.to_device(arrays[f"buffers/{name}"], dtype=buffer.dtype)
     assert opt is not None
     opt.t = int(meta["global_step"])
-    opt.state = {k.removeprefix("optimizer/"): B.to_device(v, dtype=net.flat_params.dtype)
-                 for k, v in arrays.items() if k.startswith("optimizer/")}
+    for key, value in arrays.items():
+        if key.startswith("optimizer/"):  # in place: the state may live in memory shared by ranks
+            name = key.removeprefix("optimizer/")
+            if name in opt.state:
+                opt.state[name][...] = B.to_device(value, dtype=net.flat_params.dtype)
+            else:
+                opt.state[name] = B.to_device(value, dtype=net.flat_params.dtype)
     trainer.position = Position(**meta["position"])
     trainer.history = History(**meta["history"])
     if stopper is not None and meta["early_stopping"] is not None:

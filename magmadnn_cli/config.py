@@ -296,7 +296,8 @@ class TrainingConfig(Strict):
 
 class DistributedConfig(Strict):
     processes: PositiveInt = 1
-    strategy: Literal["allreduce", "ring", "parameter_server"] = "allreduce"
+    strategy: Literal["auto", "allreduce", "ring", "parameter_server", "shared_memory"] = Field(
+        "auto", description="auto: shared_memory when all ranks share one node (CPU), else allreduce")
 
 
 class Distribution(Strict):

@@ -51,20 +51,32 @@ class Network:
         for (layer, spec), size in zip(specs, sizes):
             host[offset:offset + size] = spec.init(rng, spec.shape, spec.fan_in, spec.fan_out).ravel()
             offset += size
-        self.flat_params = B.to_device(host)
-        # Gradients plus STATS trailing slots (a step's loss sum, correct count and a stop request),
-        # so data-parallel training reduces all of them with one Allreduce of `step_buffer`.
-        self.step_buffer = B.xp.zeros(self.flat_params.size + STATS, dtype=B.floatx)
-        self.flat_grads = self.step_buffer[:self.flat_params.size]
-        self.step_stats = self.step_buffer[self.flat_params.size:]
         self.parameters: list[Parameter] = []
-        offset = 0
-        for (layer, spec), size in zip(specs, sizes):
-            p = Parameter(self.flat_params[offset:offset + size].reshape(spec.shape), f"{layer.name}/{spec.name}")
-            p.grad_view = self.flat_grads[offset:offset + size].reshape(spec.shape)
+        self.parameter_shapes = [tuple(spec.shape) for _, spec in specs]
+        for layer, spec in specs:
+            p = Parameter(None, f"{layer.name}/{spec.name}")
             layer.weights[spec.name] = p
             self.parameters.append(p)
+        # Gradients plus STATS trailing slots (a step's loss sum, correct count and a stop request),
+        # so data-parallel training reduces all of them with one Allreduce of `step_buffer`.
+        self.place(B.to_device(host), B.xp.zeros(host.size + STATS, dtype=B.floatx))
+
+    def place(self, flat_params: Array, step_buffer: Array) -> None:
+        """Make these flat buffers the network's parameters and gradients (+ stats): every weight
+        becomes a view into them. Used once at construction, and again to move them into shared
+        memory (the caller fills `flat_params`)."""
+        self.flat_params, self.step_buffer = flat_params, step_buffer
+        self.flat_grads = step_buffer[:flat_params.size]
+        self.step_stats = step_buffer[flat_params.size:]
+        offset = 0
+        for p, shape in zip(self.parameters, self.parameter_shapes):
+            size = int(np.prod(shape))
+            p.value = flat_params[offset:offset + size].reshape(shape)
+            p.grad_view = self.flat_grads[offset:offset + size].reshape(shape)
             offset += size
+        for graph in ("train_graph", "eval_graph", "predict_graph"):
+            if hasattr(self, graph):
+                getattr(self, graph).bind_gradients()
 
     def training_bytes(self, batch: int, optimizer_slots: int) -> int:
         """A lower bound on training memory: weights, gradients, optimizer state, and each layer's

@@ -77,8 +77,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             network.load_state(saved.weights)
         except MagmaError as exc:
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    comm.bcast_array(network.flat_params)  # every rank starts from rank 0's weights
     optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size))
+    comm.share(network, optimizer)  # every rank starts from rank 0's weights
     aug = config.training.augment
     if aug is not None and len(data.sample_shape) != 3:
         raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "

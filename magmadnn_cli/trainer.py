@@ -136,7 +136,9 @@ class Trainer:
         if not math.isfinite(loss_sum):
             return loss_sum, correct
         assert self.opt is not None, "training needs an optimizer"
-        self.opt.step(net.flat_params, net.flat_grads)
+        self.opt.step(net.flat_params, net.flat_grads, self.comm.update_share(net.flat_params.size),
+                      self.comm.sum_shares)
+        self.comm.update_done()
         return loss_sum, correct
 
     # -- epochs --------------------------------------------------------------------------------

@@ -92,3 +92,49 @@ def test_gpu_cnn_matches_cpu():
     cpu, gpu = _cnn_run("cpu"), _cnn_run("gpu")
     for a, b in zip(cpu, gpu):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-10)
+
+
+class _FakeNccl:
+    """Records the calls cupy.cuda.nccl would receive (the NCCL path cannot run without GPUs)."""
+    NCCL_FLOAT32, NCCL_FLOAT64, NCCL_SUM = 7, 8, 0
+    calls: list = []
+
+    @staticmethod
+    def get_unique_id():
+        return (1, 2, 3)
+
+    class NcclCommunicator:
+        def __init__(self, size, unique_id, rank):
+            _FakeNccl.calls.append(("init", size, unique_id, rank))
+
+        def allReduce(self, send, recv, count, dtype, op, stream):  # noqa: N802 (cupy's name)
+            _FakeNccl.calls.append(("allReduce", send == recv, count, dtype, op, stream))
+
+        def bcast(self, ptr, count, dtype, root, stream):
+            _FakeNccl.calls.append(("bcast", count, dtype, root, stream))
+
+
+class _FakeDeviceArray:
+    def __init__(self, host):
+        self.host, self.dtype, self.size, self.flags = host, host.dtype, host.size, host.flags
+        self.data = type("Pointer", (), {"ptr": host.ctypes.data})()
+
+
+def test_nccl_reducer_passes_the_buffer_in_place_with_its_type():
+    from magmadnn_cli.distributed.nccl import NcclReducer
+    _FakeNccl.calls = []
+    seen = []
+    reducer = NcclReducer(_FakeNccl, rank=1, size=4, bcast=lambda uid: seen.append(uid) or (1, 2, 3), stream=99)
+    assert seen == [None]  # rank 1 receives rank 0's id over MPI
+    reducer.allreduce_sum(_FakeDeviceArray(np.zeros(10, np.float32)))
+    reducer.bcast(_FakeDeviceArray(np.zeros(6, np.float64)), root=0)
+    assert _FakeNccl.calls == [("init", 4, (1, 2, 3), 1), ("allReduce", True, 10, 7, 0, 99), ("bcast", 6, 8, 0, 99)]
+    with pytest.raises(TypeError, match="int32"):
+        reducer.allreduce_sum(_FakeDeviceArray(np.zeros(3, np.int32)))
+
+
+@needs_gpu
+def test_nccl_is_importable_where_cupy_is():
+    from magmadnn_cli.distributed.nccl import load_nccl
+    nccl = load_nccl()
+    assert nccl is None or hasattr(nccl, "NcclCommunicator")

@@ -65,7 +65,7 @@ def project(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("strategy", ["allreduce", "ring", "parameter_server"])
+@pytest.mark.parametrize("strategy", ["auto", "allreduce", "ring", "parameter_server", "shared_memory"])
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_weights_match_a_single_process_run(project, strategy, ranks):
     out = project / f"{strategy}-{ranks}"
@@ -140,3 +140,19 @@ def test_a_drawn_seed_is_one_seed_for_all_ranks(project):
     multi, single = _weights(out), _weights(project / "seeded")
     for key in single:
         np.testing.assert_allclose(multi[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_shared_memory_splits_a_clipped_adam_update_exactly(project, ranks):
+    """Each rank updates its share of the shared weights and Adam state; the clipping norm is summed
+    over the shares. The result is the 1-process run's."""
+    adam = ("--set", "optimizer={type: adam, learning_rate: 0.01, clip_norm: 0.05}")
+    single = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "adam-1"), "-q", *adam)
+    assert single.returncode == 0, single.stderr
+    out = project / f"adam-shm-{ranks}"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q", *adam,
+                       "--set", "distributed.strategy=shared_memory", ranks=ranks)
+    assert result.returncode == 0, result.stderr
+    want, got = _weights(project / "adam-1"), _weights(out)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)

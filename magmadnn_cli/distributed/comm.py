@@ -32,6 +32,23 @@ class Communicator:
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
 
+    # -- the parts of a training step a communicator may organize differently ------------------
+    def share(self, network: Any, optimizer: Any) -> None:
+        """Before training: every rank starts from rank 0's weights."""
+        self.bcast_array(network.flat_params)
+
+    def update_share(self, size: int) -> slice:
+        """The part of the flat buffers this rank updates after a reduction (all of them, unless
+        the ranks split the update)."""
+        return slice(None)
+
+    def sum_shares(self, value: float) -> float:
+        """Sum a per-share value (e.g. a squared gradient norm) over the ranks splitting an update."""
+        return value
+
+    def update_done(self) -> None:
+        """After this rank's update: where ranks split it, wait until every share is written."""
+
     def barrier(self) -> None:
         pass
 
@@ -67,14 +84,17 @@ def local_ranks() -> int:
     return _env_int("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE") or launched_ranks() or 1
 
 
-def get_communicator(strategy: str = "allreduce") -> Communicator:
+def get_communicator(strategy: str = "auto") -> Communicator:
     """MPI when this process runs under an MPI launcher with several ranks, else SingleProcess."""
     if ACTIVE:
         return ACTIVE[0]
     if launched_ranks() <= 1:
         comm: Communicator = SingleProcess()
+    elif strategy in ("auto", "shared_memory"):
+        from .shared import SharedMemoryCommunicator  # noqa: PLC0415 (mpi4py initializes MPI on import)
+        comm = SharedMemoryCommunicator(across_nodes=strategy == "shared_memory")
     else:
-        from .mpi import MPICommunicator  # noqa: PLC0415 (mpi4py initializes MPI on import)
+        from .mpi import MPICommunicator  # noqa: PLC0415
         comm = MPICommunicator(strategy)
     ACTIVE.append(comm)
     return comm

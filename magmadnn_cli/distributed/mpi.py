@@ -12,6 +12,7 @@ from mpi4py import MPI
 from .. import backend as B
 from ..errors import MagmaError
 from .comm import Communicator, launched_ranks
+from .nccl import NcclReducer, load_nccl
 
 
 class MPICommunicator(Communicator):
@@ -32,6 +33,7 @@ class MPICommunicator(Communicator):
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         local.Free()
         self.strategy = strategy
+        self._nccl: NcclReducer | bool | None = None  # made lazily; False: not available
         self._reduce = {"allreduce": self._allreduce, "ring": self._ring,
                         "parameter_server": self._parameter_server}[strategy]
         install_abort_hook(self)
@@ -40,14 +42,29 @@ class MPICommunicator(Communicator):
     def bcast(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=root)
 
+    def _device_reducer(self, array: Any) -> NcclReducer | None:
+        """NCCL for a GPU array under the allreduce strategy, made on first use (None: use MPI)."""
+        if isinstance(array, np.ndarray) or self.strategy != "allreduce" or self._nccl is False:
+            return None
+        if self._nccl is None:
+            nccl = load_nccl()
+            self._nccl = NcclReducer(nccl, self.rank, self.size, self.comm.bcast) if nccl is not None else False
+        return self._nccl or None
+
     def bcast_array(self, array: Any, root: int = 0) -> None:
+        if (nccl := self._device_reducer(array)) is not None:
+            nccl.bcast(array, root)
+            return
         host = B.to_host(array)
         self.comm.Bcast(host, root=root)
         if host is not array:
             array[...] = B.to_device(host)
 
     def allreduce_sum(self, array: Any) -> None:
-        host = B.to_host(array)  # cupy buffers are staged through the host
+        if (nccl := self._device_reducer(array)) is not None:
+            nccl.allreduce_sum(array)
+            return
+        host = B.to_host(array)  # without NCCL, cupy buffers are staged through the host
         if not host.flags.c_contiguous:
             raise ValueError("allreduce_sum needs a contiguous buffer")
         self._reduce(host)

@@ -140,6 +140,11 @@ class Graph:
         self.nodes = topological_order(outputs)
         self.ops = [n for n in self.nodes if isinstance(n, Op)]
         self.parameters = [n for n in self.nodes if isinstance(n, Parameter)]
+        self.bind_gradients()
+
+    def bind_gradients(self) -> None:
+        """Point each op at the gradient buffers of the parameters only it consumes (again after the
+        parameters' buffers move)."""
         consumers: dict[int, int] = {}
         for op in self.ops:
             for i in op.inputs:
