@@ -46,8 +46,8 @@ class MPICommunicator(Communicator):
         """NCCL for a GPU array under the allreduce strategy, made on first use (None: use MPI)."""
         if isinstance(array, np.ndarray) or self.strategy != "allreduce" or self._nccl is False:
             return None
-        if self._nccl is None:
-            nccl = load_nccl()
+        if self._nccl is None:  # NCCL needs a GPU of its own per rank on a node
+            nccl = load_nccl() if B.xp.cuda.runtime.getDeviceCount() >= self.local_size else None
             self._nccl = NcclReducer(nccl, self.rank, self.size, self.comm.bcast) if nccl is not None else False
         return self._nccl or None
 
