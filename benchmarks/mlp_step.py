@@ -21,17 +21,20 @@ from magmadnn_cli.optimizers import SGD
 BATCH, INPUTS, HIDDEN, CLASSES = 100, 784, 528, 10
 
 
-def best_time(fn, steps: int, repeats: int = 3) -> float:
-    """Seconds per call: the best of `repeats` timings of `steps` calls (after a warm-up)."""
-    fn()
+def best_times(fns, steps: int, repeats: int = 5) -> list[float]:
+    """Seconds per call of each function: the best of `repeats` timings of `steps` calls, the
+    functions taking turns, so that a slow spell of the machine hits all of them alike."""
+    for fn in fns:
+        fn()
     B.synchronize()
-    best = float("inf")
+    best = [float("inf")] * len(fns)
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        B.synchronize()
-        best = min(best, (time.perf_counter() - start) / steps)
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            B.synchronize()
+            best[i] = min(best[i], (time.perf_counter() - start) / steps)
     return best
 
 
@@ -80,8 +83,7 @@ def main() -> None:
     print(f"device={B.device} batch={BATCH} 784 -> L x {HIDDEN} sigmoid -> 10, SGD lr 0.05 wd 0.001")
     print(f"{'L':>2} {'engine ms':>10} {'floor ms':>9} {'ratio':>6} {'samples/s':>10}")
     for layers in args.layers:
-        engine = best_time(engine_step(layers), args.steps)
-        floor = best_time(gemm_floor(layers), args.steps)
+        engine, floor = best_times([engine_step(layers), gemm_floor(layers)], args.steps)
         print(f"{layers:>2} {engine * 1e3:>10.3f} {floor * 1e3:>9.3f} {engine / floor:>6.2f} {BATCH / engine:>10.0f}")
 
 
