@@ -99,7 +99,8 @@ class SGD(Optimizer):
              sum_shares: Callable[[float], float] | None = None) -> None:
         """Plain SGD is p <- (1 - lr wd) p - lr g: one fused pass (a cupy kernel on the GPU, BLAS
         axpby on the CPU) instead of three."""
-        if self.momentum or self.clip_norm is not None or not blas.can_axpby(params):
+        own_rule = type(self).update is not SGD.update or type(self).decay is not SGD.decay  # a subclass's
+        if own_rule or self.momentum or self.clip_norm is not None or not blas.can_axpby(params):
             super().step(params, grads, share, sum_shares)
             return
         lr = self.lr()

@@ -153,3 +153,16 @@ def test_optimizer_uses_schedule_per_step_in_epochs():
         opt.step(p, np.ones(1))
     assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25]
     np.testing.assert_allclose(p, -sum(lrs))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blas_axpby_is_one_fused_pass_of_the_formula(dtype):
+    from magmadnn_cli import blas
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=1000).astype(dtype), rng.normal(size=1000).astype(dtype)
+    expected = -0.05 * x.astype(np.float64) + 0.999 * y.astype(np.float64)
+    if not blas.axpby(-0.05, x, 0.999, y):
+        pytest.skip("this numpy build ships no OpenBLAS axpby")
+    np.testing.assert_allclose(y, expected, rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-7)
+    assert not blas.axpby(1.0, x[::2], 1.0, y[::2])          # strided: refused, numpy does it
+    assert not blas.axpby(1.0, x.astype(np.int32), 1.0, y)   # mixed types: refused
