@@ -20,6 +20,11 @@ class Activation:
     def __call__(self, z: Array) -> Array:
         raise NotImplementedError  # abstract
 
+    def in_place(self, z: Array) -> Array:
+        """The activation of a `z` its caller no longer needs. Activations whose gradient uses only
+        the output may compute it over z's own memory (one allocation and pass fewer)."""
+        return self(z)
+
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         """d(loss)/dz given g = d(loss)/dy."""
         raise NotImplementedError  # abstract
@@ -40,14 +45,23 @@ class Sigmoid(Activation):
     name = "sigmoid"
 
     def __call__(self, z: Array) -> Array:
-        xp = B.array_module(z)
-        if xp is not np:
+        if B.array_module(z) is not np:
             return elementwise("sigmoid")(z)
-        y = xp.multiply(z, 0.5)
-        xp.tanh(y, out=y)
-        y += 1.0
-        y *= 0.5
-        return y
+        return self._from_half(np.multiply(z, 0.5))
+
+    def in_place(self, z: Array) -> Array:
+        if B.array_module(z) is not np:
+            return elementwise("sigmoid")(z)
+        z *= 0.5
+        return self._from_half(z)
+
+    @staticmethod
+    def _from_half(h: np.ndarray) -> np.ndarray:
+        """h = z / 2  ->  0.5 * (1 + tanh(h)), in place."""
+        np.tanh(h, out=h)
+        h += 1.0
+        h *= 0.5
+        return h
 
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         if B.array_module(y) is not np:

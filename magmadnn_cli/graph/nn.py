@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
+
+import numpy as np
 
 from .. import backend as B
 from .activations import Activation
@@ -40,8 +43,8 @@ class Dense(Op):
         z = x @ w
         if b is not None:
             z += b
-        self.z = z
-        return self.fn(z)
+        self.z = z  # (overwritten by activations whose gradient needs only their output)
+        return self.fn.in_place(z)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         x, w = self.inputs[0], self.inputs[1]
@@ -55,11 +58,25 @@ class Dense(Op):
             grads.append(x.value.T @ dz)
         if len(self.inputs) == 3:
             if outs[2] is not None:
-                dz.sum(axis=0, out=outs[2])
+                column_sums(dz, out=outs[2])
                 grads.append(IN_PLACE)
             else:
-                grads.append(dz.sum(axis=0))
+                grads.append(column_sums(dz))
         return grads
+
+
+def column_sums(a: Array, out: Array | None = None) -> Array:
+    """a.sum(axis=0) of a 2-D array; on the CPU as ones @ a, which BLAS does twice as fast."""
+    if B.array_module(a) is not np:
+        return a.sum(axis=0, out=out)
+    return np.matmul(_ones(a.shape[0], a.dtype), a, out=out)
+
+
+@functools.cache
+def _ones(n: int, dtype: Any) -> np.ndarray:
+    ones = np.ones(n, dtype)
+    ones.flags.writeable = False
+    return ones
 
 
 class Dropout(Op):
