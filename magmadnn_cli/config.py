@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
 InitializerName = Literal["zeros", "ones", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
@@ -291,7 +291,13 @@ class TrainingConfig(Strict):
     eval_batch_size: PositiveInt = 1024
     augment: Augmentation | None = None
     checkpoint: Checkpointing | None = Field(default_factory=Checkpointing,
-                                             description="null: no checkpoints (and Ctrl-C just stops)")
+                                             description="null or false: no checkpoints (and Ctrl-C just stops)")
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _checkpoint_switch(cls, value: Any) -> Any:
+        """`checkpoint: false` turns checkpoints off, `checkpoint: true` keeps the defaults."""
+        return {False: None, True: {}}.get(value, value) if isinstance(value, bool) else value
 
 
 class DistributedConfig(Strict):

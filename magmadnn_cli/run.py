@@ -108,6 +108,13 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                       f"{trainer.global_step})")
         for note in notes:
             reporter.warn(f"resumed with {note}" if ": checkpoint " in note else note)
+        done = len(trainer.history.epochs)
+        if trainer.history.stopped_early:
+            reporter.warn(f"the run had already stopped early after epoch {done} (training.early_stopping); "
+                          "nothing is left to train, so only its outputs are written again")
+        elif pos.epoch > config.training.epochs:
+            reporter.warn(f"the run had already finished its {done} epochs; raise training.epochs "
+                          f"(e.g. --set training.epochs={done + 10}) to train on")
     elif saver is not None and comm.is_root and (removed := clear(saver.folder)):
         reporter.info(f"removed {removed} checkpoint(s) of an earlier run in {saver.folder}")
     history = trainer.fit(data.train, data.validation, config.training.epochs, stopper, prune=prune)
@@ -122,7 +129,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if comm.is_root:
         write_outputs(out_dir, config, network, data, task, metrics, history)
         reporter.table(metrics_table(f"{config.name} — final metrics", final))
-        reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml")
+        reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
+                      + (", checkpoints/" if saver is not None else ""))
     comm.barrier()
     return RunResult(out_dir, metrics, history)
 

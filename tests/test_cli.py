@@ -169,3 +169,19 @@ def test_digits_config_reaches_95_percent_test_accuracy(capsys, tmp_path):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["test"]["accuracy"] >= 0.95
     assert B.floatx is np.float32
+
+
+def test_checkpoint_false_turns_checkpoints_off(capsys, blobs, tmp_path):
+    out = tmp_path / "plain"
+    _train(capsys, blobs, out, "--set", "training.checkpoint=false", "--set", "training.epochs=2")
+    assert not (out / "checkpoints").exists() and (out / "model.npz").exists()
+
+
+def test_resuming_a_finished_run_says_so(capsys, blobs, tmp_path):
+    out = tmp_path / "done"
+    _train(capsys, blobs, out, "--set", "training.epochs=2")
+    code, stdout, stderr = run_cli(capsys, "train", blobs, "--resume", out, "--set", "training.epochs=2")
+    assert code == 0, stderr
+    assert "already finished its 2 epochs; raise training.epochs (e.g. --set training.epochs=12)" in stderr
+    code, stdout, stderr = run_cli(capsys, "train", blobs, "--resume", out, "--set", "training.epochs=3")
+    assert code == 0 and "epoch 3 " in stdout and "epoch 2 " not in stdout, stderr
