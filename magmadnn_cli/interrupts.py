@@ -44,6 +44,30 @@ class StopSignals:
         return signal.Signals(self.received).name if self.received else ""
 
 
+class Interruptible:
+    """While active, SIGINT and SIGTERM raise KeyboardInterrupt at once, for work that may stop
+    anywhere (a search, between or inside trials); `received` holds the signal number."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "Interruptible":
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        raise KeyboardInterrupt
+
+
 def resume_command(run_dir: Path, ranks: int = 1) -> str:
     """The command that continues this run: the one that started it, with `--resume RUN_DIR` (and
     `--processes N` for a data-parallel run, whatever launched it)."""

@@ -13,6 +13,7 @@ import io
 import itertools
 import math
 import shutil
+import signal
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from rich.table import Table
 from .config import Config, Distribution, SearchConfig
 from .configfile import apply_override, parse_override
 from .distributed import Communicator, SingleProcess
-from .errors import MagmaError
+from .errors import Interrupted, MagmaError
+from .interrupts import Interruptible
 from .files import write_text
 from .reporting import Reporter
 
@@ -137,12 +139,23 @@ def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: 
     search = config.search
     base = config.model_dump(mode="json")
     trials = sample_trials(search)
+    results: list[dict] = []
+    stopped = 0
     if comm.size == 1:
-        results = _sequential(trials, base, out_dir, search, reporter)
+        with Interruptible() as signals:  # Ctrl-C or SIGTERM: keep what the finished trials found
+            try:
+                _sequential(trials, base, out_dir, search, reporter, results)
+            except KeyboardInterrupt:
+                stopped = signals.received or signal.SIGINT
     else:
         results = _master(trials, comm, search, reporter) if comm.is_root else _worker(comm, base, out_dir, search)
-    if comm.is_root:
+    if comm.is_root and results:
         write_results(results, base, out_dir, search, reporter)
+    if stopped:
+        kept = (f"wrote {out_dir}/trials.csv, best_config.yaml and model.npz for them" if results
+                else "nothing was written")
+        raise Interrupted(f"stopped by {signal.Signals(stopped).name} after {len(results)} of {len(trials)} "
+                          f"trial(s) finished; {kept}", stopped)
     comm.barrier()
     return results if comm.is_root else []
 
@@ -162,8 +175,9 @@ def _reached(search: SearchConfig, result: dict[str, Any]) -> bool:
 
 
 def _sequential(trials: list[Overrides], base: dict, out_dir: Path, search: SearchConfig,
-                reporter: Reporter) -> list[dict]:
-    pruner, results = Pruner(search.early_stop), []
+                reporter: Reporter, results: list[dict]) -> None:
+    """Run the trials in turn, appending each result to `results` as it finishes."""
+    pruner = Pruner(search.early_stop)
     for index, overrides in enumerate(trials):
         result = run_trial(index, base, overrides, out_dir, pruner)
         if result["status"] == "ok":
@@ -173,7 +187,6 @@ def _sequential(trials: list[Overrides], base: dict, out_dir: Path, search: Sear
         if _reached(search, result):
             reporter.info(f"stop_when reached by trial {index}; {len(trials) - index - 1} trial(s) not run")
             break
-    return results
 
 
 def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: Reporter) -> list[dict]:

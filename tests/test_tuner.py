@@ -152,3 +152,26 @@ def test_a_crashing_trial_is_recorded_and_the_search_goes_on(blobs, tmp_path, mo
     results = tune(cfg, tmp_path / "t")
     assert results[0]["status"] == "failed" and "RuntimeError: worker lost its GPU" in results[0]["reason"]
     assert results[1]["status"] == "ok" and (tmp_path / "t" / "model.npz").exists()
+
+
+def test_sigterm_keeps_the_finished_trials(blobs, tmp_path):
+    """A search stopped by SIGTERM (a cluster's time limit) writes what its finished trials found."""
+    import signal
+    import time
+    config = blobs.parent / "slow.yaml"
+    config.write_text(blobs.read_text().replace("epochs: 15", "epochs: 30") +
+                      "search: {method: random, trials: 400, space: {optimizer.learning_rate: {loguniform: [0.001, 0.1]}}}\n")
+    out = tmp_path / "search"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    p = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "tune", str(config), "--out", str(out), "-q"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    while not (out / "trials" / "3").exists() and time.time() < deadline and p.poll() is None:  # 3 trials done
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    _, stderr = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM after" in stderr and "of 400 trial(s) finished" in stderr and "Traceback" not in stderr
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert 3 <= len(rows) < 400 and all(r["status"] == "ok" for r in rows)
+    assert (out / "model.npz").exists() and (out / "best_config.yaml").exists()
