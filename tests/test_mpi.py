@@ -44,8 +44,8 @@ training: {epochs: 3, batch_size: 32}
 """
 
 
-def _magmadnn(*args: str, ranks: int = 0, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+def _magmadnn(*args: str, ranks: int = 0, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))} | extra_env
     prefix = [str(MPIEXEC), "-n", str(ranks)] if ranks else []
     return subprocess.run([*prefix, sys.executable, "-m", "magmadnn_cli", *args], capture_output=True,
                           stdin=subprocess.DEVNULL, text=True, env=env, timeout=timeout)
@@ -156,3 +156,16 @@ def test_shared_memory_splits_a_clipped_adam_update_exactly(project, ranks):
     want, got = _weights(project / "adam-1"), _weights(out)
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("strategy", ["shared_memory", "auto"])
+def test_shared_memory_across_nodes(project, strategy):
+    """4 ranks as 2 "nodes" of 2: shares are summed in each node, then allreduced between the ranks
+    holding the same share on the two nodes (shared_memory), or plain MPI (auto, several nodes)."""
+    out = project / f"nodes-{strategy}"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q",
+                       "--set", f"distributed.strategy={strategy}", ranks=4, MAGMADNN_RANKS_PER_NODE="2")
+    assert result.returncode == 0, result.stderr
+    single, multi = _weights(project / "single"), _weights(out)
+    for key in single:
+        np.testing.assert_allclose(multi[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
