@@ -64,28 +64,31 @@ def fingerprint(train: Split) -> str:
 
 # -- RNG state ---------------------------------------------------------------------------------
 def rng_state(rng: Any) -> dict[str, Any]:
-    """A JSON-able copy of a numpy or cupy generator's state."""
-    bits = rng.bit_generator
+    """A JSON-able copy of a numpy or cupy generator's state ({} when it cannot be read)."""
+    bits = getattr(rng, "bit_generator", None)
     if isinstance(getattr(bits, "state", None), dict):
         return {"numpy": bits.state}
-    raw = getattr(bits, "_state", None)  # cupy keeps its curand states in a device array
-    if raw is not None:
-        return {"device": base64.b64encode(B.to_host(raw).tobytes()).decode("ascii")}
-    return {}
+    try:  # cupy keeps its curand states in a device array
+        return {"device": base64.b64encode(B.to_host(bits._state).tobytes()).decode("ascii")}
+    except Exception:  # another cupy layout: resume then reseeds (and says so)
+        return {}
 
 
 def set_rng_state(rng: Any, state: dict[str, Any]) -> bool:
     """Restore `state` into `rng`; False when this kind of generator cannot take it."""
-    bits = rng.bit_generator
+    bits = getattr(rng, "bit_generator", None)
     if "numpy" in state and isinstance(getattr(bits, "state", None), dict):
         bits.state = state["numpy"]
         return True
-    raw = getattr(bits, "_state", None)
-    if "device" in state and raw is not None:
-        host = np.frombuffer(base64.b64decode(state["device"]), dtype=B.to_host(raw).dtype)
-        if host.size == raw.size:
-            raw[...] = B.to_device(host.reshape(raw.shape))
-            return True
+    if "device" in state:
+        try:
+            raw = bits._state
+            host = np.frombuffer(base64.b64decode(state["device"]), dtype=B.to_host(raw).dtype)
+            if host.size == raw.size:
+                raw[...] = B.to_device(host.reshape(raw.shape))
+                return True
+        except Exception:  # another cupy layout
+            return False
     return False
 
 
@@ -271,9 +274,12 @@ def restore(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None) ->
             stopper.best_params = B.to_device(arrays["best_params"], dtype=net.flat_params.dtype)
     notes = []
     rank, ranks = trainer.comm.rank, trainer.comm.size
-    if meta["ranks"] != ranks or not set_rng_state(net.rng, meta["rng"][rank]):
+    same_ranks = meta["ranks"] == ranks
+    if not (same_ranks and set_rng_state(net.rng, meta["rng"][rank])):
         seed = int(np.random.SeedSequence([trainer.seed, meta["global_step"], rank]).generate_state(1)[0])
         set_rng_state(net.rng, rng_state(B.rng(seed)))  # in place: the dropout ops hold this generator
-        notes.append(f"the checkpoint was written by {meta['ranks']} rank(s), this run has {ranks}: dropout "
-                     "draws are reseeded, so results match an uninterrupted run only statistically")
+        why = "this generator's state could not be restored" if same_ranks else \
+            f"the checkpoint was written by {meta['ranks']} rank(s), this run has {ranks}"
+        notes.append(f"{why}: dropout draws are reseeded, so results match an uninterrupted run only "
+                     "statistically")
     return notes
