@@ -129,3 +129,17 @@ def test_resnet_config_trains_and_round_trips(capsys, tmp_path):
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["validation"]["accuracy"] > 0.5
     net = restore(saved)
     assert all(np.array_equal(v, saved.weights[k]) for k, v in net.state().items())
+
+
+def test_max_pool_routes_a_tied_window_to_its_first_largest_input():
+    """After a ReLU many windows are all zeros: the gradient must go to one input (the first, as in
+    PyTorch), not to every tied one."""
+    x = np.zeros((1, 1, 4, 4))
+    x[0, 0, 2:, 2:] = [[1.0, 3.0], [3.0, 2.0]]
+    op = Pool2D(Variable("x", x), "max", (2, 2), (2, 2), (0, 0))
+    op.value = op.forward(x)
+    (dx,) = op.backward(np.ones((1, 1, 2, 2)))
+    expected = np.zeros((4, 4))
+    expected[0, 0] = expected[0, 2] = expected[2, 0] = 1.0  # all-zero windows: their first element
+    expected[2, 3] = 1.0                                     # 3 twice: the first in row-major order
+    np.testing.assert_array_equal(dx[0, 0], expected)
