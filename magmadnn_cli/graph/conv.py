@@ -1,5 +1,5 @@
-"""Convolution and pooling on NCHW arrays, by im2col + one batched GEMM. The window gather and its
-adjoint loop over the kh x kw kernel offsets only (never over samples or pixels)."""
+"""Convolution (im2col + one batched GEMM) and pooling (running max/sum) on NCHW arrays. Every loop
+runs over the kh x kw kernel offsets only, never over samples or pixels."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ def output_size(size: int, kernel: int, stride: int, pad: int, dilation: int = 1
     return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def _windows(x: Array, kernel: Pair, stride: Pair, pad: Pair, dilation: Pair, fill: float = 0.0) -> Array:
+def _windows(x: Array, kernel: Pair, stride: Pair, pad: Pair, dilation: Pair) -> Array:
     """(N, C, H, W) -> (N, C, kh, kw, Ho, Wo): the input under each kernel offset."""
     xp = B.array_module(x)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, pad, dilation
     n, c, h, w = x.shape
     ho, wo = output_size(h, kh, sh, ph, dh), output_size(w, kw, sw, pw, dw)
     if ph or pw:
-        x = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
+        x = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     out = xp.empty((n, c, kh, kw, ho, wo), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
