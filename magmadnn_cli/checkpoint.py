@@ -220,14 +220,15 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): tree}
 
 
-def differences(saved: dict[str, Any], current: dict[str, Any], fields: tuple[str, ...] | None) -> list[str]:
+def differences(saved: dict[str, Any], current: dict[str, Any], fields: tuple[str, ...] | None,
+                saved_as: str = "checkpoint") -> list[str]:
     """`field: checkpoint X, config Y` for each leaf that differs (within `fields`, if given)."""
     old, new = _flatten(saved), _flatten(current)
     keys = sorted(set(old) | set(new))
     if fields is not None:
         keys = [k for k in keys if any(k == f or k.startswith(f + ".") for f in fields)]
     missing = "(absent)"
-    return [f"{k}: checkpoint {old.get(k, missing)!r}, config {new.get(k, missing)!r}"
+    return [f"{k}: {saved_as} {old.get(k, missing)!r}, config {new.get(k, missing)!r}"
             for k in keys if old.get(k, missing) != new.get(k, missing)]
 
 

@@ -38,12 +38,10 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python trace
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, per-trial lines or tables")]
 
 
-def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True,
-                     draw_seed: bool = True):
+def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True):
     """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's
-    communicator. A missing seed is drawn on rank 0 for all ranks (unless `draw_seed` is False)."""
-    import secrets
-
+    communicator. A missing seed stays missing: the command draws one for all ranks (or takes the
+    one of the run it resumes)."""
     from .configfile import load_config
     from .distributed import get_communicator
     from .distributed.launcher import launch, should_launch, strip_processes
@@ -51,10 +49,7 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int |
     ranks = processes or cfg.distributed.processes
     if should_launch(ranks):
         raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
-    comm = get_communicator(cfg.distributed.strategy if strategy else "allreduce")
-    if cfg.seed is None and draw_seed:
-        cfg = cfg.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
-    return cfg, comm
+    return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
 
 
 @app.command()
@@ -70,13 +65,15 @@ def train(config: ConfigArg, set_: SetOpt = None,
     checkpoints (resume with --resume RUN_DIR)."""
     from .reporting import make_reporter
     from .run import train as run_train
-    cfg, comm = _config_on_ranks(config, set_, processes, draw_seed=False)
+    cfg, comm = _config_on_ranks(config, set_, processes)
     run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume)
 
 
 @app.command()
 def tune(config: ConfigArg, set_: SetOpt = None,
          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
+         resume: Annotated[bool, typer.Option("--resume", help="run only the trials the search's "
+                           "trials.jsonl lacks")] = False,
          quiet: QuietOpt = False,
          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                               help="ranks: rank 0 hands out trials, the others train them")] = None) -> None:
@@ -84,7 +81,7 @@ def tune(config: ConfigArg, set_: SetOpt = None,
     from .reporting import make_reporter
     from .tuner import tune as run_tune
     cfg, comm = _config_on_ranks(config, set_, processes, strategy=False)
-    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm)
+    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm, resume)
 
 
 @app.command()

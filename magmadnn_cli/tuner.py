@@ -12,6 +12,7 @@ import csv
 import io
 import itertools
 import math
+import secrets
 import shutil
 import signal
 import statistics
@@ -32,6 +33,7 @@ from .errors import Interrupted, MagmaError
 from .interrupts import Interruptible
 from .files import write_text
 from .reporting import Reporter
+from .trial_log import TrialLog, saved_seed
 
 Overrides = dict[str, Any]
 
@@ -131,33 +133,63 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
     return result
 
 
-def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: Communicator | None = None) -> list[dict]:
-    """Run the search; rank 0 returns every trial's result (other ranks return [])."""
+def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: Communicator | None = None,
+         resume: bool = False) -> list[dict]:
+    """Run the search (or, with `resume`, the trials its journal lacks); rank 0 returns every trial's
+    result (other ranks return [])."""
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
+    if config.seed is None:  # the journal's seed on resume, else one drawn for all ranks
+        seed = (saved_seed(out_dir) if resume else secrets.randbelow(2**31)) if comm.is_root else None
+        config = config.model_copy(update={"seed": comm.bcast(seed)})
     search = config.search
     base = config.model_dump(mode="json")
     trials = sample_trials(search)
-    results: list[dict] = []
+    log = TrialLog(out_dir, base, resume) if comm.is_root else None
+    done = log.done if log else []
+    if done:
+        reporter.info(f"resuming: {len(done)} of {len(trials)} trial(s) already finished in {log.path}")
+    results: list[dict] = list(done)
     stopped = 0
     if comm.size == 1:
         with Interruptible() as signals:  # Ctrl-C or SIGTERM: keep what the finished trials found
             try:
-                _sequential(trials, base, out_dir, search, reporter, results)
+                _sequential(trials, base, out_dir, search, reporter, results, log)
             except KeyboardInterrupt:
                 stopped = signals.received or signal.SIGINT
+    elif comm.is_root:
+        _master(trials, comm, search, reporter, results, log)
     else:
-        results = _master(trials, comm, search, reporter) if comm.is_root else _worker(comm, base, out_dir, search)
+        _worker(comm, base, out_dir, search)
+    results.sort(key=lambda r: r["trial"])
     if comm.is_root and results:
         write_results(results, base, out_dir, search, reporter)
     if stopped:
         kept = (f"wrote {out_dir}/trials.csv, best_config.yaml and model.npz for them" if results
                 else "nothing was written")
         raise Interrupted(f"stopped by {signal.Signals(stopped).name} after {len(results)} of {len(trials)} "
-                          f"trial(s) finished; {kept}", stopped)
+                          f"trial(s) finished; {kept}. Continue with the same command plus --resume", stopped)
     comm.barrier()
     return results if comm.is_root else []
+
+
+def _to_run(trials: list[Overrides], search: SearchConfig, results: list[dict]) -> list[int]:
+    """Indices of the trials still to run: none once a finished one reached `stop_when`."""
+    if any(_reached(search, r) for r in results):
+        return []
+    finished = {r["trial"] for r in results}
+    return [i for i in range(len(trials)) if i not in finished]
+
+
+def _curves(results: list[dict]) -> dict[int, list[float]]:
+    """Validation-loss curves of the finished trials, by epoch (for the pruner)."""
+    curves: dict[int, list[float]] = {}
+    for r in results:
+        if r["status"] == "ok":
+            for epoch, value in enumerate(r["curve"], start=1):
+                curves.setdefault(epoch, []).append(value)
+    return curves
 
 
 def _report(reporter: Reporter, result: dict[str, Any], search: SearchConfig) -> None:
@@ -175,30 +207,35 @@ def _reached(search: SearchConfig, result: dict[str, Any]) -> bool:
 
 
 def _sequential(trials: list[Overrides], base: dict, out_dir: Path, search: SearchConfig,
-                reporter: Reporter, results: list[dict]) -> None:
-    """Run the trials in turn, appending each result to `results` as it finishes."""
-    pruner = Pruner(search.early_stop)
-    for index, overrides in enumerate(trials):
-        result = run_trial(index, base, overrides, out_dir, pruner)
+                reporter: Reporter, results: list[dict], log: TrialLog) -> None:
+    """Run the trials in turn, appending each result to `results` and the journal as it finishes."""
+    pruner = Pruner(search.early_stop, _curves(results))
+    todo = _to_run(trials, search, results)
+    for n, index in enumerate(todo):
+        result = run_trial(index, base, trials[index], out_dir, pruner)
         if result["status"] == "ok":
             pruner.record(result["curve"])
         results.append(result)
+        log.append(result)
         _report(reporter, result, search)
         if _reached(search, result):
-            reporter.info(f"stop_when reached by trial {index}; {len(trials) - index - 1} trial(s) not run")
+            reporter.info(f"stop_when reached by trial {index}; {len(todo) - n - 1} trial(s) not run")
             break
 
 
-def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: Reporter) -> list[dict]:
-    """Hand out trial indices to whichever worker is free; collect results; tell idle workers to stop."""
+def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: Reporter,
+            results: list[dict], log: TrialLog) -> None:
+    """Hand out trial indices to whichever worker is free; collect results (into `results` and the
+    journal); tell idle workers to stop."""
     from mpi4py import MPI  # noqa: PLC0415
 
     mpi, status = comm.comm, MPI.Status()
-    curves: dict[int, list[float]] = {}
-    queue, results, busy = list(range(len(trials))), [], 0
+    curves = _curves(results)
+    queue, busy = _to_run(trials, search, results), 0
     for worker in range(1, comm.size):
         if queue:
-            mpi.send((queue.pop(0), trials[len(results) + busy], curves), dest=worker)
+            index = queue.pop(0)
+            mpi.send((index, trials[index], curves), dest=worker)
             busy += 1
         else:
             mpi.send(None, dest=worker)
@@ -207,6 +244,7 @@ def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: 
         result = mpi.recv(source=MPI.ANY_SOURCE, status=status)
         busy -= 1
         results.append(result)
+        log.append(result)
         _report(reporter, result, search)
         if result["status"] == "ok":
             for epoch, value in enumerate(result["curve"], start=1):
@@ -218,14 +256,13 @@ def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: 
             busy += 1
         else:
             mpi.send(None, dest=status.Get_source())
-    return sorted(results, key=lambda r: r["trial"])
 
 
-def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> list[dict]:
+def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> None:
     while True:
         task = comm.comm.recv(source=0)
         if task is None:
-            return []
+            return
         index, overrides, curves = task
         comm.comm.send(run_trial(index, base, overrides, out_dir, Pruner(search.early_stop, dict(curves))), dest=0)
 

@@ -105,6 +105,26 @@ search:
     assert results[0]["epochs"] == cfg.training.epochs
 
 
+def test_resume_gives_the_pruner_the_finished_curves_back(blobs, tmp_path):
+    """Cut the journal after trials 0 and 1 (as a kill would): the resumed search must prune trial 2
+    exactly as the whole search did, which it can only do with the first two trials' curves."""
+    extra = """
+search:
+  method: grid
+  early_stop: median
+  space:
+    optimizer.learning_rate: [0.05, 0.04, 0.00001]
+"""
+    cfg = _search_project(blobs, extra)
+    whole = tune(cfg, tmp_path / "t")
+    journal = tmp_path / "t" / "trials.jsonl"
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:3]) + '{"trial": 2, "stat')
+    resumed = tune(cfg, tmp_path / "t", resume=True)
+    keep = ("trial", "status", "val_accuracy", "val_loss", "epochs")
+    assert [{k: r.get(k) for k in keep} for r in resumed] == [{k: r.get(k) for k in keep} for r in whole]
+    assert resumed[2]["status"] == "pruned"
+
+
 def test_mpi_search_runs_every_trial_once_like_one_process(blobs, tmp_path):
     try:
         mpiexec = locate_mpi_launcher()
@@ -175,3 +195,55 @@ def test_sigterm_keeps_the_finished_trials(blobs, tmp_path):
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert 3 <= len(rows) < 400 and all(r["status"] == "ok" for r in rows)
     assert (out / "model.npz").exists() and (out / "best_config.yaml").exists()
+
+
+def test_a_killed_search_resumes_where_it_stopped(blobs, tmp_path):
+    """kill -9 after a few trials; `tune --resume` runs only the rest (the median pruner gets the
+    finished trials' curves back), and the table equals an uninterrupted search's."""
+    import signal
+    import time
+    config = blobs.parent / "grid.yaml"
+    config.write_text(blobs.read_text().replace("epochs: 15", "epochs: 8") + """search:
+  method: grid
+  early_stop: median
+  space:
+    optimizer.learning_rate: [0.001, 0.003, 0.01, 0.03, 0.1, 0.0003]
+    model.layers.0.units: [4, 16]
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    tune_cmd = [sys.executable, "-m", "magmadnn_cli", "tune", str(config)]
+    whole = subprocess.run([*tune_cmd, "-q", "--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env)
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "killed"
+    p = subprocess.Popen([*tune_cmd, "-q", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    journal = out / "trials.jsonl"
+    while p.poll() is None and not (journal.exists() and len(journal.read_text().splitlines()) >= 4):
+        time.sleep(0.01)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    finished = len(journal.read_text().splitlines()) - 1
+    assert 3 <= finished < 12, "the search should have been killed midway"
+    resumed = subprocess.run([*tune_cmd, "--out", str(out), "--resume"], capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {finished} of 12 trial(s) already finished" in resumed.stdout
+    assert resumed.stdout.count("trial ") >= 12 - finished  # one line per trial run now
+    keep = ("trial", "status", "param:optimizer.learning_rate", "param:model.layers.0.units", "val_accuracy",
+            "val_loss", "epochs")
+    rows = lambda d: [{k: r[k] for k in keep} for r in csv.DictReader((d / "trials.csv").open())]  # noqa: E731
+    assert rows(out) == rows(tmp_path / "whole")
+    assert any(r["status"] == "pruned" for r in rows(out))  # the pruner really took part
+
+
+def test_resume_refuses_another_search(blobs, tmp_path, capsys):
+    config = blobs.parent / "s.yaml"
+    config.write_text(blobs.read_text().replace("epochs: 15", "epochs: 2") +
+                      "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
+    code, _, err = run_cli(capsys, "tune", config, "--out", tmp_path / "t", "-q")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "tune", config, "--out", tmp_path / "t", "-q", "--resume",
+                           "--set", "search.method=random", "--set", "training.batch_size=8")
+    assert code == 2 and "search.method: search 'grid', config 'random'" in err, err
+    assert "training.batch_size: search 16, config 8" in err
+    code, _, err = run_cli(capsys, "tune", config, "--out", tmp_path / "nothing", "-q", "--resume")
+    assert code == 2 and "trials.jsonl not found" in err
