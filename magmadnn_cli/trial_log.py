@@ -30,15 +30,20 @@ class TrialLog:
                 raise MagmaError(f"tune --resume: the config differs from the search in {self.path}, so its "
                                  "trials would not compare:\n  " + "\n  ".join(changed))
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"base": base}) + "\n")
+        self._write("w", {"base": base})
 
     def append(self, result: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(result, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._write("a", result)
+
+    def _write(self, mode: str, record: dict[str, Any]) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, mode, encoding="utf-8") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise MagmaError(f"{self.path}: cannot write: {exc.strerror or exc}") from exc
 
 
 def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
