@@ -46,6 +46,9 @@ MUST_MATCH = ("model", "loss", "seed", "precision", "optimizer.type", "training.
               "training.shuffle", "training.augment")
 
 
+REQUIRED = ("position", "global_step", "history", "early_stopping", "rng", "ranks", "config", "data")
+
+
 @dataclass
 class Checkpoint:
     path: Path
@@ -202,6 +205,11 @@ def read(path: Path) -> Checkpoint:
         raise MagmaError(f"{path}: corrupt checkpoint ({exc})") from exc
     except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, TypeError) as exc:
         raise MagmaError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from exc
+    missing = [k for k in REQUIRED if k not in (meta if isinstance(meta, dict) else {})]
+    if not missing and not isinstance(meta["config"], dict):
+        missing = ["a config"]
+    if missing or "params" not in arrays:
+        raise MagmaError(f"{path}: corrupt checkpoint (it lacks {', '.join(missing or ['params'])})")
     return Checkpoint(path, meta, arrays)
 
 
@@ -250,6 +258,13 @@ def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str
 
 def restore(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None) -> list[str]:
     """Put the checkpoint's state into the trainer; returns notes (e.g. dropout reseeded)."""
+    try:
+        return _restore(ckpt, trainer, stopper)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # fields of the wrong kind or shape
+        raise MagmaError(f"{ckpt.path}: corrupt checkpoint ({type(exc).__name__}: {exc})") from exc
+
+
+def _restore(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None) -> list[str]:
     meta, arrays, net, opt = ckpt.meta, ckpt.arrays, trainer.net, trainer.opt
     params = arrays["params"]
     if params.shape != net.flat_params.shape:

@@ -60,7 +60,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                          "new one from a model's weights: give one of them")
     ckpt = load_for_resume(resume, comm) if resume is not None else None
     if config.seed is None:  # drawn once for all ranks, or the resumed run's
-        seed = ckpt.meta["config"]["seed"] if ckpt else comm.bcast(secrets.randbelow(2**31))
+        seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
     if out_dir is None:
         out_dir = ckpt.path.parent.parent if ckpt else Path("runs") / config.name

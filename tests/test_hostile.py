@@ -204,3 +204,47 @@ def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
     (tmp_path / "lab.csv").write_text("f1,f2,f3,f4,label\n1,2,3,4,zebra\n")
     code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "lab.csv")
     assert code == 2 and "labels zebra do not occur in the training data" in err
+
+
+CHECKPOINT_CASES = {
+    "truncated checkpoint": (lambda c: c.write_bytes(c.read_bytes()[:300]), "unreadable checkpoint"),
+    "empty checkpoint": (lambda c: c.write_bytes(b""), "not a magmadnn checkpoint"),
+    "pickled checkpoint": (lambda c: np.savez(c, format=np.array([{"x": 1}], dtype=object)), "never loaded"),
+    "foreign npz checkpoint": (lambda c: np.savez(c, params=np.zeros(3)), "not a magmadnn checkpoint"),
+    "future checkpoint": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"), format_version=np.array(7)),
+                          "newer than this magmadnn"),
+    "checkpoint with bad meta": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"),
+                                                    format_version=np.array(1), meta=np.array("{oops")),
+                                 "corrupt checkpoint"),
+    "checkpoint lacking state": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"),
+                                                    format_version=np.array(1), meta=np.array("{}"),
+                                                    params=np.zeros(3)), "corrupt checkpoint (it lacks position"),
+    "checkpoint with odd state": (lambda c: _odd_checkpoint(c), "corrupt checkpoint (TypeError"),
+}
+
+
+def _odd_checkpoint(path):
+    """A well-formed checkpoint whose position is a string instead of a mapping."""
+    import json
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["position"] = "epoch two"
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINT_CASES))
+def test_hostile_checkpoints(name, capsys, tmp_path):
+    blobs_csv(tmp_path / "blobs.csv")
+    config = _config(tmp_path)
+    code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q", "--set", "training.epochs=1")
+    assert code == 0, err
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(sorted((tmp_path / "run" / "checkpoints").iterdir())[-1].read_bytes())
+    mutate, expected = CHECKPOINT_CASES[name]
+    mutate(bad)
+    before = sorted(p.name for p in _files(tmp_path / "run"))
+    code, out, err = run_cli(capsys, "train", config, "--resume", bad, "--out", tmp_path / "run", "-q")
+    assert code == 2 and expected in err and "Traceback" not in out + err, err
+    assert sorted(p.name for p in _files(tmp_path / "run")) == before  # the run's files are untouched
