@@ -1,5 +1,6 @@
-"""SIGINT/SIGTERM during training: the first one is only recorded, so the loop can finish its step,
-write a checkpoint and exit cleanly; a second one stops at once (KeyboardInterrupt)."""
+"""SIGINT/SIGTERM. During training the first one is only recorded, so the loop can finish its step,
+write a checkpoint and exit cleanly; a second one stops at once (KeyboardInterrupt). A search stops
+at once and keeps its finished trials (`Interruptible`)."""
 
 from __future__ import annotations
 
@@ -44,24 +45,9 @@ class StopSignals:
         return signal.Signals(self.received).name if self.received else ""
 
 
-class Interruptible:
+class Interruptible(StopSignals):
     """While active, SIGINT and SIGTERM raise KeyboardInterrupt at once, for work that may stop
     anywhere (a search, between or inside trials); `received` holds the signal number."""
-
-    def __init__(self) -> None:
-        self.received = 0
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "Interruptible":
-        if threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
