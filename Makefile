@@ -20,8 +20,10 @@ train: $(STAMP)  ## install, then train the README's first model on the shipped 
 test: $(STAMP)  ## install, then run the whole test suite
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)  ## the MagmaDNN paper's MLP step vs a GEMM-only floor
+bench: $(STAMP)  ## speed: the paper's MLP step vs a GEMM floor, data-parallel scaling, convolutions
 	$(BIN)/python benchmarks/mlp_step.py
+	$(BIN)/python benchmarks/scaling.py
+	$(BIN)/python benchmarks/conv.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
