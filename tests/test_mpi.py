@@ -169,3 +169,9 @@ def test_shared_memory_across_nodes(project, strategy):
     single, multi = _weights(project / "single"), _weights(out)
     for key in single:
         np.testing.assert_allclose(multi[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_shared_memory_needs_room_in_dev_shm(tmp_path):
+    from magmadnn_cli.distributed.comm import shared_memory_fits
+    assert shared_memory_fits(1, str(tmp_path)) and not shared_memory_fits(2**62, str(tmp_path))
+    assert shared_memory_fits(2**62, str(tmp_path / "missing"))  # nothing to ask: MPI decides

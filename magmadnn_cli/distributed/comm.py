@@ -104,3 +104,13 @@ def abort_if_distributed(code: int) -> None:
     """After a rank has reported its error: end every rank (the others may wait in a collective)."""
     if ACTIVE and ACTIVE[0].size > 1:
         ACTIVE[0].abort(code)
+
+
+def shared_memory_fits(nbytes: int, folder: str = "/dev/shm") -> bool:
+    """Whether the shared-memory filesystem (where MPI places shared windows) has room, with a
+    margin; True where there is none to ask (MPI then uses what it has)."""
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return True
+    return stats.f_bavail * stats.f_frsize >= 1.1 * nbytes

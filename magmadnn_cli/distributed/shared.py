@@ -16,6 +16,7 @@ one machine (the tests do).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from mpi4py import MPI
 from .. import backend as B
 from ..errors import MagmaError
 from ..network import STATS
+from .comm import shared_memory_fits
 from .mpi import MPICommunicator
 
 
@@ -54,6 +56,13 @@ class SharedMemoryCommunicator(MPICommunicator):
         row = size + STATS
         dtype = network.flat_params.dtype
         total = size * (1 + len(slots)) + n * row
+        if not self.comm.allreduce(shared_memory_fits(total * dtype.itemsize), op=MPI.LAND):
+            if self.rank == 0:
+                print(f"warning: /dev/shm has less than the {total * dtype.itemsize / 2**20:.0f} MiB the "
+                      "shared_memory strategy needs (a container's default is 64 MiB: docker run "
+                      "--shm-size); using MPI allreduce instead", file=sys.stderr)
+            super().share(network, optimizer)
+            return
         self.window = MPI.Win.Allocate_shared(total * dtype.itemsize if r == 0 else 0, dtype.itemsize,
                                               comm=self.local)
         memory = np.ndarray((total,), dtype=dtype, buffer=self.window.Shared_query(0)[0])
@@ -100,3 +109,4 @@ class SharedMemoryCommunicator(MPICommunicator):
     def update_done(self) -> None:
         if self.active:
             self.local.Barrier()
+
