@@ -5,6 +5,7 @@ MPI master-worker version runs each trial exactly once with the single-process r
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import subprocess
@@ -142,6 +143,19 @@ def test_mpi_search_runs_every_trial_once_like_one_process(blobs, tmp_path):
     for row, one in zip(rows, single):
         assert math.isclose(float(row["val_accuracy"]), one["val_accuracy"], abs_tol=1e-6)
         assert math.isclose(float(row["val_loss"]), one["val_loss"], rel_tol=1e-5)
+    # resumed under MPI from a journal holding trials 0, 2 and 5: the master hands out only the others
+    journal = tmp_path / "mpi" / "trials.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    kept = [lines[0]] + [line for line in lines[1:] if json.loads(line)["trial"] in (0, 2, 5)]
+    journal.write_text("".join(kept))
+    resumed = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "magmadnn_cli", "tune", str(blobs),
+                              "--out", str(tmp_path / "mpi"), "--resume"], capture_output=True,
+                             stdin=subprocess.DEVNULL, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming: 3 of 8 trial(s) already finished" in resumed.stdout
+    assert sum(line.startswith("trial ") for line in resumed.stdout.splitlines()) == 5  # one line per trial run
+    again = list(csv.DictReader((tmp_path / "mpi" / "trials.csv").open()))
+    assert [(r["trial"], r["val_loss"]) for r in again] == [(r["trial"], r["val_loss"]) for r in rows]
 
 
 def test_more_ranks_than_trials_does_not_hang(blobs, tmp_path):
@@ -227,7 +241,7 @@ def test_a_killed_search_resumes_where_it_stopped(blobs, tmp_path):
     resumed = subprocess.run([*tune_cmd, "--out", str(out), "--resume"], capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming: {finished} of 12 trial(s) already finished" in resumed.stdout
-    assert resumed.stdout.count("trial ") >= 12 - finished  # one line per trial run now
+    assert sum(line.startswith("trial ") for line in resumed.stdout.splitlines()) == 12 - finished
     keep = ("trial", "status", "param:optimizer.learning_rate", "param:model.layers.0.units", "val_accuracy",
             "val_loss", "epochs")
     rows = lambda d: [{k: r[k] for k in keep} for r in csv.DictReader((d / "trials.csv").open())]  # noqa: E731
