@@ -108,18 +108,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--strategy", default="auto", choices=["auto", "allreduce", "ring", "parameter_server", "shared_memory", "overlap"],
                         help="overlap: per-layer non-blocking Allreduce started during backward (an experiment)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each size, 1 rank and N ranks taking turns; the best of each counts")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.steps, args.strategy)
         return
     n = args.ranks
-    print(f"paper MLP 784 -> {LAYERS} x {HIDDEN} sigmoid -> 10, 1 BLAS thread per rank, strategy {args.strategy}")
+    print(f"paper MLP 784 -> {LAYERS} x {HIDDEN} sigmoid -> 10, 1 BLAS thread per rank, strategy {args.strategy}, "
+          f"best of {args.repeats} alternating runs")
     print(f"{'scaling':<8} {'ranks':>5} {'global batch':>12} {'samples/s':>10} {'efficiency':>10} {'comm %':>7}")
     for kind, per_rank in (("weak", lambda r: 100), ("strong", lambda r: 200 // r)):
-        base = run(1, per_rank(1), args.steps, args.strategy)
-        for ranks, result in ((1, base), (n, run(n, per_rank(n), args.steps, args.strategy))):
-            eff = result["samples_per_s"] / (ranks * base["samples_per_s"])
+        best: dict[int, dict] = {}
+        for _ in range(args.repeats):  # taking turns, so a slow spell of the machine hits both sizes
+            for ranks in (1, n):
+                result = run(ranks, per_rank(ranks), args.steps, args.strategy)
+                if ranks not in best or result["samples_per_s"] > best[ranks]["samples_per_s"]:
+                    best[ranks] = result
+        for ranks in (1, n):
+            result = best[ranks]
+            eff = result["samples_per_s"] / (ranks * best[1]["samples_per_s"])
             print(f"{kind:<8} {ranks:>5} {per_rank(ranks) * ranks:>12} {result['samples_per_s']:>10.0f} "
                   f"{eff:>10.2f} {100 * result['comm_fraction']:>6.1f}%")
 
