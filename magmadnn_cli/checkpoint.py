@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import re
-import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from .config import Checkpointing, Config
 from .data import Split
 from .distributed import Communicator
 from .errors import MagmaError
-from .files import atomic_write, is_npz
+from .files import atomic_write, load_npz
 from .trainer import EarlyStopper, History, Position, Trainer
 
 FORMAT = "magmadnn-checkpoint"
@@ -183,28 +182,19 @@ def locate(path: Path) -> Path:
 
 
 def read(path: Path) -> Checkpoint:
-    if not is_npz(path):
-        raise MagmaError(f"{path}: not a magmadnn checkpoint (not an .npz archive)")
+    arrays = load_npz(path, "magmadnn checkpoint")
+    if str(arrays.get("format", "")) != FORMAT:
+        kind = "a model file; --init-from takes weights only" if any(k.startswith("weights/") for k in arrays) \
+            else "not a magmadnn checkpoint"
+        raise MagmaError(f"{path}: {kind}")
     try:
-        with np.load(path, allow_pickle=False) as f:
-            if "format" not in f.files or str(f["format"]) != FORMAT:
-                kind = "a model file; --init-from takes weights only" if "weights/" in " ".join(f.files) else \
-                    "not a magmadnn checkpoint"
-                raise MagmaError(f"{path}: {kind}")
-            if int(f["format_version"]) > FORMAT_VERSION:
-                raise MagmaError(f"{path}: checkpoint format {int(f['format_version'])} is newer than this "
-                                 "magmadnn understands; upgrade magmadnn")
-            arrays = {k: f[k] for k in f.files if k not in ("format", "format_version", "meta")}
-            meta = json.loads(str(f["meta"]))
-    except MagmaError:
-        raise
-    except ValueError as exc:
-        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
-            raise MagmaError(f"{path}: refused: the file holds Python objects (pickles), which are never "
-                             "loaded") from exc
-        raise MagmaError(f"{path}: corrupt checkpoint ({exc})") from exc
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, TypeError) as exc:
-        raise MagmaError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from exc
+        if int(arrays.pop("format_version")) > FORMAT_VERSION:
+            raise MagmaError(f"{path}: this checkpoint's format is newer than this magmadnn understands; "
+                             "upgrade magmadnn")
+        meta = json.loads(str(arrays.pop("meta")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MagmaError(f"{path}: corrupt checkpoint ({type(exc).__name__}: {exc})") from exc
+    arrays.pop("format")
     missing = [k for k in REQUIRED if k not in (meta if isinstance(meta, dict) else {})]
     if not missing and not isinstance(meta["config"], dict):
         missing = ["a config"]

@@ -7,7 +7,6 @@ import csv
 import gzip
 import io
 import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, TextIO
@@ -17,7 +16,7 @@ import numpy as np
 from . import backend as B
 from .config import DataConfig, SyntheticData
 from .errors import DataError
-from .files import is_npz
+from .files import load_npz
 from .imagedata import image_format, read_images
 
 
@@ -154,21 +153,12 @@ def _check_finite(x: np.ndarray, source: Path | str, names: list[str]) -> None:
 
 def read_npz(path: Path, need_target: bool = True) -> Table:
     _check_file(path)
-    if not is_npz(path):
-        raise DataError(f"{path}: not a readable .npz file (not a zip archive)")
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            keys = set(f.files)
-            if "x" not in keys or (need_target and "y" not in keys):
-                raise DataError(f"{path}: expected arrays 'x' and 'y'; the file holds {sorted(keys) or 'nothing'}")
-            x = f["x"]
-            y = f["y"] if "y" in keys else None
-    except DataError:
-        raise
-    except ValueError as exc:
-        raise DataError(f"{path}: refused: the file holds Python objects (pickles), which are never loaded") from exc
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-        raise DataError(f"{path}: not a readable .npz file ({exc})") from exc
+    f = load_npz(path, ".npz file", DataError, keys=("x", "y"))
+    if "x" not in f or (need_target and "y" not in f):
+        with np.load(path, allow_pickle=False) as archive:  # just its names (read a moment ago)
+            held = sorted(archive.files)
+        raise DataError(f"{path}: expected arrays 'x' and 'y'; the file holds {held or 'nothing'}")
+    x, y = f["x"], f.get("y")
     if x.dtype.kind not in "biuf":
         raise DataError(f"{path}: x must be numeric; received dtype {x.dtype}")
     if x.ndim < 2 or len(x) == 0:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Collection
+
+import numpy as np
 
 from .errors import MagmaError
 
@@ -53,3 +56,20 @@ def is_npz(path: Path) -> bool:
         return False
     except OSError as exc:
         raise MagmaError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def load_npz(path: Path, what: str, error: type[MagmaError] = MagmaError,
+             keys: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz (all, or those of `keys` it holds), never unpickling: a file that is not
+    an .npz, holds Python objects or is damaged becomes one `error` naming `what`."""
+    if not is_npz(path):
+        raise error(f"{path}: not a readable {what} (not an .npz archive)")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files if keys is None or k in keys}
+    except ValueError as exc:
+        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
+            raise error(f"{path}: refused: the file holds Python objects (pickles), which are never loaded") from exc
+        raise error(f"{path}: corrupt {what} ({exc})") from exc
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise error(f"{path}: not a readable {what} ({type(exc).__name__}: {exc})") from exc

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from . import __version__
 from .config import Config
 from .data import Normalizer
 from .errors import ModelFileError
-from .files import atomic_write, is_npz
+from .files import atomic_write, load_npz
 from .network import Network
 
 FORMAT = "magmadnn-model"
@@ -63,30 +62,21 @@ def load(path: Path) -> SavedModel:
         raise ModelFileError(f"{path}: model file not found")
     if path.is_dir():
         raise ModelFileError(f"{path}: is a directory; expected a model .npz (e.g. {path / 'model.npz'})")
-    if not is_npz(path):
-        raise ModelFileError(f"{path}: not a readable magmadnn model file (not an .npz archive)")
+    f = load_npz(path, "magmadnn model file", ModelFileError)
+    if "format" not in f:
+        raise ModelFileError(f"{path}: not a magmadnn model (no 'format' entry); it holds {sorted(f)[:8]}")
+    if str(f["format"]) != FORMAT:
+        raise ModelFileError(f"{path}: not a magmadnn model (format {str(f['format'])!r})")
     try:
-        with np.load(path, allow_pickle=False) as f:
-            if "format" not in f.files:
-                raise ModelFileError(f"{path}: not a magmadnn model (no 'format' entry); it holds {f.files[:8]}")
-            if str(f["format"]) != FORMAT:
-                raise ModelFileError(f"{path}: not a magmadnn model (format {str(f['format'])!r})")
-            version = int(f["format_version"])
-            if version > FORMAT_VERSION:
-                raise ModelFileError(f"{path}: model format version {version} is newer than this magmadnn "
-                                     f"understands ({FORMAT_VERSION}); upgrade magmadnn")
-            meta = json.loads(str(f["meta"]))
-            weights = {k.removeprefix("weights/"): f[k] for k in f.files if k.startswith("weights/")}
-            shift, spread = f["norm/shift"], f["norm/spread"]
-    except ModelFileError:
-        raise
-    except ValueError as exc:
-        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
-            raise ModelFileError(f"{path}: refused: the file holds Python objects (pickles), "
-                                 "which are never loaded") from exc
-        raise ModelFileError(f"{path}: corrupt model file ({exc})") from exc
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, TypeError) as exc:
-        raise ModelFileError(f"{path}: not a readable magmadnn model file ({type(exc).__name__}: {exc})") from exc
+        version = int(f["format_version"])
+        if version > FORMAT_VERSION:
+            raise ModelFileError(f"{path}: model format version {version} is newer than this magmadnn "
+                                 f"understands ({FORMAT_VERSION}); upgrade magmadnn")
+        meta = json.loads(str(f["meta"]))
+        weights = {k.removeprefix("weights/"): v for k, v in f.items() if k.startswith("weights/")}
+        shift, spread = f["norm/shift"], f["norm/spread"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})") from exc
     try:
         config = Config.model_validate(meta["config"])
         return SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],

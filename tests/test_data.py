@@ -59,7 +59,7 @@ def test_npz_and_its_problems(tmp_path):
     with pytest.raises(DataError, match="never loaded"):
         read_table(tmp_path / "obj.npz", None, None)
     (tmp_path / "junk.npz").write_bytes(b"\x80\x04junk")
-    with pytest.raises(DataError, match="not a zip archive"):
+    with pytest.raises(DataError, match="not an .npz archive"):
         read_table(tmp_path / "junk.npz", None, None)
     (tmp_path / "ok.parquet").write_bytes(b"PAR1")
     with pytest.raises(DataError, match="unknown data format"):

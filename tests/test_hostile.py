@@ -67,9 +67,9 @@ CASES = {
     "pickled npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz").replace("  target: label\n", "")),
                                     _obj_npz(t, "d.npz")), "train", "never loaded"),
     "fake npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz")),
-                                 (t / "d.npz").write_bytes(pickle.dumps({"x": 1}))), "train", "not a zip archive"),
+                                 (t / "d.npz").write_bytes(pickle.dumps({"x": 1}))), "train", "not an .npz archive"),
     "gzip npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz")),
-                                 (t / "d.npz").write_bytes(gzip.compress(b"x"))), "train", "not a zip archive"),
+                                 (t / "d.npz").write_bytes(gzip.compress(b"x"))), "train", "not an .npz archive"),
     "unknown extension": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.xlsx")), (t / "d.xlsx").write_text("x")),
                           "train", "unknown data format"),
     "divergence": (lambda t: (_config(t, BLOBS_CONFIG.replace("learning_rate: 0.01", "learning_rate: 1e30").replace("type: adam", "type: sgd")),
@@ -207,8 +207,8 @@ def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
 
 
 CHECKPOINT_CASES = {
-    "truncated checkpoint": (lambda c: c.write_bytes(c.read_bytes()[:300]), "unreadable checkpoint"),
-    "empty checkpoint": (lambda c: c.write_bytes(b""), "not a magmadnn checkpoint"),
+    "truncated checkpoint": (lambda c: c.write_bytes(c.read_bytes()[:300]), "not a readable magmadnn checkpoint"),
+    "empty checkpoint": (lambda c: c.write_bytes(b""), "not a readable magmadnn checkpoint (not an .npz"),
     "pickled checkpoint": (lambda c: np.savez(c, format=np.array([{"x": 1}], dtype=object)), "never loaded"),
     "foreign npz checkpoint": (lambda c: np.savez(c, params=np.zeros(3)), "not a magmadnn checkpoint"),
     "future checkpoint": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"), format_version=np.array(7)),

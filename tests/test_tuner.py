@@ -69,6 +69,15 @@ def test_median_pruner():
     assert pruner(2, {"val_loss": 0.95}) and not pruner(2, {"val_loss": 0.5})
 
 
+PRUNED_SEARCH = """
+search:
+  method: grid
+  early_stop: median
+  space:
+    optimizer.learning_rate: [0.05, 0.04, 0.00001]
+"""
+
+
 def _search_project(blobs, extra: str = SEARCH):
     blobs.write_text(blobs.read_text() + extra)
     return load_config(blobs)
@@ -92,14 +101,7 @@ def test_search_writes_results_records_failures_and_best_config_trains(capsys, b
 
 
 def test_poor_trials_stop_before_their_epoch_budget(blobs, tmp_path):
-    extra = """
-search:
-  method: grid
-  early_stop: median
-  space:
-    optimizer.learning_rate: [0.05, 0.04, 0.00001]
-"""
-    cfg = _search_project(blobs, extra)
+    cfg = _search_project(blobs, PRUNED_SEARCH)
     results = tune(cfg, tmp_path / "t")
     bad = results[2]  # a learning rate this small barely moves: worse than the median after the grace epochs
     assert bad["status"] == "pruned" and bad["epochs"] < cfg.training.epochs
@@ -109,14 +111,7 @@ search:
 def test_resume_gives_the_pruner_the_finished_curves_back(blobs, tmp_path):
     """Cut the journal after trials 0 and 1 (as a kill would): the resumed search must prune trial 2
     exactly as the whole search did, which it can only do with the first two trials' curves."""
-    extra = """
-search:
-  method: grid
-  early_stop: median
-  space:
-    optimizer.learning_rate: [0.05, 0.04, 0.00001]
-"""
-    cfg = _search_project(blobs, extra)
+    cfg = _search_project(blobs, PRUNED_SEARCH)
     whole = tune(cfg, tmp_path / "t")
     journal = tmp_path / "t" / "trials.jsonl"
     journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:3]) + '{"trial": 2, "stat')
