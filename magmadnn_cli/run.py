@@ -16,7 +16,7 @@ import yaml
 from . import backend as B
 from .augment import augment
 from .builder import build_network, build_optimizer, check_output_width, task_of
-from .checkpoint import Saver, check_compatible, clear, load_for_resume, restore
+from .checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
 from .config import Config
 from .data import Prepared, Split, prepare
 from .distributed import Communicator, SingleProcess
@@ -100,21 +100,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
     if ckpt is not None:
-        notes = check_compatible(ckpt, config, data.train) + restore(ckpt, trainer, stopper)
-        if saver is not None:
-            saver.last = ckpt.path
-        pos = trainer.position
-        reporter.info(f"resuming from {ckpt.path}: epoch {pos.epoch}, step {pos.step} (global step "
-                      f"{trainer.global_step})")
-        for note in notes:
-            reporter.warn(f"resumed with {note}" if ": checkpoint " in note else note)
-        done = len(trainer.history.epochs)
-        if trainer.history.stopped_early:
-            reporter.warn(f"the run had already stopped early after epoch {done} (training.early_stopping); "
-                          "nothing is left to train, so only its outputs are written again")
-        elif pos.epoch > config.training.epochs:
-            reporter.warn(f"the run had already finished its {done} epochs; raise training.epochs "
-                          f"(e.g. --set training.epochs={done + 10}) to train on")
+        _resume(ckpt, trainer, stopper, config, data.train, saver, reporter)
     elif saver is not None and comm.is_root and (removed := clear(saver.folder)):
         reporter.info(f"removed {removed} checkpoint(s) of an earlier run in {saver.folder}")
     history = trainer.fit(data.train, data.validation, config.training.epochs, stopper, prune=prune)
@@ -133,6 +119,24 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                       + (", checkpoints/" if saver is not None else ""))
     comm.barrier()
     return RunResult(out_dir, metrics, history)
+
+
+def _resume(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None, config: Config, train: Split,
+            saver: Saver | None, reporter: Reporter) -> None:
+    """Check the checkpoint against this run, restore it, and say where training goes on from."""
+    notes = check_compatible(ckpt, config, train) + restore(ckpt, trainer, stopper)
+    if saver is not None:
+        saver.last = ckpt.path
+    pos, done = trainer.position, len(trainer.history.epochs)
+    reporter.info(f"resuming from {ckpt.path}: epoch {pos.epoch}, step {pos.step} (global step {trainer.global_step})")
+    for note in notes:
+        reporter.warn(f"resumed with {note}" if ": checkpoint " in note else note)
+    if trainer.history.stopped_early:
+        reporter.warn(f"the run had already stopped early after epoch {done} (training.early_stopping); "
+                      "nothing is left to train, so only its outputs are written again")
+    elif pos.epoch > config.training.epochs:
+        reporter.warn(f"the run had already finished its {done} epochs; raise training.epochs "
+                      f"(e.g. --set training.epochs={done + 10}) to train on")
 
 
 def write_outputs(out_dir: Path, config: Config, network: Any, data: Prepared, task: str,
