@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
-from magmadnn_cli import backend as B
-from magmadnn_cli.layers import Conv2D, Dense, Flatten, Pool2D
-from magmadnn_cli.losses import CrossEntropy, MeanSquaredError
-from magmadnn_cli.network import Network
+from magmadnn_cli.core import backend as B
+from magmadnn_cli.nn.layers import Conv2D, Dense, Flatten, Pool2D
+from magmadnn_cli.nn.losses import CrossEntropy, MeanSquaredError
+from magmadnn_cli.nn.network import Network
 
 
 def best(fn, steps: int, repeats: int = 3) -> float:

@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 
-from magmadnn_cli import backend as B
-from magmadnn_cli.layers import Dense
-from magmadnn_cli.losses import CrossEntropy
-from magmadnn_cli.network import Network
-from magmadnn_cli.optimizers import SGD
+from magmadnn_cli.core import backend as B
+from magmadnn_cli.nn.layers import Dense
+from magmadnn_cli.nn.losses import CrossEntropy
+from magmadnn_cli.nn.network import Network
+from magmadnn_cli.nn.optimizers import SGD
 
 BATCH, INPUTS, HIDDEN, CLASSES = 100, 784, 528, 10
 

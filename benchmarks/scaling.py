@@ -23,7 +23,7 @@ def overlapped_step(net, comm, x, y) -> float:
     """Backward with one non-blocking Allreduce per layer, started as soon as that layer's gradients
     are final (and MPI progressed at every op); returns the seconds spent waiting afterwards."""
     from mpi4py import MPI
-    from magmadnn_cli.graph import nn
+    from magmadnn_cli.core.graph import nn
 
     offsets, start = {}, 0
     for p in net.parameters:
@@ -53,10 +53,10 @@ def overlapped_step(net, comm, x, y) -> float:
 
 def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
     from magmadnn_cli.distributed import get_communicator
-    from magmadnn_cli.layers import Dense
-    from magmadnn_cli.losses import CrossEntropy
-    from magmadnn_cli.network import Network
-    from magmadnn_cli.optimizers import SGD
+    from magmadnn_cli.nn.layers import Dense
+    from magmadnn_cli.nn.losses import CrossEntropy
+    from magmadnn_cli.nn.network import Network
+    from magmadnn_cli.nn.optimizers import SGD
 
     comm = get_communicator("allreduce" if strategy == "overlap" else strategy)
     net = Network([Dense(HIDDEN, "sigmoid") for _ in range(LAYERS)] + [Dense(CLASSES, "softmax")],

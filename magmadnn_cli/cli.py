@@ -42,7 +42,7 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int |
     """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's
     communicator. A missing seed stays missing: the command draws one for all ranks (or takes the
     one of the run it resumes)."""
-    from .configfile import load_config
+    from .config.loading import load_config
     from .distributed import get_communicator
     from .distributed.launcher import launch, should_launch, strip_processes
     cfg = load_config(config, overrides or [], draw_seed=False)
@@ -64,7 +64,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
     checkpoints (resume with --resume RUN_DIR)."""
     from .reporting import make_reporter
-    from .run import train as run_train
+    from .commands.train import train as run_train
     cfg, comm = _config_on_ranks(config, set_, processes)
     run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume)
 
@@ -79,7 +79,7 @@ def tune(config: ConfigArg, set_: SetOpt = None,
                               help="ranks: rank 0 hands out trials, the others train them")] = None) -> None:
     """Grid or random hyperparameter search over the config's `search:` section."""
     from .reporting import make_reporter
-    from .tuner import tune as run_tune
+    from .commands.tune import tune as run_tune
     cfg, comm = _config_on_ranks(config, set_, processes, strategy=False)
     run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm, resume)
 
@@ -90,7 +90,7 @@ def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadn
              as_json: Annotated[bool, typer.Option("--json", help="print the metrics as JSON")] = False,
              device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/MAE/R2)."""
-    from .inference import evaluate as run_evaluate
+    from .commands.predict import evaluate as run_evaluate
     report = run_evaluate(model, data, device)
     if as_json:
         print(json.dumps(report, indent=2))
@@ -130,7 +130,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
             proba: Annotated[bool, typer.Option("--proba", help="add a prob_<label> column per class")] = False,
             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
-    from .inference import predict as run_predict
+    from .commands.predict import predict as run_predict
     rows = run_predict(model, data, output, proba, device)
     if output is not None:
         err.print(f"wrote {rows} predictions to {output}")
@@ -139,7 +139,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 @app.command()
 def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config; print it resolved, with every default and the seed."""
-    from .configfile import load_config
+    from .config.loading import load_config
     cfg = load_config(config, set_ or [])
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else text,
@@ -150,15 +150,15 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 @app.command()
 def schema() -> None:
     """The JSON Schema of the config file (for editor completion and checks)."""
-    from .config import Config
+    from .config.schema import Config
     print(json.dumps(Config.model_json_schema(), indent=2))
 
 
 @app.command()
 def summary(config: ConfigArg, set_: SetOpt = None) -> None:
     """Layers, output shapes, parameter counts and FLOPs per sample."""
-    from .configfile import load_config
-    from .summary import summarize
+    from .config.loading import load_config
+    from .commands.summary import summarize
     out.print(summarize(load_config(config, set_ or [])))
 
 

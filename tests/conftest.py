@@ -7,9 +7,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from magmadnn_cli import backend as B
-from magmadnn_cli.graph import Graph, Node, Variable
-from magmadnn_cli.graph import ops
+from magmadnn_cli.core import backend as B
+from magmadnn_cli.core.graph import Graph, Node, Variable
+from magmadnn_cli.core.graph import ops
 
 
 @pytest.fixture(autouse=True)

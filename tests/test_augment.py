@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from magmadnn_cli.augment import augment
+from magmadnn_cli.data.augment import augment
 
 from conftest import ROOT, run_cli
 

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from magmadnn_cli.graph import nn
-from magmadnn_cli.graph import Variable
-from magmadnn_cli.layers import BatchNorm, Dense
-from magmadnn_cli.losses import MeanSquaredError
-from magmadnn_cli.modelfile import load, restore
-from magmadnn_cli.network import Network
+from magmadnn_cli.core.graph import nn
+from magmadnn_cli.core.graph import Variable
+from magmadnn_cli.nn.layers import BatchNorm, Dense
+from magmadnn_cli.nn.losses import MeanSquaredError
+from magmadnn_cli.training.modelfile import load, restore
+from magmadnn_cli.nn.network import Network
 
 from conftest import check_op_grads, run_cli
 

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from magmadnn_cli import backend as B
-from magmadnn_cli.modelfile import load, restore
+from magmadnn_cli.core import backend as B
+from magmadnn_cli.training.modelfile import load, restore
 
 from conftest import ROOT, blobs_csv, run_cli, write_csv
 

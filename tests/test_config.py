@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from magmadnn_cli.config import ActivationName, InitializerName, Layer, Loss, Optimizer, Schedule, union_tags
-from magmadnn_cli.configfile import load_config
+from magmadnn_cli.config.schema import ActivationName, InitializerName, Layer, Loss, Optimizer, Schedule, union_tags
+from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.errors import ConfigError
-from magmadnn_cli.graph import ACTIVATIONS
-from magmadnn_cli.initializers import INITIALIZERS
-from magmadnn_cli.layers import LAYERS
-from magmadnn_cli.losses import LOSSES
-from magmadnn_cli.optimizers import OPTIMIZERS
-from magmadnn_cli.schedules import SCHEDULES
+from magmadnn_cli.core.graph import ACTIVATIONS
+from magmadnn_cli.nn.initializers import INITIALIZERS
+from magmadnn_cli.nn.layers import LAYERS
+from magmadnn_cli.nn.losses import LOSSES
+from magmadnn_cli.nn.optimizers import OPTIMIZERS
+from magmadnn_cli.nn.schedules import SCHEDULES
 from typing import get_args
 
 from conftest import BLOBS_CONFIG, run_cli

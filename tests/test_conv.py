@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from magmadnn_cli.errors import MagmaError, ShapeError
-from magmadnn_cli.graph import Variable
-from magmadnn_cli.graph.conv import Conv2D, Pool2D
-from magmadnn_cli.layers import Conv2D as Conv2DLayer, Dense, Flatten, Pool2D as Pool2DLayer
-from magmadnn_cli.losses import CrossEntropy
-from magmadnn_cli.network import Network
+from magmadnn_cli.core.graph import Variable
+from magmadnn_cli.core.graph.conv import Conv2D, Pool2D
+from magmadnn_cli.nn.layers import Conv2D as Conv2DLayer, Dense, Flatten, Pool2D as Pool2DLayer
+from magmadnn_cli.nn.losses import CrossEntropy
+from magmadnn_cli.nn.network import Network
 
 from conftest import ROOT, check_op_grads, run_cli
 
@@ -107,7 +107,7 @@ def test_data_shape_must_fit_the_columns(capsys, tmp_path):
 
 
 def test_residual_block_gradients_and_shape_rule():
-    from magmadnn_cli.layers import BatchNorm, GlobalAvgPool, Residual
+    from magmadnn_cli.nn.layers import BatchNorm, GlobalAvgPool, Residual
     block = Residual([Conv2DLayer(2, 3, padding="same", activation="tanh"), BatchNorm(),
                       Conv2DLayer(2, 3, padding="same")], activation="tanh", name="res")
     layers = [block, GlobalAvgPool(), Dense(3, "softmax")]
@@ -120,7 +120,7 @@ def test_residual_block_gradients_and_shape_rule():
 
 
 def test_resnet_config_trains_and_round_trips(capsys, tmp_path):
-    from magmadnn_cli.modelfile import load, restore
+    from magmadnn_cli.training.modelfile import load, restore
     code, _, err = run_cli(capsys, "train", ROOT / "configs" / "resnet_small.yaml", "--out", tmp_path / "r", "-q",
                            "--set", "training.epochs=2")
     assert code == 0, err

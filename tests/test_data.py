@@ -8,8 +8,8 @@ import gzip
 import numpy as np
 import pytest
 
-from magmadnn_cli.config import DataConfig, SyntheticData
-from magmadnn_cli.data import Normalizer, prepare, read_table, sample_shape_of, synthetic
+from magmadnn_cli.config.schema import DataConfig, SyntheticData
+from magmadnn_cli.data.tables import Normalizer, prepare, read_table, sample_shape_of, synthetic
 from magmadnn_cli.errors import DataError
 
 from conftest import ROOT, write_csv

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magmadnn_cli import backend as B
+from magmadnn_cli.core import backend as B
 from magmadnn_cli.errors import DeviceError
-from magmadnn_cli.layers import Dense, Dropout
-from magmadnn_cli.losses import CrossEntropy
-from magmadnn_cli.network import Network
-from magmadnn_cli.optimizers import SGD, Adam
+from magmadnn_cli.nn.layers import Dense, Dropout
+from magmadnn_cli.nn.losses import CrossEntropy
+from magmadnn_cli.nn.network import Network
+from magmadnn_cli.nn.optimizers import SGD, Adam
 
 GPU, WHY = B.probe_gpu()
 needs_gpu = pytest.mark.skipif(not GPU, reason=f"no usable GPU: {WHY}")
@@ -70,7 +70,7 @@ def test_gpu_training_command_end_to_end(tmp_path, capsys, blobs):
 
 
 def _cnn_run(device: str, precision: str = "float64"):
-    from magmadnn_cli.layers import BatchNorm, Conv2D, GlobalAvgPool, Pool2D, Residual
+    from magmadnn_cli.nn.layers import BatchNorm, Conv2D, GlobalAvgPool, Pool2D, Residual
     B.select(device, precision)
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(6, 2, 8, 8)).astype(precision))

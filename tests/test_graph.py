@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magmadnn_cli import graph as G
-from magmadnn_cli.graph import ACTIVATIONS, Graph, Variable, get_activation, nn, ops, unbroadcast
-from magmadnn_cli.optimizers import SGD, minimize
+from magmadnn_cli.core import graph as G
+from magmadnn_cli.core.graph import ACTIVATIONS, Graph, Variable, get_activation, nn, ops, unbroadcast
+from magmadnn_cli.nn.optimizers import SGD, minimize
 
 from conftest import check_op_grads
 

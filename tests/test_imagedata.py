@@ -10,8 +10,8 @@ import struct
 import numpy as np
 import pytest
 
-from magmadnn_cli.config import DataConfig
-from magmadnn_cli.data import prepare, read_table, sample_shape_of
+from magmadnn_cli.config.schema import DataConfig
+from magmadnn_cli.data.tables import prepare, read_table, sample_shape_of
 from magmadnn_cli.errors import DataError
 
 rng = np.random.default_rng(5)

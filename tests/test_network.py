@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from magmadnn_cli.errors import MagmaError, ShapeError
-from magmadnn_cli.graph import nn
-from magmadnn_cli.initializers import INITIALIZERS, get_initializer
-from magmadnn_cli.layers import LAYERS, Activation, Dense, Dropout, Flatten, Input
-from magmadnn_cli.losses import LOSSES, BinaryCrossEntropy, CrossEntropy, MeanAbsoluteError, MeanSquaredError
-from magmadnn_cli.network import Network
-from magmadnn_cli.optimizers import SGD, Adam
+from magmadnn_cli.core.graph import nn
+from magmadnn_cli.nn.initializers import INITIALIZERS, get_initializer
+from magmadnn_cli.nn.layers import LAYERS, Activation, Dense, Dropout, Flatten, Input
+from magmadnn_cli.nn.losses import LOSSES, BinaryCrossEntropy, CrossEntropy, MeanAbsoluteError, MeanSquaredError
+from magmadnn_cli.nn.network import Network
+from magmadnn_cli.nn.optimizers import SGD, Adam
 
 from conftest import numerical_grad
 

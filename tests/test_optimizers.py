@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from magmadnn_cli import schedules
-from magmadnn_cli.optimizers import OPTIMIZERS, SGD, Adagrad, Adam, AdamW, RMSprop
+from magmadnn_cli.nn import schedules
+from magmadnn_cli.nn.optimizers import OPTIMIZERS, SGD, Adagrad, Adam, AdamW, RMSprop
 
 P0 = np.array([1.0, -2.0, 0.5])
 GRADS = [np.array([0.1, -0.3, 0.2]), np.array([-0.2, 0.1, 0.4]), np.array([0.05, 0.05, -0.1])]
@@ -157,7 +157,7 @@ def test_optimizer_uses_schedule_per_step_in_epochs():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_blas_axpby_is_one_fused_pass_of_the_formula(dtype):
-    from magmadnn_cli import blas
+    from magmadnn_cli.core import blas
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=1000).astype(dtype), rng.normal(size=1000).astype(dtype)
     expected = -0.05 * x.astype(np.float64) + 0.999 * y.astype(np.float64)

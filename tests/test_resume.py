@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magmadnn_cli.checkpoint import listing, prune, rng_state, set_rng_state
+from magmadnn_cli.training.checkpoint import listing, prune, rng_state, set_rng_state
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
-from magmadnn_cli.configfile import load_config
-from magmadnn_cli.run import train
+from magmadnn_cli.config.loading import load_config
+from magmadnn_cli.commands.train import train
 
 from conftest import run_cli, write_csv
 

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import yaml
 
-from magmadnn_cli.config import SearchConfig
-from magmadnn_cli.configfile import load_config
+from magmadnn_cli.config.schema import SearchConfig
+from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.distributed.launcher import locate_mpi_launcher
 from magmadnn_cli.errors import MagmaError
-from magmadnn_cli.tuner import Pruner, sample_trials, trial_config, tune
+from magmadnn_cli.commands.tune import Pruner, sample_trials, trial_config, tune
 
 from conftest import run_cli
 
@@ -168,7 +168,7 @@ def test_more_ranks_than_trials_does_not_hang(blobs, tmp_path):
 
 
 def test_a_crashing_trial_is_recorded_and_the_search_goes_on(blobs, tmp_path, monkeypatch):
-    import magmadnn_cli.run as run_module
+    import magmadnn_cli.commands.train as run_module
     real = run_module.train
 
     def flaky(config, *args, **kwargs):

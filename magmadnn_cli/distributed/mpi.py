@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import backend as B
+from ..core import backend as B
 from ..errors import MagmaError
 from .comm import Communicator, launched_ranks
 from .nccl import NcclReducer, load_nccl

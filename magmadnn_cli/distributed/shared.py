@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import backend as B
+from ..core import backend as B
 from ..errors import MagmaError
-from ..network import STATS
+from ..nn.network import STATS
 from .comm import shared_memory_fits
 from .mpi import MPICommunicator
 

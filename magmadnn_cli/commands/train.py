@@ -13,20 +13,20 @@ from typing import Any
 import numpy as np
 import yaml
 
-from . import backend as B
-from .augment import augment
-from .builder import build_network, build_optimizer, check_output_width, task_of
-from .checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
-from .config import Config
-from .data import Prepared, Split, prepare
-from .distributed import Communicator, SingleProcess
-from .errors import MagmaError
-from .files import write_json, write_text
-from .metrics import classification_report, predicted_classes, regression_report
-from .modelfile import load as load_model
-from .modelfile import save as save_model
-from .reporting import Reporter, metrics_table
-from .trainer import EarlyStopper, History, Trainer, steps_per_epoch
+from ..core import backend as B
+from ..data.augment import augment
+from ..training.builder import build_network, build_optimizer, check_output_width, task_of
+from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
+from ..config.schema import Config
+from ..data.tables import Prepared, Split, prepare
+from ..distributed import Communicator, SingleProcess
+from ..errors import MagmaError
+from ..files import write_json, write_text
+from ..training.metrics import classification_report, predicted_classes, regression_report
+from ..training.modelfile import load as load_model
+from ..training.modelfile import save as save_model
+from ..reporting import Reporter, metrics_table
+from ..training.trainer import EarlyStopper, History, Trainer, steps_per_epoch
 
 
 @dataclass

@@ -12,8 +12,8 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .config import Config
-from .errors import ConfigError
+from .schema import Config
+from ..errors import ConfigError
 
 PATH_FIELDS = (("data", "train"), ("data", "validation"), ("data", "test"))
 MAX_ALIASES = 1000  # YAML aliases beyond this are refused (a "billion laughs" guard) ...

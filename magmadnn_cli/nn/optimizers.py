@@ -8,9 +8,9 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from . import backend as B
-from . import blas
-from .graph.kernels import elementwise
+from ..core import backend as B
+from ..core import blas
+from ..core.graph.kernels import elementwise
 from .schedules import Schedule, constant
 
 Array = Any

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import MagmaError
+from ..errors import MagmaError
 
 Init = Callable[[np.random.Generator, tuple[int, ...], int, int], np.ndarray]
 

@@ -26,13 +26,13 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from .config import Config, Distribution, SearchConfig
-from .configfile import apply_override, parse_override
-from .distributed import Communicator, SingleProcess
-from .errors import Interrupted, MagmaError
-from .interrupts import Interruptible
-from .files import write_text
-from .reporting import Reporter
+from ..config.schema import Config, Distribution, SearchConfig
+from ..config.loading import apply_override, parse_override
+from ..distributed import Communicator, SingleProcess
+from ..errors import Interrupted, MagmaError
+from ..training.interrupts import Interruptible
+from ..files import write_text
+from ..reporting import Reporter
 from .trial_log import TrialLog, saved_seed
 
 Overrides = dict[str, Any]
@@ -111,7 +111,7 @@ class Pruner:
 
 
 def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, pruner: Pruner) -> dict[str, Any]:
-    from .run import train  # noqa: PLC0415 (the tuner sits above the training entry point)
+    from .train import train  # noqa: PLC0415 (the tuner sits above the training entry point)
     result: dict[str, Any] = {"trial": index, "status": "ok", "reason": "", **{f"param:{k}": v for k, v in overrides.items()}}
     started = time.perf_counter()
     try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import backend as B
+from ..core import backend as B
 
 Array = Any
 

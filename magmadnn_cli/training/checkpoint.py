@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from . import backend as B
-from .config import Checkpointing, Config
-from .data import Split
-from .distributed import Communicator
-from .errors import MagmaError
-from .files import atomic_write, load_npz
+from .. import __version__
+from ..core import backend as B
+from ..config.schema import Checkpointing, Config
+from ..data.tables import Split
+from ..distributed import Communicator
+from ..errors import MagmaError
+from ..files import atomic_write, load_npz
 from .trainer import EarlyStopper, History, Position, Trainer
 
 FORMAT = "magmadnn-checkpoint"

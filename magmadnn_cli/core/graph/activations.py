@@ -172,7 +172,7 @@ ACTIVATIONS: dict[str, type[Activation]] = {
 
 
 def get_activation(name: str, **kwargs: float) -> Activation:
-    from ..errors import MagmaError  # noqa: PLC0415
+    from ...errors import MagmaError  # noqa: PLC0415
     if name not in ACTIVATIONS:
         raise MagmaError(f"unknown activation {name!r} (expected one of {', '.join(ACTIVATIONS)})")
     return ACTIVATIONS[name](**kwargs)

@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import backend as B
-from .errors import ShapeError
-from .graph import Graph, Node, Parameter, Variable, get_activation, nn
+from ..core import backend as B
+from ..errors import ShapeError
+from ..core.graph import Graph, Node, Parameter, Variable, get_activation, nn
 from .layers import Context, Layer, Shape, all_layers
 from .losses import Loss
 

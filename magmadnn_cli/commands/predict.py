@@ -10,13 +10,13 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from . import backend as B
-from .data import Split, csv_header, encode_targets, iter_csv_chunks, parse_rows, read_npz, read_table
-from .errors import DataError
-from .files import atomic_write
-from .modelfile import SavedModel, load, restore
-from .run import split_report
-from .trainer import Trainer
+from ..core import backend as B
+from ..data.tables import Split, csv_header, encode_targets, iter_csv_chunks, parse_rows, read_npz, read_table
+from ..errors import DataError
+from ..files import atomic_write
+from ..training.modelfile import SavedModel, load, restore
+from .train import split_report
+from ..training.trainer import Trainer
 
 
 def _feature_columns(path: Path, saved: SavedModel, allow: set[str]) -> list[int]:

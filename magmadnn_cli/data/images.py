@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 try:
     from numpy._core.multiarray import _reconstruct

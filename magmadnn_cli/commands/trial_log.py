@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import differences
-from .errors import MagmaError
+from ..training.checkpoint import differences
+from ..errors import MagmaError
 
 NAME = "trials.jsonl"
 # Config fields a resumed search may change: they do not change what any trial computes.

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import schedules
-from .config import Config, output_activation
-from .errors import DataError
-from .layers import LAYERS, Layer
-from .losses import LOSSES, Loss
-from .network import Network
-from .optimizers import OPTIMIZERS, Optimizer
+from ..nn import schedules
+from ..config.schema import Config, output_activation
+from ..errors import DataError
+from ..nn.layers import LAYERS, Layer
+from ..nn.losses import LOSSES, Loss
+from ..nn.network import Network
+from ..nn.optimizers import OPTIMIZERS, Optimizer
 
 TASKS = {"cross_entropy": "classification", "binary_cross_entropy": "binary", "mse": "regression", "mae": "regression"}
 

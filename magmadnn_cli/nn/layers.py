@@ -12,10 +12,10 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from . import backend as B
-from .errors import MagmaError, ShapeError
-from .graph import Node, Parameter, get_activation
-from .graph import conv, nn, ops
+from ..core import backend as B
+from ..errors import MagmaError, ShapeError
+from ..core.graph import Node, Parameter, get_activation
+from ..core.graph import conv, nn, ops
 from .initializers import Init, get_initializer
 
 Shape = tuple[int, ...]

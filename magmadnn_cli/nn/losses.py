@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .graph import Node, Op, nn
+from ..core.graph import Node, Op, nn
 
 
 class Loss:

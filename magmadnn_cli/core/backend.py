@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DeviceError, MagmaError
+from ..errors import DeviceError, MagmaError
 
 DEVICES = ("auto", "cpu", "gpu")
 PRECISIONS = {"float32": np.float32, "float64": np.float64}

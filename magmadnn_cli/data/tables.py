@@ -13,11 +13,11 @@ from typing import Any, Iterator, TextIO
 
 import numpy as np
 
-from . import backend as B
-from .config import DataConfig, SyntheticData
-from .errors import DataError
-from .files import load_npz
-from .imagedata import image_format, read_images
+from ..core import backend as B
+from ..config.schema import DataConfig, SyntheticData
+from ..errors import DataError
+from ..files import load_npz
+from .images import image_format, read_images
 
 
 @dataclass

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .config import Config
-from .data import Normalizer
-from .errors import ModelFileError
-from .files import atomic_write, load_npz
-from .network import Network
+from .. import __version__
+from ..config.schema import Config
+from ..data.tables import Normalizer
+from ..errors import ModelFileError
+from ..files import atomic_write, load_npz
+from ..nn.network import Network
 
 FORMAT = "magmadnn-model"
 FORMAT_VERSION = 1

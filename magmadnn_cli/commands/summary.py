@@ -6,11 +6,11 @@ import math
 
 from rich.table import Table
 
-from . import backend as B
-from .builder import build_layers
-from .layers import all_layers
-from .config import Config
-from .data import sample_shape_of
+from ..core import backend as B
+from ..training.builder import build_layers
+from ..nn.layers import all_layers
+from ..config.schema import Config
+from ..data.tables import sample_shape_of
 
 
 def summarize(config: Config) -> Table:

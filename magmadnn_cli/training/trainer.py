@@ -17,15 +17,15 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from . import backend as B
-from .data import Split
-from .distributed import Communicator, SingleProcess
-from .errors import DivergenceError, Interrupted
+from ..core import backend as B
+from ..data.tables import Split
+from ..distributed import Communicator, SingleProcess
+from ..errors import DivergenceError, Interrupted
 from .interrupts import StopSignals, resume_command
 from .metrics import predicted_classes
-from .network import Network
-from .optimizers import Optimizer
-from .reporting import Reporter
+from ..nn.network import Network
+from ..nn.optimizers import Optimizer
+from ..reporting import Reporter
 
 Array = Any
 

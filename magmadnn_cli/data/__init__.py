@@ -1,0 +1,1 @@
+"""Data: tables (CSV, NPZ, synthetic), image files, splits, normalization and augmentation."""

@@ -1,0 +1,2 @@
+"""Training: config -> objects (builder), the training loop, evaluation, checkpoints, interrupts,
+metrics and the model file."""
