@@ -56,7 +56,7 @@ def test_batchnorm_layer_state_is_saved_and_restored(capsys, tmp_path, blobs):
     assert {"batchnorm_1/gamma", "batchnorm_1/beta", "batchnorm_1/running_mean", "batchnorm_1/running_var"} <= set(saved.weights)
     assert not np.allclose(saved.weights["batchnorm_1/running_mean"], 0)
     net = restore(saved)
-    np.testing.assert_array_equal(net.state()["batchnorm_1/running_var"], saved.weights["batchnorm_1/running_var"])
+    np.testing.assert_array_equal(net.state_dict()["batchnorm_1/running_var"], saved.weights["batchnorm_1/running_var"])
 
 
 def test_batchnorm_after_dense_in_a_network_uses_running_stats_in_eval():

@@ -144,7 +144,7 @@ def test_model_file_round_trip_keeps_everything(capsys, blobs, tmp_path):
     assert saved.classes == ["a", "b", "c"] and saved.features == ["f1", "f2", "f3", "f4"]
     assert saved.config.name == "blobs" and saved.task == "classification"
     net = restore(saved)
-    assert all(np.array_equal(net.state()[k], saved.weights[k]) for k in saved.weights)
+    assert all(np.array_equal(net.state_dict()[k], saved.weights[k]) for k in saved.weights)
 
 
 def test_summary_lists_layers_parameters_and_flops(capsys, blobs):

@@ -128,7 +128,7 @@ def test_resnet_config_trains_and_round_trips(capsys, tmp_path):
     assert "residual_3.conv2d_0/kernel" in saved.weights and "residual_3.batchnorm_1/running_var" in saved.weights
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["validation"]["accuracy"] > 0.5
     net = restore(saved)
-    assert all(np.array_equal(v, saved.weights[k]) for k, v in net.state().items())
+    assert all(np.array_equal(v, saved.weights[k]) for k, v in net.state_dict().items())
 
 
 def test_max_pool_routes_a_tied_window_to_its_first_largest_input():

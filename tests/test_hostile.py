@@ -214,22 +214,28 @@ CHECKPOINT_CASES = {
     "future checkpoint": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"), format_version=np.array(7)),
                           "newer than this magmadnn"),
     "checkpoint with bad meta": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"),
-                                                    format_version=np.array(1), meta=np.array("{oops")),
+                                                    format_version=np.array(2), meta=np.array("{oops")),
                                  "corrupt checkpoint"),
     "checkpoint lacking state": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"),
-                                                    format_version=np.array(1), meta=np.array("{}"),
-                                                    params=np.zeros(3)), "corrupt checkpoint (it lacks position"),
-    "checkpoint with odd state": (lambda c: _odd_checkpoint(c), "corrupt checkpoint (TypeError"),
+                                                    format_version=np.array(2), meta=np.array("{}"),
+                                                    params=np.zeros(3)), "corrupt checkpoint (it lacks state"),
+    "checkpoint lacking an owner": (lambda c: _odd_checkpoint(c, lambda state: state.pop("optimizer")),
+                                    "corrupt checkpoint (it lacks the optimizer state)"),
+    "checkpoint with odd state": (lambda c: _odd_checkpoint(c, lambda state: state["trainer"].update(position="two")),
+                                  "corrupt checkpoint, or one of another network (TypeError"),
+    "checkpoint of an older format": (lambda c: np.savez(c, format=np.array("magmadnn-checkpoint"),
+                                                         format_version=np.array(1), meta=np.array("{}")),
+                                      "a checkpoint of an older magmadnn (format 1)"),
 }
 
 
-def _odd_checkpoint(path):
-    """A well-formed checkpoint whose position is a string instead of a mapping."""
+def _odd_checkpoint(path, change):
+    """A well-formed checkpoint whose owners' state `change(state)` edits."""
     import json
     with np.load(path, allow_pickle=False) as f:
         arrays = {k: f[k] for k in f.files}
     meta = json.loads(str(arrays["meta"]))
-    meta["position"] = "epoch two"
+    change(meta["state"])
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(path, **arrays)
 

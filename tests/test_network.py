@@ -126,11 +126,11 @@ def test_shape_errors_name_the_layer_and_shapes():
 def test_load_state_checks_names_and_shapes():
     net = Network([Dense(4), Dense(2, name="out")], (3,), MeanSquaredError(), seed=1)
     other = Network([Dense(4), Dense(2, name="out")], (3,), MeanSquaredError(), seed=2)
-    other.load_state(net.state())
+    other.load_state_dict(net.state_dict())
     np.testing.assert_array_equal(other.flat_params, net.flat_params)
-    bad = dict(net.state(), **{"out/kernel": np.zeros((5, 2))})
+    bad = dict(net.state_dict(), **{"out/kernel": np.zeros((5, 2))})
     with pytest.raises(ShapeError, match=r"out/kernel.*expected shape \(4, 2\); received \(5, 2\)"):
-        other.load_state(bad)
+        other.load_state_dict(bad)
 
 
 def test_registries_use_the_config_tags():

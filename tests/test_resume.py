@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magmadnn_cli.training.checkpoint import listing, prune, rng_state, set_rng_state
+from magmadnn_cli.training.checkpoint import listing, prune
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
@@ -170,15 +170,20 @@ def test_resume_under_mpi_is_exact(project, mpi_reference, sig):
     _assert_same_weights(out, mpi_reference)
 
 
-def test_resuming_on_another_rank_count_is_allowed_with_a_note(project):
+def test_resuming_on_another_rank_count_continues_the_same_training(project):
+    """Dropout masks are keyed by sample position, so 2 epochs on 1 rank then 4 on 2 ranks is the
+    uninterrupted 1-rank run (to float32 rounding of the summed gradients)."""
     out = project / "one-then-two"
     config = str(project / "r.yaml")
     assert _run(config, "--out", str(out), "--set", "training.epochs=2").returncode == 0
     p = _start(config, "--resume", str(out), ranks=2)
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 0, stderr
-    assert "1 rank(s), this run has 2: dropout draws are reseeded" in stderr.replace("\n", " ")
+    assert "1 rank(s), this run has 2: training continues as it would have" in stderr.replace("\n", " ")
     assert len(listing(out / "checkpoints")) == 2
+    got, want = _weights(out), _weights(project / "reference")
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-3, atol=1e-4, err_msg=key)
 
 
 def test_resume_refuses_another_architecture_naming_the_fields(project):
@@ -217,7 +222,7 @@ def test_divergence_keeps_the_last_good_checkpoint(project):
     assert kept and f"The last good checkpoint is {kept[-1]}" in result.stderr.replace("\n", "")
     for path in kept:
         with np.load(path, allow_pickle=False) as f:
-            assert np.isfinite(f["params"]).all()
+            assert all(np.isfinite(f[k]).all() for k in f.files if k.startswith("network/"))
     # the remedy the message suggests works: resume from it with a sane learning rate
     fixed = _run(config, "--resume", str(kept[-1]), *blow_up[:1],
                  "optimizer={type: sgd, learning_rate: 0.01}", *blow_up[2:])
@@ -233,14 +238,3 @@ def test_prune_keeps_the_newest_and_sweeps_temp_files(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     prune(tmp_path, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "step00000012.npz", "step00000100.npz"]
-
-
-def test_rng_state_round_trips_through_json():
-    import json
-    rng = np.random.default_rng(3)
-    rng.random(5)
-    state = json.loads(json.dumps(rng_state(rng)))
-    expected = rng.random(4)
-    other = np.random.default_rng(99)
-    assert set_rng_state(other, state)
-    assert np.array_equal(other.random(4), expected)

@@ -15,8 +15,7 @@ from ..data.tables import Split, csv_header, encode_targets, iter_csv_chunks, pa
 from ..errors import DataError
 from ..files import atomic_write
 from ..training.modelfile import SavedModel, load, restore
-from .train import split_report
-from ..training.trainer import Trainer
+from ..training.evaluation import split_report
 
 
 def _feature_columns(path: Path, saved: SavedModel, allow: set[str]) -> list[int]:
@@ -44,8 +43,7 @@ def evaluate(model_path: Path, data_path: Path, device: str = "auto") -> dict[st
     table = read_table(data_path, target, saved.features)
     x = saved.normalizer(table.x.reshape((len(table.x),) + saved.sample_shape))
     split = Split(x, encode_targets(table.y, saved.task, saved.classes, str(data_path)))
-    trainer = Trainer(network, None, saved.task, 1, 0, eval_batch_size=saved.config.training.eval_batch_size)
-    report = split_report(trainer, split, saved.classes, saved.task)
+    report = split_report(network, split, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size)
     return {"model": str(model_path), "data": str(data_path), "rows": len(x), "task": saved.task, **report}
 
 

@@ -1,32 +1,35 @@
-"""`magmadnn train`: config -> data -> network -> fit -> evaluate -> run directory."""
+"""`magmadnn train`: build (config -> data -> network -> trainer, every check) -> fit -> report -> run directory."""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
+from ..config.schema import Config
 from ..core import backend as B
 from ..data.augment import augment
-from ..training.builder import build_network, build_optimizer, check_output_width, task_of
-from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
-from ..config.schema import Config
-from ..data.tables import Prepared, Split, prepare
+from ..data.tables import Prepared, prepare
 from ..distributed import Communicator, SingleProcess
+from ..distributed.data_parallel import data_parallel
 from ..errors import MagmaError
 from ..files import write_json, write_text
-from ..training.metrics import classification_report, predicted_classes, regression_report
+from ..nn.network import Network
+from ..reporting import Reporter, metrics_table
+from ..training.builder import build_network, build_optimizer, check_output_width, task_of
+from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
+from ..training.early_stopping import EarlyStopper
+from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
-from ..reporting import Reporter, metrics_table
-from ..training.trainer import EarlyStopper, History, Trainer, steps_per_epoch
+from ..training.trainer import History, Trainer, steps_per_epoch
 
 
 @dataclass
@@ -36,22 +39,25 @@ class RunResult:
     history: History
 
 
-def split_report(trainer: Trainer, split: Split, classes: list[Any], task: str) -> dict[str, Any]:
-    """Loss plus the full metric set of one split."""
-    result = trainer.evaluate(split)
-    outputs = result.pop("outputs")
-    if task == "regression":
-        result.update(regression_report(split.y, outputs))
-    else:
-        truth = split.y.reshape(-1).astype(np.int64)
-        result.update(classification_report(truth, predicted_classes(outputs, task), classes))
-    return result
+@dataclass
+class Run:
+    """Everything a training needs, built and checked before its first step."""
+    config: Config
+    comm: Communicator
+    device: str
+    task: str
+    data: Prepared
+    network: Network
+    trainer: Trainer
+    stopper: EarlyStopper | None
+    saver: Saver | None
 
 
 def train(config: Config, out_dir: Path | None = None, init_from: Path | None = None, reporter: Reporter | None = None,
           comm: Communicator | None = None, prune: Any = None, resume: Path | None = None,
           checkpoints: bool = True) -> RunResult:
-    """`out_dir` defaults to runs/<name>, or to the run that `resume` (a checkpoint or run dir) names."""
+    """Build, fit, report. `out_dir` defaults to runs/<name>, or to the run that `resume` (a
+    checkpoint or run dir) names."""
     comm = comm or SingleProcess()
     reporter = reporter or Reporter()
     started = time.perf_counter()
@@ -64,69 +70,95 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         config = config.model_copy(update={"seed": seed})
     if out_dir is None:
         out_dir = ckpt.path.parent.parent if ckpt else Path("runs") / config.name
-    device = B.select(config.device, config.precision, config.memory)
-    if device == "gpu":
-        B.use_gpu_device(comm.local_rank)
-    task = task_of(config)
-    data = prepare(config.data, task, config.seed)
-    network = build_network(config, data.sample_shape)
-    check_output_width(config, network, data.classes, data.source)
-    if init_from is not None:
-        saved = load_model(init_from)
-        try:
-            network.load_state(saved.weights)
-        except MagmaError as exc:
-            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size))
-    comm.share(network, optimizer)  # every rank starts from rank 0's weights
-    aug = config.training.augment
-    if aug is not None and len(data.sample_shape) != 3:
-        raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
-                         f"{data.sample_shape} (set data.shape)")
-    batch = min(config.training.batch_size, len(data.train.x))
-    B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
-                     f"training with batch {batch} (training.batch_size; weights, gradients, optimizer state, activations)")
-    policy = config.training.checkpoint if checkpoints else None
-    saver = Saver(out_dir / "checkpoints", policy, config, data.train, comm) if policy else None
-    trainer = Trainer(network, optimizer, task, config.training.batch_size, config.seed,
-                      config.training.shuffle, comm, reporter, config.training.eval_batch_size,
-                      (lambda xb, rng: augment(xb, rng, aug.crop_padding, aug.horizontal_flip)) if aug else None,
-                      saver, stop_on_signal=bool(policy and policy.on_signal))
-    es = config.training.early_stopping
-    stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
-    if stopper and stopper.monitor.startswith("val_") and data.validation is None:
-        raise MagmaError(f"training.early_stopping.monitor: {stopper.monitor} needs validation data "
-                         "(data.validation_split > 0 or data.validation)")
-    reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
-                  f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
+    run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
     if ckpt is not None:
-        _resume(ckpt, trainer, stopper, config, data.train, saver, reporter)
-    elif saver is not None and comm.is_root and (removed := clear(saver.folder)):
-        reporter.info(f"removed {removed} checkpoint(s) of an earlier run in {saver.folder}")
-    history = trainer.fit(data.train, data.validation, config.training.epochs, stopper, prune=prune)
-    trainer.check_weights()
-    final = {name: split_report(trainer, split, data.classes, task)
-             for name, split in (("train", data.train), ("validation", data.validation), ("test", data.test))
-             if split is not None}
-    metrics = {"name": config.name, "task": task, "device": device, "processes": comm.size,
-               "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
-               "best_epoch": history.best_epoch, "wall_time_s": round(time.perf_counter() - started, 3),
-               "parameters": network.num_parameters, **final}
+        _resume(ckpt, run, reporter)
+    elif run.saver is not None and comm.is_root and (removed := clear(run.saver.folder)):
+        reporter.info(f"removed {removed} checkpoint(s) of an earlier run in {run.saver.folder}")
+    history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper, prune=prune)
+    run.trainer.check_weights()
+    metrics = report(run, history, time.perf_counter() - started)
     if comm.is_root:
-        write_outputs(out_dir, config, network, data, task, metrics, history)
-        reporter.table(metrics_table(f"{config.name} — final metrics", final))
+        write_outputs(out_dir, config, run.network, run.data, run.task, metrics, history)
+        reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
+                                                                         if k in SPLITS}))
         reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
-                      + (", checkpoints/" if saver is not None else ""))
+                      + (", checkpoints/" if run.saver is not None else ""))
     comm.barrier()
     return RunResult(out_dir, metrics, history)
 
 
-def _resume(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None, config: Config, train: Split,
-            saver: Saver | None, reporter: Reporter) -> None:
+def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
+          init_from: Path | None = None) -> Run:
+    """Select the device, read and split the data, build the network, optimizer and trainer, and make
+    every check a run makes before its first step (`validate` runs exactly this)."""
+    reporter = reporter or Reporter()
+    seed = config.seed if config.seed is not None else 0
+    device = B.select(config.device, config.precision, config.memory)
+    if device == "gpu":
+        B.use_gpu_device(comm.local_rank)
+    task = task_of(config)
+    data = prepare(config.data, task, seed)
+    network = build_network(config, data.sample_shape, seed)
+    check_run(config, network, data)
+    if init_from is not None:
+        try:
+            network.load_state_dict(load_model(init_from).weights)
+        except MagmaError as exc:
+            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
+    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size))
+    batch = min(config.training.batch_size, len(data.train.x))
+    B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
+                     f"training with batch {batch} (training.batch_size; weights, gradients, optimizer state, activations)")
+    parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm)
+    policy = config.training.checkpoint if checkpoints is not None else None
+    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
+    aug = config.training.augment
+    trainer = Trainer(network, parallel, task, config.training.batch_size, seed, config.training.shuffle, reporter,
+                      config.training.eval_batch_size,
+                      (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
+                      saver, stop_on_signal=bool(policy and policy.on_signal))
+    es = config.training.early_stopping
+    stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
+    reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
+                  f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
+    return Run(config, comm, device, task, data, network, trainer, stopper, saver)
+
+
+def check_run(config: Config, network: Network, data: Prepared) -> None:
+    """The checks that need the data as well as the config."""
+    check_output_width(config, network, data.classes, data.source)
+    if config.training.augment is not None and len(data.sample_shape) != 3:
+        raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
+                         f"{data.sample_shape} (set data.shape)")
+    es = config.training.early_stopping
+    if es is not None and es.monitor.startswith("val_") and data.validation is None:
+        raise MagmaError(f"training.early_stopping.monitor: {es.monitor} needs validation data "
+                         "(data.validation_split > 0 or data.validation)")
+
+
+SPLITS = ("train", "validation", "test")
+
+
+def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
+    """The metrics of the trained network on every split (exact on any rank count)."""
+    data, batch = run.data, run.config.training.eval_batch_size
+    final = {name: split_report(run.network, split, data.classes, run.task, run.comm, batch)
+             for name, split in zip(SPLITS, (data.train, data.validation, data.test)) if split is not None}
+    return {"name": run.config.name, "task": run.task, "device": run.device, "processes": run.comm.size,
+            "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
+            "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
+            "parameters": run.network.num_parameters, **final}
+
+
+def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     """Check the checkpoint against this run, restore it, and say where training goes on from."""
-    notes = check_compatible(ckpt, config, train) + restore(ckpt, trainer, stopper)
-    if saver is not None:
-        saver.last = ckpt.path
+    trainer, config = run.trainer, run.config
+    trainer.stopper = run.stopper
+    notes = check_compatible(ckpt, config, run.data.train) + restore(ckpt, trainer)
+    notes += schedule_change(ckpt.meta["config"], config, trainer)
+    if run.saver is not None:
+        run.saver.last = ckpt.path
     pos, done = trainer.position, len(trainer.history.epochs)
     reporter.info(f"resuming from {ckpt.path}: epoch {pos.epoch}, step {pos.step} (global step {trainer.global_step})")
     for note in notes:
@@ -137,6 +169,27 @@ def _resume(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None, co
     elif pos.epoch > config.training.epochs:
         reporter.warn(f"the run had already finished its {done} epochs; raise training.epochs "
                       f"(e.g. --set training.epochs={done + 10}) to train on")
+
+
+def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer) -> list[str]:
+    """A resumed run follows the new config's schedule (its horizon may follow training.epochs):
+    say so, with the learning rate the next step would have had and has now."""
+    try:
+        before = build_optimizer(Config.model_validate(saved), trainer.opt.steps_per_epoch)
+    except Exception:  # the checkpoint's config no longer validates: nothing to compare
+        return []
+    before.t = trainer.opt.t
+    old, new = before.lr(), trainer.opt.lr()
+    if math.isclose(old, new, rel_tol=1e-9, abs_tol=0.0):
+        return []
+    horizon = ""
+    schedule = config.optimizer.schedule
+    if schedule is not None and schedule.type == "cosine" and schedule.epochs is None:
+        was = saved["optimizer"]["schedule"].get("epochs") or saved["training"]["epochs"]
+        horizon = (f"; the cosine schedule now decays over {config.training.epochs} epochs instead of {was} "
+                   f"(keep the old horizon with --set optimizer.schedule.epochs={was})")
+    return [f"the learning-rate schedule changed at global step {trainer.opt.t}: the next step's rate is "
+            f"{new:.6g} (it was {old:.6g} under the checkpoint's config){horizon}"]
 
 
 def write_outputs(out_dir: Path, config: Config, network: Any, data: Prepared, task: str,

@@ -227,21 +227,18 @@ def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: 
             results: list[dict], log: TrialLog) -> None:
     """Hand out trial indices to whichever worker is free; collect results (into `results` and the
     journal); tell idle workers to stop."""
-    from mpi4py import MPI  # noqa: PLC0415
-
-    mpi, status = comm.comm, MPI.Status()
     curves = _curves(results)
     queue, busy = _to_run(trials, search, results), 0
     for worker in range(1, comm.size):
         if queue:
             index = queue.pop(0)
-            mpi.send((index, trials[index], curves), dest=worker)
+            comm.send((index, trials[index], curves), worker)
             busy += 1
         else:
-            mpi.send(None, dest=worker)
+            comm.send(None, worker)
     stop = False
     while busy:
-        result = mpi.recv(source=MPI.ANY_SOURCE, status=status)
+        source, result = comm.recv_any()
         busy -= 1
         results.append(result)
         log.append(result)
@@ -252,19 +249,19 @@ def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: 
         stop = stop or _reached(search, result)
         if queue and not stop:
             index = queue.pop(0)
-            mpi.send((index, trials[index], curves), dest=status.Get_source())
+            comm.send((index, trials[index], curves), source)
             busy += 1
         else:
-            mpi.send(None, dest=status.Get_source())
+            comm.send(None, source)
 
 
 def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> None:
     while True:
-        task = comm.comm.recv(source=0)
+        task = comm.recv(0)
         if task is None:
             return
         index, overrides, curves = task
-        comm.comm.send(run_trial(index, base, overrides, out_dir, Pruner(search.early_stop, dict(curves))), dest=0)
+        comm.send(run_trial(index, base, overrides, out_dir, Pruner(search.early_stop, dict(curves))), 0)
 
 
 def write_results(results: list[dict], base: dict, out_dir: Path, search: SearchConfig, reporter: Reporter) -> None:

@@ -3,8 +3,9 @@ optimizers and schedules are discriminated unions on `type`. Knows nothing of nu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
@@ -304,6 +305,8 @@ class DistributedConfig(Strict):
     processes: PositiveInt = 1
     strategy: Literal["auto", "allreduce", "ring", "parameter_server", "shared_memory"] = Field(
         "auto", description="auto: shared_memory when all ranks share one node (CPU), else allreduce")
+    sync_batchnorm: bool = Field(True, description="batchnorm statistics over the global batch (N ranks = 1 "
+                                 "process); false: per-rank statistics, cheaper, results depend on the rank count")
 
 
 class Distribution(Strict):
@@ -359,28 +362,51 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _loss_matches_output(self) -> "Config":
-        required = LOSS_OUTPUT.get(self.loss.type)
-        index, activation = output_activation(self.model.layers)
-        if required and activation != required:
-            raise ValueError(f"loss {self.loss.type} needs a final {required} activation "
-                             f"(model.layers.{index}.activation); received {activation!r}")
-        if self.loss.type in ("mse", "mae") and activation in ("softmax", "log_softmax"):
-            raise ValueError(f"loss {self.loss.type} is for regression; the final activation "
-                             f"(model.layers.{index}.activation) is {activation!r}: use linear")
+        problem = head_problem(self.model.layers, self.loss.type)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
-def output_activation(layers: list[Any]) -> tuple[int, str]:
-    """Index and name of the activation that produces the network's output."""
-    for index in range(len(layers) - 1, -1, -1):
-        layer = layers[index]
-        if layer.type in ("dense", "activation"):
-            return index, layer.activation
-        if layer.type in ("conv2d", "residual"):
-            return index, layer.activation
-        if layer.type not in ("dropout", "flatten", "pool2d", "batchnorm", "global_avg_pool", "reshape"):
+# -- the output head: decided here, once, for validation and for the network alike ---------------
+PASS_THROUGH = ("input", "dropout", "flatten", "pool2d", "batchnorm", "global_avg_pool", "reshape")
+
+
+@dataclass(frozen=True)
+class Head:
+    """The network's output: `index` of the layer whose activation produces it, that activation, and
+    whether the loss fuses it (takes that layer's pre-activation, the logits, and applies the
+    activation inside one stable node: softmax + cross-entropy, sigmoid + binary cross-entropy)."""
+    index: int
+    activation: str
+    fused: bool
+
+
+def output_head(layers: Sequence[Any], loss: str | None) -> Head:
+    """Works on config layer specs and on built layers alike (both have `type` and `activation`)."""
+    index, activation = len(layers) - 1, "linear"
+    for i in range(len(layers) - 1, -1, -1):
+        if layers[i].type not in PASS_THROUGH:
+            index, activation = i, getattr(layers[i], "activation", "linear")
             break
-    return len(layers) - 1, "linear"
+    fused = loss is not None and LOSS_OUTPUT.get(loss) == activation and index == len(layers) - 1
+    return Head(index, activation, fused)
+
+
+def head_problem(layers: Sequence[Any], loss: str) -> str | None:
+    """Why this model's output cannot go with this loss (None when it can)."""
+    head = output_head(layers, loss)
+    where = f"model.layers.{head.index}.activation"
+    required = LOSS_OUTPUT.get(loss)
+    if required and head.activation != required:
+        return f"loss {loss} needs a final {required} activation ({where}); received {head.activation!r}"
+    if required and not head.fused:
+        after = head.index + 1
+        return (f"{where}: the {required} of the output must be on the last layer, but model.layers.{after} "
+                f"({layers[after].type}) comes after it; move that layer before model.layers.{head.index}")
+    if loss in ("mse", "mae") and head.activation in ("softmax", "log_softmax"):
+        return f"loss {loss} is for regression; the final activation ({where}) is {head.activation!r}: use linear"
+    return None
 
 
 def union_tags(annotation: Any) -> set[str]:

@@ -1,4 +1,4 @@
-"""The communicator interface the training loop uses: rank, size, bcast, allreduce, barrier, abort.
+"""The communicator interface: rank, size, bcast, allreduce, allgather, point to point, barrier, abort.
 
 `SingleProcess` makes every collective a no-op, so the loop has no `if distributed` branches.
 """
@@ -32,22 +32,16 @@ class Communicator:
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
 
-    # -- the parts of a training step a communicator may organize differently ------------------
-    def share(self, network: Any, optimizer: Any) -> None:
-        """Before training: every rank starts from rank 0's weights."""
-        self.bcast_array(network.flat_params)
+    # -- point to point (the search's master and workers) ---------------------------------------
+    def send(self, obj: Any, dest: int) -> None:
+        raise NotImplementedError("one process has no other rank to send to")
 
-    def update_share(self, size: int) -> slice:
-        """The part of the flat buffers this rank updates after a reduction (all of them, unless
-        the ranks split the update)."""
-        return slice(None)
+    def recv(self, source: int = 0) -> Any:
+        raise NotImplementedError("one process has no other rank to receive from")
 
-    def sum_shares(self, value: float) -> float:
-        """Sum a per-share value (e.g. a squared gradient norm) over the ranks splitting an update."""
-        return value
-
-    def update_done(self) -> None:
-        """After this rank's update: where ranks split it, wait until every share is written."""
+    def recv_any(self) -> tuple[int, Any]:
+        """The next message from any rank, with its sender."""
+        raise NotImplementedError("one process has no other rank to receive from")
 
     def barrier(self) -> None:
         pass

@@ -74,6 +74,17 @@ class MPICommunicator(Communicator):
     def allgather(self, obj: Any) -> list[Any]:
         return self.comm.allgather(obj)
 
+    def send(self, obj: Any, dest: int) -> None:
+        self.comm.send(obj, dest=dest)
+
+    def recv(self, source: int = 0) -> Any:
+        return self.comm.recv(source=source)
+
+    def recv_any(self) -> tuple[int, Any]:
+        status = MPI.Status()
+        obj = self.comm.recv(source=MPI.ANY_SOURCE, status=status)
+        return status.Get_source(), obj
+
     def barrier(self) -> None:
         self.comm.Barrier()
 

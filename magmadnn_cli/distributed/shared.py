@@ -7,7 +7,7 @@ own row of a shared array. A reduction is then: every node-local rank sums its s
 across nodes among the ranks holding the same share, and after the reduction every rank updates
 only its share of the shared weights. Within a node no gradient travels through MPI buffers and the
 optimizer's work is divided N ways; the weights need no broadcast afterwards, being shared.
-CPU only: on a GPU it falls back to MPI's allreduce. Strategy `auto` (the default) uses it when
+CPU only: on a GPU it falls back to MPI's allreduce (`DataParallel`). Strategy `auto` (the default) uses it when
 all ranks share one node and MPI's allreduce otherwise; `shared_memory` uses it across nodes too.
 MAGMADNN_RANKS_PER_NODE=N makes every N consecutive ranks a "node", to run the multi-node path on
 one machine (the tests do).
@@ -24,12 +24,17 @@ from mpi4py import MPI
 
 from ..core import backend as B
 from ..errors import MagmaError
-from ..nn.network import STATS
 from .comm import shared_memory_fits
+from .data_parallel import STATS, DataParallel
 from .mpi import MPICommunicator
 
 
 class SharedMemoryCommunicator(MPICommunicator):
+    """MPI plus the node topology the sharded strategy needs: `local` (the ranks of this node) and
+    `cross` (the ranks holding the same share on every node)."""
+
+    wants_shared_memory = True
+
     def __init__(self, across_nodes: bool = True) -> None:
         super().__init__("allreduce")
         self.across_nodes = across_nodes
@@ -44,69 +49,90 @@ class SharedMemoryCommunicator(MPICommunicator):
             raise MagmaError("distributed.strategy shared_memory needs the same number of ranks on every node "
                              f"(found {sorted(set(per_node))}); use allreduce")
         self.cross = self.comm.Split(self.local_rank, self.rank)  # the same share on every node
-        self.active = False
-        self.window: Any = None
+        self.windows: list[Any] = []
 
-    def share(self, network: Any, optimizer: Any) -> None:
-        if B.device != "cpu" or (self.local_size < self.size and not self.across_nodes):
-            super().share(network, optimizer)
-            return
-        n, r = self.local_size, self.local_rank
-        size, slots = network.flat_params.size, tuple(optimizer.slots)
-        row = size + STATS
-        dtype = network.flat_params.dtype
-        total = size * (1 + len(slots)) + n * row
-        if not self.comm.allreduce(shared_memory_fits(total * dtype.itemsize), op=MPI.LAND):
-            if self.rank == 0:
-                print(f"warning: /dev/shm has less than the {total * dtype.itemsize / 2**20:.0f} MiB the "
-                      "shared_memory strategy needs (a container's default is 64 MiB: docker run "
-                      "--shm-size); using MPI allreduce instead", file=sys.stderr)
-            super().share(network, optimizer)
-            return
-        self.window = MPI.Win.Allocate_shared(total * dtype.itemsize if r == 0 else 0, dtype.itemsize,
-                                              comm=self.local)
-        memory = np.ndarray((total,), dtype=dtype, buffer=self.window.Shared_query(0)[0])
+    def allocate_shared(self, count: int, dtype: np.dtype) -> np.ndarray:
+        """`count` elements in memory shared by this node's ranks (allocated by its rank 0)."""
+        window = MPI.Win.Allocate_shared(count * dtype.itemsize if self.local_rank == 0 else 0, dtype.itemsize,
+                                         comm=self.local)
+        self.windows.append(window)  # the memory lives as long as its window
+        return np.ndarray((count,), dtype=dtype, buffer=window.Shared_query(0)[0])
+
+    def all_agree(self, flag: bool) -> bool:
+        return bool(self.comm.allreduce(flag, op=MPI.LAND))
+
+
+def shared_memory_usable(network: Any, optimizer: Any, comm: SharedMemoryCommunicator) -> bool:
+    """CPU only, ranks on one node unless asked across nodes, and room in /dev/shm on every rank."""
+    if B.device != "cpu" or (comm.local_size < comm.size and not comm.across_nodes):
+        return False
+    nbytes = _shared_floats(network, optimizer, comm.local_size) * network.flat_params.dtype.itemsize
+    if comm.all_agree(shared_memory_fits(nbytes)):
+        return True
+    if comm.rank == 0:
+        print(f"warning: /dev/shm has less than the {nbytes / 2**20:.0f} MiB the shared_memory strategy "
+              "needs (a container's default is 64 MiB: docker run --shm-size); using MPI allreduce instead",
+              file=sys.stderr)
+    return False
+
+
+def _shared_floats(network: Any, optimizer: Any, ranks: int) -> int:
+    size = network.flat_params.size
+    return size * (1 + len(optimizer.slots)) + ranks * (size + STATS)
+
+
+class ShardedDataParallel(DataParallel):
+    """One copy of the weights and optimizer slots per node; each rank's gradients and statistics
+    in its own row; rank r reduces and updates share r of the buffers."""
+
+    comm: SharedMemoryCommunicator
+
+    def _place(self) -> None:
+        comm, net, opt = self.comm, self.net, self.optimizer
+        n, r = comm.local_size, comm.local_rank
+        size, slots, dtype = net.flat_params.size, tuple(opt.slots), net.flat_params.dtype
+        memory = comm.allocate_shared(_shared_floats(net, opt, n), dtype)
         params = memory[:size]
         state = memory[size:size * (1 + len(slots))].reshape(len(slots), size)
-        self.rows = memory[size * (1 + len(slots)):].reshape(n, row)
+        self.rows = memory[size * (1 + len(slots)):].reshape(n, size + STATS)
         if r == 0:  # this node's copy: rank 0's weights, then fresh optimizer state
-            params[...] = network.flat_params
-            self.cross.Bcast(params, root=0)
+            params[...] = net.flat_params
+            comm.cross.Bcast(params, root=0)
             state.fill(0)
-        self.local.Barrier()
-        self.my_row = self.rows[r]
-        network.place(params, self.my_row)
-        optimizer.state = {name: state[i] for i, name in enumerate(slots)}
-        bounds = np.linspace(0, row, n + 1).astype(int)
-        self.lo, self.hi = int(bounds[r]), int(bounds[r + 1])
-        self.n_params, self.active = size, True
+        comm.local.Barrier()
+        self.buffer = self.rows[r]
+        net.place(params, self.buffer[:size])
+        opt.state = {name: state[i] for i, name in enumerate(slots)}
+        bounds = np.linspace(0, size + STATS, n + 1).astype(int)
+        self.share = slice(int(bounds[r]), int(bounds[r + 1]))
+        self.params_share = slice(min(self.share.start, size), min(self.share.stop, size))
 
-    def allreduce_sum(self, array: Any) -> None:
-        if not self.active or array is not self.my_row:  # e.g. evaluation sums: plain MPI
-            super().allreduce_sum(array)
-            return
-        r, rows, part = self.local_rank, self.rows, slice(self.lo, self.hi)
-        self.local.Barrier()  # every row is written
-        mine = rows[r, part]
+    def broadcast(self) -> None:
+        """The weights are shared (and were copied from rank 0 across nodes); buffers are not."""
+        for buffer in self.net.buffers().values():
+            self.comm.bcast_array(buffer)
+
+    def _reduce_buffer(self) -> None:
+        """Rank r sums share r of every row (in rank order: deterministic), then across nodes; the
+        statistics, which end the last share, are copied to every row."""
+        comm, rows = self.comm, self.rows
+        comm.local.Barrier()  # every row is written
+        mine = rows[comm.local_rank, self.share]
         for k in range(len(rows)):
-            if k != r:
-                mine += rows[k, part]
-        if self.cross.Get_size() > 1:
-            self.cross.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
-        self.local.Barrier()  # every share is summed
-        last = len(rows) - 1  # the step's loss/accuracy/stop slots end the last share
-        if r != last:
-            rows[r, self.n_params:] = rows[last, self.n_params:]
+            if k != comm.local_rank:
+                mine += rows[k, self.share]
+        if comm.cross.Get_size() > 1:
+            comm.cross.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
+        comm.local.Barrier()  # every share is summed
+        last = len(rows) - 1
+        if comm.local_rank != last:
+            rows[comm.local_rank, -STATS:] = rows[last, -STATS:]
 
-    def update_share(self, size: int) -> slice:
-        if not self.active:
-            return slice(None)
-        return slice(min(self.lo, size), min(self.hi, size))
-
-    def sum_shares(self, value: float) -> float:
-        return float(self.local.allreduce(value, op=MPI.SUM)) if self.active else value
-
-    def update_done(self) -> None:
-        if self.active:
-            self.local.Barrier()
-
+    def update(self) -> None:
+        """This rank's share of the update; clipping uses the norm summed over all shares."""
+        opt, part = self.optimizer, self.params_share
+        params, grads = self.net.flat_params[part], self.net.flat_grads[part]
+        if opt.clip_norm is not None:
+            opt.clip(grads, float(self.comm.local.allreduce(float(np.vdot(grads, grads)), op=MPI.SUM)))
+        opt.apply(params, grads, {k: v[part] for k, v in opt.state.items()})
+        self.comm.local.Barrier()  # every share is written before the next forward pass

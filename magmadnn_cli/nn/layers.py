@@ -7,12 +7,12 @@ nodes to the graph once the network has placed the weights in its flat buffer.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..core import backend as B
 from ..errors import MagmaError, ShapeError
 from ..core.graph import Node, Parameter, get_activation
 from ..core.graph import conv, nn, ops
@@ -31,10 +31,22 @@ class WeightSpec:
 
 
 @dataclass
+class BufferSpec:
+    name: str
+    shape: Shape
+    fill: float
+
+
+@dataclass
 class Context:
-    """What layers need while building the graph: the train/eval switch and a device RNG."""
+    """What layers need while building the graph: the step's mode (train/eval, rows' positions,
+    the reduction over ranks), and a counter that gives each random layer its own stream."""
     mode: nn.Mode
-    rng: Any
+    streams: int = 0
+
+    def new_stream(self) -> int:
+        self.streams += 1
+        return self.streams
 
 
 class Layer:
@@ -44,6 +56,7 @@ class Layer:
     def __init__(self, name: str = "") -> None:
         self.name = name or self.type
         self.specs: list[WeightSpec] = []
+        self.buffer_specs: list[BufferSpec] = []
         self.weights: dict[str, Parameter] = {}
         self.buffers: dict[str, Any] = {}  # non-trainable state saved with the model (running statistics)
         self.input_shape: Shape = ()
@@ -60,12 +73,23 @@ class Layer:
     def add_weight(self, name: str, shape: Shape, init: Init, fan_in: int, fan_out: int) -> None:
         self.specs.append(WeightSpec(name, shape, init, fan_in, fan_out))
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def add_buffer(self, name: str, shape: Shape, fill: float) -> None:
+        """Non-trainable state (e.g. running statistics): the network allocates it in `buffers`
+        and saves it with the weights, in checkpoints and model files alike."""
+        self.buffer_specs.append(BufferSpec(name, shape, fill))
+
+    def __call__(self, x: Node, ctx: Context) -> Node:
         raise NotImplementedError  # abstract: every layer defines it
 
     def flops(self) -> int:
         """Floating-point operations per sample in the forward pass (multiply-add = 2)."""
         return 0
+
+    def without_activation(self) -> "Layer":
+        """This layer (sharing its weights) with a linear output: a fused loss applies the activation."""
+        bare = copy.copy(self)
+        bare.activation, bare.activation_args = "linear", {}
+        return bare
 
     def sublayers(self) -> list["Layer"]:
         """Layers inside this one (a block's); their weights belong to the network too."""
@@ -94,7 +118,7 @@ class Input(Layer):
             raise self._error(f"expected input of shape {self.shape}; received {input_shape}")
         return self.shape
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         return x
 
 
@@ -124,9 +148,8 @@ class Dense(Layer):
             self.add_weight("bias", (self.units,), self.bias_init, fan_in, self.units)
         return (self.units,)
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
-        name = activation or self.activation
-        fn = get_activation(name, **(self.activation_args if name == self.activation else {}))
+    def __call__(self, x: Node, ctx: Context) -> Node:
+        fn = get_activation(self.activation, **self.activation_args)
         return nn.Dense(x, self.weights["kernel"], self.weights.get("bias"), fn, name=self.name)
 
     def flops(self) -> int:
@@ -142,11 +165,10 @@ class Activation(Layer):
         self.activation_args = activation_args
         get_activation(activation, **activation_args)
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
-        name = activation or self.activation
-        if name == "linear":
+    def __call__(self, x: Node, ctx: Context) -> Node:
+        if self.activation == "linear":
             return x
-        return nn.Activate(x, get_activation(name, **(self.activation_args if name == self.activation else {})))
+        return nn.Activate(x, get_activation(self.activation, **self.activation_args))
 
     def flops(self) -> int:
         return int(np.prod(self.input_shape))
@@ -162,8 +184,8 @@ class Dropout(Layer):
             raise MagmaError(f"layer {self.name!r}: rate must be in [0, 1); received rate={rate}")
         self.rate = rate
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
-        return nn.Dropout(x, self.rate, ctx.mode, ctx.rng)
+    def __call__(self, x: Node, ctx: Context) -> Node:
+        return nn.Dropout(x, self.rate, ctx.mode, ctx.new_stream())
 
 
 class Flatten(Layer):
@@ -172,7 +194,7 @@ class Flatten(Layer):
     def compute_shape(self, input_shape: Shape) -> Shape:
         return (int(np.prod(input_shape)),)
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Flatten(x)
 
 
@@ -231,13 +253,12 @@ class Conv2D(Layer):
             self.add_weight("bias", (self.filters,), self.bias_init, c * kh * kw, self.filters * kh * kw)
         return (self.filters, ho, wo)
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         y: Node = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self._pad(),
                               self.dilation)
-        name = activation or self.activation
-        if name == "linear":
+        if self.activation == "linear":
             return y
-        return nn.Activate(y, get_activation(name, **(self.activation_args if name == self.activation else {})))
+        return nn.Activate(y, get_activation(self.activation, **self.activation_args))
 
     def flops(self) -> int:
         f, ho, wo = self.output_shape
@@ -270,7 +291,7 @@ class Pool2D(Layer):
             raise self._error(f"a {self.window} window does not fit input {input_shape}")
         return (c, ho, wo)
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         return conv.Pool2D(x, self.mode, self.window, self.stride, self.pad)
 
     def flops(self) -> int:
@@ -292,13 +313,11 @@ class BatchNorm(Layer):
         features = input_shape[0]
         self.add_weight("gamma", (features,), get_initializer("ones"), features, features)
         self.add_weight("beta", (features,), get_initializer("zeros"), features, features)
+        self.add_buffer("running_mean", (features,), 0.0)
+        self.add_buffer("running_var", (features,), 1.0)
         return input_shape
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
-        features = self.input_shape[0]
-        xp = self.weights["gamma"].value
-        self.buffers = {"running_mean": B.xp.zeros(features, dtype=xp.dtype),
-                        "running_var": B.xp.ones(features, dtype=xp.dtype)}
+    def __call__(self, x: Node, ctx: Context) -> Node:
         return nn.BatchNorm(x, self.weights["gamma"], self.weights["beta"], self.buffers["running_mean"],
                             self.buffers["running_var"], ctx.mode, self.momentum, self.epsilon)
 
@@ -315,7 +334,7 @@ class GlobalAvgPool(Layer):
             raise self._error(f"expected (channels, height, width) input; received {input_shape}")
         return (input_shape[0],)
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Mean(x, axis=(2, 3))
 
     def flops(self) -> int:
@@ -334,7 +353,7 @@ class Reshape(Layer):
             raise self._error(f"cannot reshape {input_shape} ({int(np.prod(input_shape))} values) to {self.shape}")
         return self.shape
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Reshape(x, (-1, *self.shape))
 
 
@@ -364,13 +383,12 @@ class Residual(Layer):
                               "the shape (use padding: same and the input's channel count)")
         return shape
 
-    def __call__(self, x: Node, ctx: Context, activation: str | None = None) -> Node:
+    def __call__(self, x: Node, ctx: Context) -> Node:
         h = x
         for layer in self.inner:
             h = layer(h, ctx)
         y: Node = ops.Add(h, x)
-        name = activation or self.activation
-        return y if name == "linear" else nn.Activate(y, get_activation(name))
+        return y if self.activation == "linear" else nn.Activate(y, get_activation(self.activation))
 
     def flops(self) -> int:
         return sum(layer.flops() for layer in self.inner) + int(np.prod(self.output_shape))

@@ -11,14 +11,17 @@ import numpy as np
 from ..core import backend as B
 from ..errors import ShapeError
 from ..core.graph import Graph, Node, Parameter, Variable, get_activation, nn
+from ..config.schema import output_head
 from .layers import Context, Layer, Shape, all_layers
 from .losses import Loss
 
 Array = Any
-STATS = 3  # trailing slots of the step buffer: loss sum, correct count, stop request
 
 
 class Network:
+    """Owns the parameters (one flat buffer), their gradients (views of another) and the buffers
+    (non-trainable state, e.g. running statistics); `state_dict` / `load_state_dict` carry all of them."""
+
     def __init__(self, layers: Sequence[Layer], input_shape: Shape, loss: Loss | None = None,
                  seed: int = 0) -> None:
         self.layers = list(layers)
@@ -31,13 +34,14 @@ class Network:
             shape = layer.build(shape)
             self.activation_size += int(np.prod(shape))
         self.output_shape = shape
+        self.head = output_head(self.layers, loss.name if loss is not None else None)
         self._allocate(np.random.default_rng(seed))
-        self.rng = B.rng(seed + 1)  # dropout draws; its state goes into checkpoints
-        self._build_graphs(Context(self.mode, self.rng))
+        self._build_graphs(Context(self.mode))
 
-    # -- parameters ---------------------------------------------------------------------------
+    # -- parameters and buffers ---------------------------------------------------------------
     def _allocate(self, rng: np.random.Generator) -> None:
-        """Initialize every weight on the host, then place all of them in one flat device buffer."""
+        """Initialize every weight on the host, then place all of them in one flat device buffer;
+        allocate the layers' buffers on the device."""
         specs = [(layer, spec) for layer in all_layers(self.layers) for spec in layer.specs]
         sizes = [int(np.prod(spec.shape)) for _, spec in specs]
         if sizes:
@@ -57,26 +61,22 @@ class Network:
             p = Parameter(None, f"{layer.name}/{spec.name}")
             layer.weights[spec.name] = p
             self.parameters.append(p)
-        # Gradients plus STATS trailing slots (a step's loss sum, correct count and a stop request),
-        # so data-parallel training reduces all of them with one Allreduce of `step_buffer`.
-        self.place(B.to_device(host), B.xp.zeros(host.size + STATS, dtype=B.floatx))
+        for layer in all_layers(self.layers):
+            layer.buffers = {b.name: B.xp.full(b.shape, b.fill, dtype=B.floatx) for b in layer.buffer_specs}
+        self.place(B.to_device(host), B.xp.zeros(host.size, dtype=B.floatx))
 
-    def place(self, flat_params: Array, step_buffer: Array) -> None:
-        """Make these flat buffers the network's parameters and gradients (+ stats): every weight
-        becomes a view into them. Used once at construction, and again to move them into shared
-        memory (the caller fills `flat_params`)."""
-        self.flat_params, self.step_buffer = flat_params, step_buffer
-        self.flat_grads = step_buffer[:flat_params.size]
-        self.step_stats = step_buffer[flat_params.size:]
+    def place(self, flat_params: Array, flat_grads: Array) -> None:
+        """Make these flat buffers the network's parameters and gradients: every weight becomes a
+        view into them. Used once at construction, and again by data parallelism to move them (into
+        shared memory, or into a buffer that also carries the step's statistics); the caller fills
+        `flat_params`."""
+        self.flat_params, self.flat_grads = flat_params, flat_grads
         offset = 0
         for p, shape in zip(self.parameters, self.parameter_shapes):
             size = int(np.prod(shape))
             p.value = flat_params[offset:offset + size].reshape(shape)
-            p.grad_view = self.flat_grads[offset:offset + size].reshape(shape)
+            p.grad_view = flat_grads[offset:offset + size].reshape(shape)
             offset += size
-        for graph in ("train_graph", "eval_graph", "predict_graph"):
-            if hasattr(self, graph):
-                getattr(self, graph).bind_gradients()
 
     def training_bytes(self, batch: int, optimizer_slots: int) -> int:
         """A lower bound on training memory: weights, gradients, optimizer state, and each layer's
@@ -89,46 +89,48 @@ class Network:
         return int(self.flat_params.size)
 
     def buffers(self) -> dict[str, Array]:
-        """Non-trainable state by stable name (e.g. `batchnorm_1/running_mean`)."""
+        """Non-trainable state by stable name (e.g. `batchnorm_1/running_mean`), as device arrays."""
         return {f"{layer.name}/{k}": v for layer in all_layers(self.layers) for k, v in layer.buffers.items()}
 
-    def state(self) -> dict[str, np.ndarray]:
-        """Weights and buffers by stable name (`<layer>/<weight>`) as host arrays."""
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Weights and buffers by stable name (`<layer>/<weight>`, `<layer>/<buffer>`), host copies."""
         state = {p.name: B.to_host(p.value).copy() for p in self.parameters}
         state.update({k: B.to_host(v).copy() for k, v in self.buffers().items()})
         return state
 
-    def load_state(self, weights: dict[str, np.ndarray]) -> None:
-        for name, buffer in self.buffers().items():
-            if name in weights and tuple(weights[name].shape) == tuple(buffer.shape):
-                buffer[...] = B.to_device(weights[name], dtype=buffer.dtype)
-        for p in self.parameters:
-            if p.name not in weights:
-                raise ShapeError(f"the saved weights have no {p.name!r}; they hold {sorted(weights)}")
-            w = weights[p.name]
-            if tuple(w.shape) != tuple(p.value.shape):
-                raise ShapeError(f"weight {p.name!r}: expected shape {tuple(p.value.shape)}; received {tuple(w.shape)}")
-            p.value[...] = B.to_device(w, dtype=p.value.dtype)
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Copy every weight and buffer in place (views into shared buffers stay valid); all of
+        them must be present with the right shape."""
+        targets = {p.name: p.value for p in self.parameters} | self.buffers()
+        for name, target in targets.items():
+            if name not in state:
+                raise ShapeError(f"the saved state has no {name!r}; it holds {sorted(state)}")
+            value = state[name]
+            if tuple(value.shape) != tuple(target.shape):
+                raise ShapeError(f"{name!r}: expected shape {tuple(target.shape)}; received {tuple(value.shape)}")
+        for name, target in targets.items():
+            target[...] = B.to_device(state[name], dtype=target.dtype)
 
     # -- graphs -------------------------------------------------------------------------------
     def _build_graphs(self, ctx: Context) -> None:
+        """The head (see `config.schema.output_head`) decides the output: with a fused loss the last
+        layer is built without its activation, the loss takes its logits, predictions apply it."""
         self.x = Variable("x")
         self.y = Variable("y")
-        last = self.layers[-1]
-        fused = self.loss is not None and self.loss.fuses is not None and last.activation == self.loss.fuses
-        self.fused = fused
         h: Node = self.x
         for layer in self.layers[:-1]:
             h = layer(h, ctx)
-        if fused:
-            self.logits = last(h, ctx, activation="linear")
-            self.output = nn.Activate(self.logits, get_activation(last.activation))
+        last = self.layers[-1]
+        self.fused = self.head.fused
+        if self.fused:
+            self.logits = last.without_activation()(h, ctx)
+            self.output: Node = nn.Activate(self.logits, get_activation(self.head.activation))
         else:
             self.output = self.logits = last(h, ctx)
         self.predict_graph = Graph(self.output)
         self.loss_node = None
         if self.loss is not None:
-            self.loss_node = self.loss.node(self.logits, self.y, fused)
+            self.loss_node = self.loss.node(self.logits, self.y, self.fused)
             self.train_graph = Graph(self.loss_node)
             self.eval_graph = Graph(self.loss_node, self.output)
 
@@ -137,17 +139,20 @@ class Network:
             raise ShapeError(f"the network expects samples of shape {self.input_shape}; "
                              f"received a batch of shape {tuple(x.shape)}")
 
-    def forward_backward(self, x: Array, y: Array) -> Array:
-        """One training forward + backward pass; gradients land in `flat_grads`. Returns the loss
-        (a 0-d device array, so no host sync is forced)."""
+    def forward_backward(self, x: Array, y: Array, scale: float = 1.0, positions: Array | None = None,
+                         key: int = 0) -> Array:
+        """One training forward + backward pass; the gradients of `scale` x the batch's mean loss
+        land in `flat_grads`. `positions` (default 0..n-1) are the rows' places in the epoch's
+        global order and `key` the epoch's random key: they decide dropout masks. Returns the mean
+        loss (a 0-d device array, so no host sync is forced)."""
         if self.loss_node is None:
             raise ShapeError("this network was built without a loss; it can only predict")
         self._check_input(x)
         self.mode.training = True
+        self.mode.set_batch(key, B.xp.arange(len(x)) if positions is None else positions)
         (loss,) = self.train_graph.forward({self.x: x, self.y: y})
-        self.train_graph.backward()
+        self.train_graph.backward(scale=scale)
         return loss
-
     def loss_and_output(self, x: Array, y: Array) -> tuple[Array, Array]:
         """Eval-mode loss and predictions for one batch."""
         self._check_input(x)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn import schedules
-from ..config.schema import Config, output_activation
+from ..config.schema import Config, output_head
 from ..errors import DataError
 from ..nn.layers import LAYERS, Layer
 from ..nn.losses import LOSSES, Loss
@@ -65,13 +65,17 @@ def build_optimizer(config: Config, steps_per_epoch: int) -> Optimizer:
 
 
 def check_output_width(config: Config, network: Network, classes: list[Any], source: str) -> None:
-    """The last layer must have one unit per class (cross-entropy), one unit (binary) or one per target."""
+    """The output must have one unit per class (cross-entropy), one unit (binary) or one per target."""
     units = network.output_shape[-1] if network.output_shape else 1
     task = task_of(config)
     expected = {"classification": len(classes), "binary": 1}.get(task)
-    index = max(i for i, layer in enumerate(config.model.layers) if layer.type == "dense") \
-        if any(layer.type == "dense" for layer in config.model.layers) else output_activation(config.model.layers)[0]
-    if expected is not None and units != expected:
-        why = f"the {len(classes)} classes in {source}" if task == "classification" else "binary_cross_entropy"
-        raise DataError(f"model.layers.{index}.units: the output layer has {units} units; expected {expected} "
-                        f"({why}: {', '.join(map(str, classes[:12]))})")
+    if expected is None or units == expected:
+        return
+    head = output_head(config.model.layers, config.loss.type)
+    layers = config.model.layers
+    index = max((i for i, layer in enumerate(layers) if layer.type == "dense"), default=head.index)
+    field = "units" if layers[index].type == "dense" else "filters" if layers[index].type == "conv2d" else None
+    where = f"model.layers.{index}.{field}" if field else f"model.layers.{index} ({layers[index].type})"
+    why = f"the {len(classes)} classes in {source}" if task == "classification" else "binary_cross_entropy"
+    raise DataError(f"{where}: the output layer has {units} units; expected {expected} "
+                    f"({why}: {', '.join(map(str, classes[:12]))})")

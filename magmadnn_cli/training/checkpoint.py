@@ -3,41 +3,42 @@
 One `.npz` per checkpoint in `<run dir>/checkpoints/step<global step>.npz`, loaded with
 `allow_pickle=False`, written atomically (temp file, fsync, rename); the newest `keep` are kept.
 
+This module only serializes: every stateful object (trainer position and history, network weights
+and buffers, optimizer step, slots and scalars, early stopping's best state) gives its
+`state_dict()` and takes it back with `load_state_dict()`. A new layer buffer or optimizer scalar
+is checkpointed with no change here. Random numbers need no state: they are counter-based, keyed by
+(seed, epoch, sample position).
+
 Keys:
-  format            "magmadnn-checkpoint"        format_version   1
-  meta              JSON: position (epoch in progress, steps of it done, its running sums), global
-                    step, history, early-stopping state, dropout RNG state of every rank, rank count,
-                    config, data fingerprint, magmadnn version
-  params            the flat parameter buffer
-  buffers/<name>    non-trainable state (batchnorm running statistics)
-  optimizer/<slot>  the optimizer's flat state (momentum, Adam moments, ...)
-  best_params       early stopping's best weights (when restore_best)
+  format            "magmadnn-checkpoint"        format_version   2
+  meta              JSON: each owner's non-array state ({"trainer": {...}, "optimizer": {"step": ...}}),
+                    global step, rank count, config, data fingerprint, magmadnn version
+  <owner>/<key>     each owner's arrays, e.g. network/dense_0/kernel, optimizer/slots/m,
+                    early_stopping/best_state/batchnorm_1/running_mean
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import __version__
-from ..core import backend as B
 from ..config.schema import Checkpointing, Config
 from ..data.tables import Split
 from ..distributed import Communicator
-from ..errors import MagmaError
+from ..errors import MagmaError, ShapeError
 from ..files import atomic_write, load_npz
-from .trainer import EarlyStopper, History, Position, Trainer
+from .trainer import Trainer
 
 FORMAT = "magmadnn-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 NAME = re.compile(r"^step(\d+)\.npz$")
 
 # Config fields a resumed run must share with the checkpoint (anything else may change, e.g. epochs).
@@ -45,7 +46,8 @@ MUST_MATCH = ("model", "loss", "seed", "precision", "optimizer.type", "training.
               "training.shuffle", "training.augment")
 
 
-REQUIRED = ("position", "global_step", "history", "early_stopping", "rng", "ranks", "config", "data")
+REQUIRED = ("state", "global_step", "ranks", "config", "data")
+OWNERS = ("trainer", "network", "optimizer")
 
 
 @dataclass
@@ -64,34 +66,27 @@ def fingerprint(train: Split) -> str:
     return digest.hexdigest()
 
 
-# -- RNG state ---------------------------------------------------------------------------------
-def rng_state(rng: Any) -> dict[str, Any]:
-    """A JSON-able copy of a numpy or cupy generator's state ({} when it cannot be read)."""
-    bits = getattr(rng, "bit_generator", None)
-    if isinstance(getattr(bits, "state", None), dict):
-        return {"numpy": bits.state}
-    try:  # cupy keeps its curand states in a device array
-        return {"device": base64.b64encode(B.to_host(bits._state).tobytes()).decode("ascii")}
-    except Exception:  # another cupy layout: resume then reseeds (and says so)
-        return {}
+# -- state dicts <-> arrays + JSON ----------------------------------------------------------------
+def pack(owners: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Split each owner's state into JSON-able values and arrays (stored as `<owner>/<key>`)."""
+    scalars: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for owner, state in owners.items():
+        scalars[owner] = {}
+        for key, value in state.items():
+            if isinstance(value, np.ndarray):
+                arrays[f"{owner}/{key}"] = value
+            else:
+                scalars[owner][key] = value
+    return scalars, arrays
 
 
-def set_rng_state(rng: Any, state: dict[str, Any]) -> bool:
-    """Restore `state` into `rng`; False when this kind of generator cannot take it."""
-    bits = getattr(rng, "bit_generator", None)
-    if "numpy" in state and isinstance(getattr(bits, "state", None), dict):
-        bits.state = state["numpy"]
-        return True
-    if "device" in state:
-        try:
-            raw = bits._state
-            host = np.frombuffer(base64.b64decode(state["device"]), dtype=B.to_host(raw).dtype)
-            if host.size == raw.size:
-                raw[...] = B.to_device(host.reshape(raw.shape))
-                return True
-        except Exception:  # another cupy layout
-            return False
-    return False
+def unpack(scalars: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    owners: dict[str, dict[str, Any]] = {owner: dict(values) for owner, values in scalars.items()}
+    for key, value in arrays.items():
+        owner, _, rest = key.partition("/")
+        owners.setdefault(owner, {})[rest] = value
+    return owners
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -113,32 +108,22 @@ class Saver:
         return epoch_done is not None and bool(p.every_epochs) and epoch_done % p.every_epochs == 0
 
     def write(self, trainer: Trainer) -> Path:
-        rng_states = self.comm.allgather(rng_state(trainer.net.rng))  # a collective: every rank joins
         path = self.folder / f"step{trainer.global_step:08d}.npz"
         if self.comm.is_root:
             buffer = io.BytesIO()
-            np.savez(buffer, **snapshot(trainer, self.config, self.data, rng_states))
+            np.savez(buffer, **snapshot(trainer, self.config, self.data))
             atomic_write(path, lambda f: f.write(buffer.getvalue()))
             prune(self.folder, self.policy.keep)
         self.last = path
         return path
 
 
-def snapshot(trainer: Trainer, config: Config, data: str, rng_states: list[dict]) -> dict[str, np.ndarray]:
-    opt, stopper = trainer.opt, trainer.stopper
-    meta = {"position": asdict(trainer.position), "global_step": trainer.global_step,
-            "history": asdict(trainer.history), "ranks": trainer.comm.size, "rng": rng_states,
-            "early_stopping": None if stopper is None else
-            {"best": stopper.best, "best_epoch": stopper.best_epoch, "wait": stopper.wait},
+def snapshot(trainer: Trainer, config: Config, data: str) -> dict[str, np.ndarray]:
+    scalars, arrays = pack(trainer.state_dicts())
+    meta = {"state": scalars, "global_step": trainer.global_step, "ranks": trainer.comm.size,
             "config": config.model_dump(mode="json"), "data": data, "magmadnn_version": __version__}
-    arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
-              "meta": np.array(json.dumps(meta)), "params": B.to_host(trainer.net.flat_params)}
-    arrays.update({f"buffers/{k}": B.to_host(v) for k, v in trainer.net.buffers().items()})
-    if opt is not None:
-        arrays.update({f"optimizer/{k}": B.to_host(v) for k, v in opt.state.items()})
-    if stopper is not None and stopper.best_params is not None:
-        arrays["best_params"] = B.to_host(stopper.best_params)
-    return arrays
+    return {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
+            "meta": np.array(json.dumps(meta)), **arrays}
 
 
 def listing(folder: Path) -> list[Path]:
@@ -188,9 +173,14 @@ def read(path: Path) -> Checkpoint:
             else "not a magmadnn checkpoint"
         raise MagmaError(f"{path}: {kind}")
     try:
-        if int(arrays.pop("format_version")) > FORMAT_VERSION:
+        version = int(arrays.pop("format_version"))
+        if version > FORMAT_VERSION:
             raise MagmaError(f"{path}: this checkpoint's format is newer than this magmadnn understands; "
                              "upgrade magmadnn")
+        if version < FORMAT_VERSION:
+            raise MagmaError(f"{path}: a checkpoint of an older magmadnn (format {version}), which cannot be "
+                             "resumed exactly by this one; start a new training from the run's weights with "
+                             "--init-from RUN_DIR/model.npz")
         meta = json.loads(str(arrays.pop("meta")))
     except (KeyError, TypeError, ValueError) as exc:
         raise MagmaError(f"{path}: corrupt checkpoint ({type(exc).__name__}: {exc})") from exc
@@ -198,8 +188,12 @@ def read(path: Path) -> Checkpoint:
     missing = [k for k in REQUIRED if k not in (meta if isinstance(meta, dict) else {})]
     if not missing and not isinstance(meta["config"], dict):
         missing = ["a config"]
-    if missing or "params" not in arrays:
-        raise MagmaError(f"{path}: corrupt checkpoint (it lacks {', '.join(missing or ['params'])})")
+    if not missing and not isinstance(meta["state"], dict):
+        missing = ["its state"]
+    if not missing:
+        missing = [f"the {owner} state" for owner in OWNERS if owner not in meta["state"]]
+    if missing:
+        raise MagmaError(f"{path}: corrupt checkpoint (it lacks {', '.join(missing)})")
     return Checkpoint(path, meta, arrays)
 
 
@@ -246,46 +240,15 @@ def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str
     return [d for d in differences(saved, current, None) if not any(d.startswith(i) for i in ignore)]
 
 
-def restore(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None) -> list[str]:
-    """Put the checkpoint's state into the trainer; returns notes (e.g. dropout reseeded)."""
+def restore(ckpt: Checkpoint, trainer: Trainer) -> list[str]:
+    """Put the checkpoint's state into the trainer and the objects it trains; returns notes."""
     try:
-        return _restore(ckpt, trainer, stopper)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:  # fields of the wrong kind or shape
-        raise MagmaError(f"{ckpt.path}: corrupt checkpoint ({type(exc).__name__}: {exc})") from exc
-
-
-def _restore(ckpt: Checkpoint, trainer: Trainer, stopper: EarlyStopper | None) -> list[str]:
-    meta, arrays, net, opt = ckpt.meta, ckpt.arrays, trainer.net, trainer.opt
-    params = arrays["params"]
-    if params.shape != net.flat_params.shape:
-        raise MagmaError(f"{ckpt.path}: {params.size} parameters; this network has {net.flat_params.size}")
-    net.flat_params[...] = B.to_device(params, dtype=net.flat_params.dtype)
-    for name, buffer in net.buffers().items():
-        buffer[...] = B.to_device(arrays[f"buffers/{name}"], dtype=buffer.dtype)
-    assert opt is not None
-    opt.t = int(meta["global_step"])
-    for key, value in arrays.items():
-        if key.startswith("optimizer/"):  # in place: the state may live in memory shared by ranks
-            name = key.removeprefix("optimizer/")
-            if name in opt.state:
-                opt.state[name][...] = B.to_device(value, dtype=net.flat_params.dtype)
-            else:
-                opt.state[name] = B.to_device(value, dtype=net.flat_params.dtype)
-    trainer.position = Position(**meta["position"])
-    trainer.history = History(**meta["history"])
-    if stopper is not None and meta["early_stopping"] is not None:
-        es = meta["early_stopping"]
-        stopper.best, stopper.best_epoch, stopper.wait = float(es["best"]), int(es["best_epoch"]), int(es["wait"])
-        if "best_params" in arrays:
-            stopper.best_params = B.to_device(arrays["best_params"], dtype=net.flat_params.dtype)
-    notes = []
-    rank, ranks = trainer.comm.rank, trainer.comm.size
-    same_ranks = meta["ranks"] == ranks
-    if not (same_ranks and set_rng_state(net.rng, meta["rng"][rank])):
-        seed = int(np.random.SeedSequence([trainer.seed, meta["global_step"], rank]).generate_state(1)[0])
-        set_rng_state(net.rng, rng_state(B.rng(seed)))  # in place: the dropout ops hold this generator
-        why = "this generator's state could not be restored" if same_ranks else \
-            f"the checkpoint was written by {meta['ranks']} rank(s), this run has {ranks}"
-        notes.append(f"{why}: dropout draws are reseeded, so results match an uninterrupted run only "
-                     "statistically")
-    return notes
+        trainer.load_state_dicts(unpack(ckpt.meta["state"], ckpt.arrays))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ShapeError) as exc:
+        raise MagmaError(f"{ckpt.path}: corrupt checkpoint, or one of another network "
+                         f"({type(exc).__name__}: {exc})") from exc
+    ranks, now = ckpt.meta["ranks"], trainer.comm.size
+    if ranks != now:
+        return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues "
+                "as it would have (to float rounding), since every rank computes what one process does"]
+    return []

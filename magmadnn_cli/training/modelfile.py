@@ -50,7 +50,7 @@ def save(path: Path, network: Network, config: Config, normalizer: Normalizer, c
     arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
               "meta": np.array(json.dumps(meta, default=str)),
               "norm/shift": normalizer.shift, "norm/spread": normalizer.spread}
-    arrays.update({f"weights/{name}": w for name, w in network.state().items()})
+    arrays.update({f"weights/{name}": w for name, w in network.state_dict().items()})
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     atomic_write(path, lambda f: f.write(buffer.getvalue()))
@@ -90,7 +90,7 @@ def restore(saved: SavedModel) -> Network:
     from .builder import build_network  # noqa: PLC0415 (builder imports this module's neighbours)
     network = build_network(saved.config, saved.sample_shape)
     try:
-        network.load_state(saved.weights)
+        network.load_state_dict(saved.weights)
     except Exception as exc:
         raise ModelFileError(f"the model's weights do not fit its architecture: {exc}") from exc
     return network

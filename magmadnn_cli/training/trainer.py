@@ -1,67 +1,42 @@
-"""The training loop, top to bottom: each step forward -> backward -> allreduce of gradients (and the
-step's loss/accuracy sums, in the same buffer) -> the same update on every rank.
+"""The training loop, top to bottom: each step forward -> backward -> one reduction of gradients and
+the step's statistics -> the same update on every rank (through the data-parallel wrapper).
 
 Data parallelism: `batch_size` is the global batch. Each epoch one seeded permutation is cut into
 global batches; each rank takes its contiguous share of every batch, so every rank takes the same
-number of steps. Local gradients are weighted by local/global sample count before the sum, so the
-result equals the single-process gradient for any rank count, even for a short last batch.
+number of steps. Each rank's backward pass is seeded with its share of the global batch (local /
+global rows), so the summed gradient equals the single-process gradient for any rank count, even
+for a short last batch. A row's random numbers (dropout, augmentation) are keyed by its position in
+the epoch's global order, and batchnorm statistics are those of the global batch, so N ranks compute
+what one process computes.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from ..core import backend as B
+from ..core.counter_random import derive_key
 from ..data.tables import Split
-from ..distributed import Communicator, SingleProcess
+from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
-from .interrupts import StopSignals, resume_command
-from .metrics import predicted_classes
 from ..nn.network import Network
-from ..nn.optimizers import Optimizer
 from ..reporting import Reporter
+from .early_stopping import EarlyStopper
+from .evaluation import evaluate
+from .interrupts import StopSignals, resume_command
 
 Array = Any
+Augment = Callable[[Array, np.ndarray, int], Array]  # (batch, rows' global positions, epoch key) -> batch
 
 
 def steps_per_epoch(rows: int, batch_size: int) -> int:
     return max(1, math.ceil(rows / batch_size))
-
-
-@dataclass
-class EarlyStopper:
-    monitor: str
-    patience: int
-    min_delta: float
-    restore_best: bool
-    best: float = math.nan
-    best_epoch: int = 0
-    best_params: Array | None = None
-    wait: int = 0
-
-    @property
-    def maximize(self) -> bool:
-        return "accuracy" in self.monitor
-
-    def update(self, epoch: int, metrics: dict[str, Any], params: Array) -> bool:
-        """Record this epoch; True when training should stop."""
-        value = metrics.get(self.monitor)
-        if value is None:
-            return False
-        gain = (value - self.best) if self.maximize else (self.best - value)
-        if math.isnan(self.best) or gain > self.min_delta:
-            self.best, self.best_epoch, self.wait = value, epoch, 0
-            if self.restore_best:
-                self.best_params = params.copy()
-            return False
-        self.wait += 1
-        return self.wait > self.patience
 
 
 @dataclass
@@ -90,22 +65,47 @@ class Checkpointer(Protocol):
 
 
 class Trainer:
-    def __init__(self, network: Network, optimizer: Optimizer | None, task: str, batch_size: int, seed: int,
-                 shuffle: bool = True, comm: Communicator | None = None, reporter: Reporter | None = None,
-                 eval_batch_size: int = 1024, augment: Callable[[Array, np.random.Generator], Array] | None = None,
-                 checkpointer: Checkpointer | None = None, stop_on_signal: bool = False) -> None:
-        self.net, self.opt, self.task = network, optimizer, task
+    def __init__(self, network: Network, parallel: DataParallel, task: str, batch_size: int, seed: int,
+                 shuffle: bool = True, reporter: Reporter | None = None, eval_batch_size: int = 1024,
+                 augment: Augment | None = None, checkpointer: Checkpointer | None = None,
+                 stop_on_signal: bool = False) -> None:
+        self.net, self.parallel, self.task = network, parallel, task
+        self.opt, self.comm = parallel.optimizer, parallel.comm
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
-        self.comm = comm or SingleProcess()
         self.reporter = reporter or Reporter()
         self.eval_batch_size = eval_batch_size
         self.augment = augment
         self.checkpointer = checkpointer
         self.signals = StopSignals(stop_on_signal)
-        self.stop_requested = False  # a rank caught SIGINT/SIGTERM (agreed through the step's allreduce)
+        self.stop_requested = False  # a rank caught SIGINT/SIGTERM (agreed through the step's reduction)
         self.position = Position()
         self.history = History()
         self.stopper: EarlyStopper | None = None
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where training stands (epoch, step, running sums) and the metrics history."""
+        return {"position": asdict(self.position), "history": asdict(self.history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.position = Position(**state["position"])
+        self.history = History(**state["history"])
+
+    def state_dicts(self) -> dict[str, dict[str, Any]]:
+        """Every stateful object of a training, by owner: what a checkpoint holds."""
+        owners = {"trainer": self.state_dict(), "network": self.net.state_dict(),
+                  "optimizer": self.opt.state_dict()}
+        if self.stopper is not None:
+            owners["early_stopping"] = self.stopper.state_dict()
+        return owners
+
+    def load_state_dicts(self, owners: dict[str, dict[str, Any]]) -> None:
+        self.load_state_dict(owners["trainer"])
+        self.net.load_state_dict(owners["network"])
+        self.opt.load_state_dict(owners["optimizer"])
+        if self.stopper is not None and "early_stopping" in owners:
+            self.stopper.load_state_dict(owners["early_stopping"])
+        self.comm.barrier()  # state that ranks share in memory is written before anyone reads it
 
     # -- one step ------------------------------------------------------------------------------
     def correct(self, y: Array) -> Array:
@@ -117,28 +117,16 @@ class Trainer:
             return ((logits > (0.0 if self.net.fused else 0.5)) == (y > 0.5)).sum()
         return 0
 
-    def step(self, x: Array, y: Array, global_count: int) -> tuple[float, float]:
-        """Forward, backward, gradient allreduce, update. Returns the global (loss sum, correct)."""
-        net = self.net
+    def step(self, x: Array, y: Array, positions: np.ndarray, global_count: int) -> tuple[float, float]:
+        """Forward, backward, reduction, update. A rank with no rows in a short last batch still
+        runs (on zero rows) to join every collective. Returns the global (loss sum, correct)."""
         count = len(x)
-        if count:
-            loss = net.forward_backward(x, y)
-            if count != global_count:
-                net.flat_grads *= count / global_count
-            net.step_stats[0] = loss * count
-            net.step_stats[1] = self.correct(y)
-        else:  # this rank has no rows in a short last batch: it still joins the collective
-            net.step_buffer.fill(0)
-        net.step_stats[2] = 1.0 if self.signals.received else 0.0
-        self.comm.allreduce_sum(net.step_buffer)
-        loss_sum, correct, stop = (float(v) for v in B.to_host(net.step_stats))
-        self.stop_requested = stop > 0
-        if not math.isfinite(loss_sum):
-            return loss_sum, correct
-        assert self.opt is not None, "training needs an optimizer"
-        self.opt.step(net.flat_params, net.flat_grads, self.comm.update_share(net.flat_params.size),
-                      self.comm.sum_shares)
-        self.comm.update_done()
+        loss = self.net.forward_backward(x, y, count / global_count, B.to_device(positions),
+                                         derive_key(self.seed, self.position.epoch))
+        loss_sum, correct, stop = self.parallel.reduce(loss * count, self.correct(y), bool(self.signals.received))
+        self.stop_requested = stop
+        if math.isfinite(loss_sum):
+            self.parallel.update()
         return loss_sum, correct
 
     # -- epochs --------------------------------------------------------------------------------
@@ -151,7 +139,7 @@ class Trainer:
 
     @property
     def global_step(self) -> int:
-        return self.opt.t if self.opt is not None else 0
+        return self.opt.t
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
         """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch)."""
@@ -159,13 +147,13 @@ class Trainer:
         batches = self.batches(len(train.x), pos.epoch)
         for step in range(pos.step + 1, len(batches) + 1):
             batch = batches[step - 1]
-            mine = np.array_split(batch, self.comm.size)[self.comm.rank]
-            idx = B.to_device(mine)
-            if self.augment is None or not len(mine):
-                xb = x[idx]
-            else:  # seeded per step and rank, so a resumed run draws what the uninterrupted one did
-                xb = self.augment(x[idx], np.random.default_rng([self.seed, pos.epoch, step, self.comm.rank, 1]))
-            l_sum, c = self.step(xb, y[idx], len(batch))
+            first = (step - 1) * self.batch_size  # the batch's place in the epoch's global order
+            mine = np.array_split(np.arange(first, first + len(batch)), self.comm.size)[self.comm.rank]
+            idx = B.to_device(batch[mine - first])
+            xb = x[idx]
+            if self.augment is not None:
+                xb = self.augment(xb, mine, derive_key(self.seed, pos.epoch))
+            l_sum, c = self.step(xb, y[idx], mine, len(batch))
             if not math.isfinite(l_sum):
                 raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
                                                        f"{l_sum / len(batch)} (not finite)"))
@@ -182,7 +170,8 @@ class Trainer:
     def fit(self, train: Split, validation: Split | None, epochs: int, stopper: EarlyStopper | None = None,
             prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
         """Train from `self.position` (epoch 1, or where a checkpoint left off) to `epochs`;
-        `prune(epoch, metrics)` returning True stops early (a hyperparameter search's poor trial)."""
+        `prune(epoch, metrics)` returning True stops early (a hyperparameter search's poor trial).
+        With early stopping's restore_best, the network ends in the best epoch's state."""
         history, self.stopper = self.history, stopper
         x, y = B.to_device(train.x), B.to_device(train.y)
         self.reporter.start(epochs, self.steps_per_epoch(len(train.x)))
@@ -193,7 +182,7 @@ class Trainer:
                     epoch = self.position.epoch
                     self._epoch(train, validation, x, y)
                     self.position = Position(epoch + 1)
-                    if stopper is not None and stopper.update(epoch, history.epochs[-1], self.net.flat_params):
+                    if stopper is not None and stopper.update(epoch, history.epochs[-1], self.net):
                         history.stopped_early = True
                     elif prune is not None and prune(epoch, history.epochs[-1]):
                         history.stopped_early = history.pruned = True
@@ -202,23 +191,22 @@ class Trainer:
                 self.reporter.stop()
         if stopper is not None:
             history.best_epoch = stopper.best_epoch
-            if stopper.best_params is not None:
-                self.net.flat_params[...] = stopper.best_params
+            stopper.restore(self.net)
         return history
 
     def _epoch(self, train: Split, validation: Split | None, x: Array, y: Array) -> None:
         start = time.perf_counter()
         epoch = self.position.epoch
-        lr = self.opt.schedule(float(epoch - 1)) if self.opt else 0.0  # the rate the epoch started with
+        lr = self.opt.schedule(float(epoch - 1))  # the rate the epoch started with
         metrics = {"epoch": epoch, **self.run_epoch(train, x, y)}
+        self.parallel.end_epoch()
         if validation is not None:
-            val = self.evaluate(validation)
+            val = evaluate(self.net, validation, self.task, self.comm, self.eval_batch_size)
             metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
         metrics["lr"] = lr
         metrics["time"] = time.perf_counter() - start
         self.history.epochs.append(metrics)
         self.reporter.epoch(epoch, {k: v for k, v in metrics.items() if k not in ("epoch", "time")})
-
     # -- checkpoints and interruption -----------------------------------------------------------
     def _checkpoint_if_due(self, epoch_done: int | None) -> None:
         """After a step (`epoch_done` None) or an epoch's end: write a checkpoint when one is due or
@@ -245,30 +233,9 @@ class Trainer:
                                                    "longer finite (a gradient overflowed)"))
 
     def _divergence(self, what: str) -> str:
-        lr = f"{self.opt.lr():.3g}" if self.opt else "?"
+        lr = f"{self.opt.lr():.3g}"
         last = self.checkpointer.last if self.checkpointer is not None else None
         keep = (f" The last good checkpoint is {last}: resume from it with --resume {last} and a smaller "
                 "--set optimizer.learning_rate=...") if last else ""
         return (f"{what}. Try a smaller learning rate (now {lr}), optimizer.clip_norm, or data.normalize: "
                 f"standard. No model file was written.{keep}")
-
-    # -- evaluation ----------------------------------------------------------------------------
-    def evaluate(self, split: Split) -> dict[str, Any]:
-        """Loss and accuracy over a split, sharded over ranks; sums are reduced, so exact. Also
-        returns every row's output (gathered, in order) as `outputs`."""
-        rows = np.array_split(np.arange(len(split.x)), self.comm.size)[self.comm.rank]
-        loss_sum, outputs = 0.0, []
-        for i in range(0, len(rows), self.eval_batch_size):
-            part = rows[i:i + self.eval_batch_size]
-            loss, out = self.net.loss_and_output(B.to_device(split.x[part]), B.to_device(split.y[part]))
-            loss_sum += float(loss) * len(part)
-            outputs.append(B.to_host(out))
-        sums = B.xp.asarray([loss_sum], dtype=np.float64)
-        self.comm.allreduce_sum(sums)
-        gathered = [o for chunk in self.comm.allgather(outputs) for o in chunk]
-        output = np.concatenate(gathered) if gathered else np.zeros((0,), np.float32)
-        result: dict[str, Any] = {"loss": float(sums[0]) / len(split.x), "outputs": output}
-        if self.task != "regression":
-            truth = split.y.reshape(-1).astype(np.int64)
-            result["accuracy"] = float((predicted_classes(output, self.task) == truth).mean())
-        return result

@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .. import backend as B
+from ..counter_random import derive_key, keep_mask
 from .activations import Activation
 from .node import IN_PLACE, Array, Node, Op
 
 
+Reduce = Callable[[Array], None]
+
+
 class Mode:
-    """Train or eval; shared by the ops whose behaviour depends on it (dropout, batchnorm)."""
+    """What the ops whose behaviour depends on the step read (dropout, batchnorm): train or eval and,
+    in training, the batch rows' positions in the epoch's global sample order with the epoch's random
+    key (so a row's random numbers do not depend on which rank holds it), and `reduce`, which sums an
+    array over data-parallel ranks in place (None in one process, or for per-rank batch statistics)."""
 
     def __init__(self) -> None:
         self.training = False
+        self.key = 0
+        self.positions: Array | None = None
+        self.reduce: Reduce | None = None
+
+    def set_batch(self, key: int, positions: Array) -> None:
+        self.key, self.positions = key, positions
+
+    def sum_over_ranks(self, array: Array) -> Array:
+        if self.reduce is not None:
+            self.reduce(array)
+        return array
 
 
 class Activate(Op):
@@ -81,19 +99,24 @@ def _ones(n: int, dtype: Any) -> np.ndarray:
 
 class Dropout(Op):
     """Inverted dropout: in training, zero each value with probability `rate` and scale the rest
-    by 1 / (1 - rate); in eval mode the identity."""
+    by 1 / (1 - rate); in eval mode the identity. The mask of a row is drawn from a counter-based
+    generator keyed by (epoch key, `stream`) at the row's global position: the same on any rank count."""
 
-    def __init__(self, x: Node, rate: float, mode: Mode, rng: Any) -> None:
+    def __init__(self, x: Node, rate: float, mode: Mode, stream: int) -> None:
         super().__init__(x)
-        self.rate, self.mode, self.rng = rate, mode, rng
+        self.rate, self.mode, self.stream = rate, mode, stream
         self.mask: Array | None = None
 
     def forward(self, x: Array) -> Array:
-        if not self.mode.training or self.rate == 0.0:
+        mode = self.mode
+        if not mode.training or self.rate == 0.0:
             self.mask = None
             return x
-        keep = self.rng.random(x.shape, dtype=x.dtype) >= self.rate
-        self.mask = keep * x.dtype.type(1.0 / (1.0 - self.rate))
+        if mode.positions is None or len(mode.positions) != len(x):
+            raise ValueError("dropout in training needs the batch rows' positions (Mode.set_batch)")
+        xp = B.array_module(x)
+        self.mask = keep_mask(derive_key(mode.key, self.stream), mode.positions, x.shape, self.rate,
+                              x.dtype.type, xp)
         return x * self.mask
 
     def backward(self, g: Array) -> Sequence[Array]:
@@ -113,8 +136,8 @@ class SoftmaxCrossEntropy(Op):
         logp = shifted - xp.log(s)
         n = z.shape[0]
         if y.ndim == 1:
-            return -logp[xp.arange(n), y].mean()
-        return -(y * logp).sum() / n
+            return -logp[xp.arange(n), y].sum() / max(n, 1)
+        return -(y * logp).sum() / max(n, 1)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         z, y = (i.value for i in self.inputs)
@@ -125,7 +148,7 @@ class SoftmaxCrossEntropy(Op):
             d[xp.arange(n), y] -= 1.0
         else:
             d -= y
-        return d * (g / n), None
+        return d * (g / max(n, 1)), None
 
 
 class BinaryCrossEntropy(Op):
@@ -141,19 +164,19 @@ class BinaryCrossEntropy(Op):
     def forward(self, z: Array, y: Array) -> Array:
         xp = B.array_module(z)
         if self.from_logits:
-            return (xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))).mean()
+            return (xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))).sum() / max(z.size, 1)
         p = xp.clip(z, self.EPS, 1 - self.EPS)
-        return -(y * xp.log(p) + (1 - y) * xp.log(1 - p)).mean()
+        return -(y * xp.log(p) + (1 - y) * xp.log(1 - p)).sum() / max(z.size, 1)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         z, y = (i.value for i in self.inputs)
         xp = B.array_module(z)
         if self.from_logits:
             p = 0.5 * (1 + xp.tanh(0.5 * z))
-            return (p - y) * (g / z.size), None
+            return (p - y) * (g / max(z.size, 1)), None
         p = xp.clip(z, self.EPS, 1 - self.EPS)
         inside = (z > self.EPS) & (z < 1 - self.EPS)
-        return (p - y) / (p * (1 - p)) * inside * (g / z.size), None
+        return (p - y) / (p * (1 - p)) * inside * (g / max(z.size, 1)), None
 
 
 class MeanSquaredError(Op):
@@ -161,10 +184,10 @@ class MeanSquaredError(Op):
 
     def forward(self, p: Array, y: Array) -> Array:
         self.diff = p - y
-        return (self.diff * self.diff).mean()
+        return (self.diff * self.diff).sum() / max(self.diff.size, 1)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
-        return self.diff * (2.0 * g / self.diff.size), None
+        return self.diff * (2.0 * g / max(self.diff.size, 1)), None
 
 
 class MeanAbsoluteError(Op):
@@ -172,22 +195,26 @@ class MeanAbsoluteError(Op):
 
     def forward(self, p: Array, y: Array) -> Array:
         self.diff = p - y
-        return B.array_module(p).abs(self.diff).mean()
+        return B.array_module(p).abs(self.diff).sum() / max(self.diff.size, 1)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
-        return B.array_module(self.diff).sign(self.diff) * (g / self.diff.size), None
+        return B.array_module(self.diff).sign(self.diff) * (g / max(self.diff.size, 1)), None
 
 
 class BatchNorm(Op):
     """y = gamma (x - mean) / sqrt(var + eps) + beta, per feature (axis 1). Training: batch statistics
     (over the batch, and the spatial axes for NCHW), and the running statistics move towards them;
-    eval: the running statistics (Ioffe & Szegedy 2015)."""
+    eval: the running statistics (Ioffe & Szegedy 2015). Under data parallelism the batch is the
+    global batch (PyTorch's SyncBatchNorm): `mode.sum_over_ranks` adds the per-feature sums of every
+    rank, in the forward pass (count, sum, then squared deviations: two passes, as stable as one
+    process) and the backward pass, so each rank computes what one process computes for its rows."""
 
     def __init__(self, x: Node, gamma: Node, beta: Node, running_mean: Array, running_var: Array,
                  mode: Mode, momentum: float = 0.9, epsilon: float = 1e-5) -> None:
         super().__init__(x, gamma, beta, name="batchnorm")
         self.running_mean, self.running_var = running_mean, running_var
         self.mode, self.momentum, self.epsilon = mode, momentum, epsilon
+        self.count = 1
 
     def _axes(self, x: Array) -> tuple[int, ...]:
         return (0,) + tuple(range(2, x.ndim))
@@ -195,29 +222,40 @@ class BatchNorm(Op):
     def _shape(self, x: Array) -> tuple[int, ...]:
         return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
+    def _batch_statistics(self, x: Array) -> tuple[Array, Array]:
+        xp, axes, features = B.array_module(x), self._axes(x), x.shape[1]
+        sums = xp.empty(features + 1, dtype=np.float64)  # float64: the count stays exact
+        sums[:features] = x.sum(axis=axes)
+        sums[features] = x.size // features
+        self.mode.sum_over_ranks(sums)
+        self.count = max(1, int(sums[features]))
+        mean = (sums[:features] / self.count).astype(x.dtype)
+        centred = x - mean.reshape(self._shape(x))
+        var = self.mode.sum_over_ranks((centred * centred).sum(axis=axes)) / x.dtype.type(self.count)
+        m = self.momentum
+        self.running_mean[...] = m * self.running_mean + (1 - m) * mean
+        self.running_var[...] = m * self.running_var + (1 - m) * var * (self.count / max(1, self.count - 1))
+        return mean, var
+
     def forward(self, x: Array, gamma: Array, beta: Array) -> Array:
         xp = B.array_module(x)
-        axes, shape = self._axes(x), self._shape(x)
-        if self.mode.training:
-            mean, var = x.mean(axis=axes), x.var(axis=axes)
-            count = x.size // x.shape[1]
-            m = self.momentum
-            self.running_mean[...] = m * self.running_mean + (1 - m) * mean
-            self.running_var[...] = m * self.running_var + (1 - m) * var * (count / max(1, count - 1))
-        else:
-            mean, var = self.running_mean, self.running_var
+        shape = self._shape(x)
+        mean, var = self._batch_statistics(x) if self.mode.training else (self.running_mean, self.running_var)
         self.inv_std = (1.0 / xp.sqrt(var + self.epsilon)).reshape(shape)
         self.xhat = (x - mean.reshape(shape)) * self.inv_std
         return gamma.reshape(shape) * self.xhat + beta.reshape(shape)
 
     def backward(self, g: Array) -> Sequence[Array]:
         x, gamma = self.inputs[0].value, self.inputs[1].value
-        axes, shape = self._axes(x), self._shape(x)
+        xp, axes, shape = B.array_module(x), self._axes(x), self._shape(x)
         dgamma, dbeta = (g * self.xhat).sum(axis=axes), g.sum(axis=axes)
         dxhat = g * gamma.reshape(shape)
         if not self.mode.training:
             return dxhat * self.inv_std, dgamma, dbeta
-        count = x.size // x.shape[1]
-        dx = (dxhat - dxhat.sum(axis=axes, keepdims=True) / count
-              - self.xhat * (dxhat * self.xhat).sum(axis=axes, keepdims=True) / count) * self.inv_std
+        # sum(dxhat) = gamma * sum(g) and sum(dxhat * xhat) = gamma * dgamma, over the global batch
+        totals = self.mode.sum_over_ranks(xp.concatenate([dbeta, dgamma])) * xp.concatenate([gamma, gamma])
+        features = x.shape[1]
+        mean_dxhat = (totals[:features] / self.count).reshape(shape)
+        mean_dxhat_xhat = (totals[features:] / self.count).reshape(shape)
+        dx = (dxhat - mean_dxhat - self.xhat * mean_dxhat_xhat) * self.inv_std
         return dx, dgamma, dbeta

@@ -96,8 +96,9 @@ class Op(Node):
     """An operation: `forward` computes the value, `backward` maps the output gradient to one
     gradient per input, each shaped like that input (None for inputs that need none).
 
-    `grad_out[i]`, when not None, is the parameter buffer where input i's gradient belongs (set by
-    the graph for parameters with a single consumer); an op may write there and return IN_PLACE."""
+    `grad_out[i]`, when not None, is the parameter buffer where input i's gradient belongs: the graph
+    running the backward pass sets it, just before `backward`, for parameters only this op consumes
+    in that graph (ops may be shared by several graphs); an op may write there and return IN_PLACE."""
 
     grad_out: tuple[Array | None, ...] = ()
 
@@ -140,18 +141,13 @@ class Graph:
         self.nodes = topological_order(outputs)
         self.ops = [n for n in self.nodes if isinstance(n, Op)]
         self.parameters = [n for n in self.nodes if isinstance(n, Parameter)]
-        self.bind_gradients()
-
-    def bind_gradients(self) -> None:
-        """Point each op at the gradient buffers of the parameters only it consumes (again after the
-        parameters' buffers move)."""
         consumers: dict[int, int] = {}
         for op in self.ops:
             for i in op.inputs:
                 consumers[id(i)] = consumers.get(id(i), 0) + 1
-        for op in self.ops:
-            op.grad_out = tuple(i.grad_view if isinstance(i, Parameter) and consumers[id(i)] == 1 else None
-                                for i in op.inputs)
+        # This graph's own choice of in-place gradient targets: parameters with a single consumer here.
+        self.sole_consumer = [tuple(isinstance(i, Parameter) and consumers[id(i)] == 1 for i in op.inputs)
+                              for op in self.ops]
 
     def forward(self, feed: dict[Variable, Array] | None = None) -> list[Array]:
         for var, value in (feed or {}).items():
@@ -160,17 +156,19 @@ class Graph:
             op.value = op.forward(*(i.value for i in op.inputs))
         return [o.value for o in self.outputs]
 
-    def backward(self, loss: Node | None = None, after_op: Any = None) -> None:
-        """Reverse-mode autodiff from a scalar `loss` (default: the first output). `after_op(op)`, if
-        given, is called once each op's gradients are in place (e.g. to start communicating them)."""
+    def backward(self, loss: Node | None = None, after_op: Any = None, scale: float = 1.0) -> None:
+        """Reverse-mode autodiff from a scalar `loss` (default: the first output), seeded with
+        d(scale * loss)/d(loss) = scale. `after_op(op)`, if given, is called once each op's gradients
+        are in place (e.g. to start communicating them)."""
         loss = loss or self.outputs[0]
         for node in self.nodes:
             node.grad = None
         fresh = {id(p) for p in self.parameters}  # parameters whose grad view still holds old data
-        loss.grad = B.array_module(loss.value).ones_like(loss.value)
-        for op in reversed(self.ops):
+        loss.grad = B.array_module(loss.value).full_like(loss.value, scale)
+        for op, sole in zip(reversed(self.ops), reversed(self.sole_consumer)):
             if op.grad is None or not op.requires_grad:
                 continue
+            op.grad_out = tuple(i.grad_view if only else None for i, only in zip(op.inputs, sole))
             for node, g in zip(op.inputs, op.backward(op.grad)):
                 if g is None or not node.requires_grad:
                     continue

@@ -1,0 +1,86 @@
+"""Data parallelism in one place (Horovod's DistributedOptimizer pattern): a wrapper around the
+network's gradients and the optimizer that owns the initial broadcast (parameters and buffers), the
+step buffer (the flat gradients plus the step's statistics, reduced by ONE allreduce), the update,
+and batchnorm's reduction over ranks. The training loop calls `reduce` and `update` and has no
+`if distributed` branches; the optimizer knows nothing of ranks.
+
+`data_parallel()` picks the implementation: `DataParallel` (every rank holds and updates all the
+weights) or, for the shared_memory strategy, `shared.ShardedDataParallel` (one copy per node, the
+reduction and the update split between the node's ranks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import backend as B
+from .comm import Communicator
+
+STATS = 3  # trailing slots of the step buffer: loss sum, correct count, stop request
+
+
+class DataParallel:
+    """Every rank keeps the whole model; gradients and statistics are summed by one allreduce and
+    every rank applies the same update.
+
+    `sync_batchnorm` (default): batchnorm layers use the statistics of the global batch (their sums
+    are reduced in the forward and backward passes), so every rank ends with identical running
+    statistics and N ranks compute what one process computes. Off: per-rank batch statistics (cheaper
+    by a few small allreduces per layer and step; results then depend on the rank count), and the
+    running statistics are averaged over ranks at every epoch's end so that every rank evaluates and
+    saves the same model."""
+
+    def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> None:
+        self.net, self.optimizer, self.comm = network, optimizer, comm
+        self.sync_batchnorm = sync_batchnorm
+        self._place()
+        self.broadcast()
+        network.mode.reduce = comm.allreduce_sum if comm.size > 1 and sync_batchnorm else None
+
+    def _place(self) -> None:
+        """The network's gradients become the front of the step buffer."""
+        size = self.net.flat_params.size
+        self.buffer = B.xp.zeros(size + STATS, dtype=self.net.flat_params.dtype)
+        self.net.place(self.net.flat_params, self.buffer[:size])
+
+    @property
+    def stats(self) -> Any:
+        return self.buffer[self.buffer.size - STATS:]
+
+    def broadcast(self) -> None:
+        """Every rank starts from rank 0's parameters and buffers."""
+        self.comm.bcast_array(self.net.flat_params)
+        for buffer in self.net.buffers().values():
+            self.comm.bcast_array(buffer)
+
+    def reduce(self, loss_sum: Any, correct: Any, stop: bool) -> tuple[float, float, bool]:
+        """Sum the gradients (already weighted by each rank's share of the batch) and the step's
+        statistics over ranks; returns the global loss sum, correct count, and whether any rank
+        asked to stop."""
+        stats = self.stats
+        stats[0], stats[1], stats[2] = loss_sum, correct, float(stop)
+        self._reduce_buffer()
+        total, right, stops = (float(v) for v in B.to_host(self.stats))
+        return total, right, stops > 0
+
+    def _reduce_buffer(self) -> None:
+        self.comm.allreduce_sum(self.buffer)
+
+    def update(self) -> None:
+        self.optimizer.step(self.net.flat_params, self.net.flat_grads)
+
+    def end_epoch(self) -> None:
+        """With per-rank batch statistics, agree on the running statistics (their mean)."""
+        if self.comm.size > 1 and not self.sync_batchnorm:
+            for buffer in self.net.buffers().values():
+                self.comm.allreduce_sum(buffer)
+                buffer /= self.comm.size
+
+
+def data_parallel(network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> DataParallel:
+    """The wrapper for this communicator: sharded in shared memory where it asks for it and can."""
+    if comm.size > 1 and getattr(comm, "wants_shared_memory", False):
+        from .shared import ShardedDataParallel, shared_memory_usable  # noqa: PLC0415 (imports mpi4py)
+        if shared_memory_usable(network, optimizer, comm):
+            return ShardedDataParallel(network, optimizer, comm, sync_batchnorm)
+    return DataParallel(network, optimizer, comm, sync_batchnorm)

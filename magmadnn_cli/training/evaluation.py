@@ -1,0 +1,49 @@
+"""Evaluation as a plain function over a network and data, used by train, evaluate and tune alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import backend as B
+from ..data.tables import Split
+from ..distributed import Communicator, SingleProcess
+from .metrics import classification_report, predicted_classes, regression_report
+
+
+def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = None,
+             batch_size: int = 1024) -> dict[str, Any]:
+    """Loss and accuracy over a split in eval mode, the rows sharded over ranks; sums are reduced,
+    so the result is exact on any rank count. Also returns every row's output (gathered, in order)
+    as `outputs`."""
+    comm = comm or SingleProcess()
+    rows = np.array_split(np.arange(len(split.x)), comm.size)[comm.rank]
+    loss_sum, outputs = 0.0, []
+    for i in range(0, len(rows), batch_size):
+        part = rows[i:i + batch_size]
+        loss, out = network.loss_and_output(B.to_device(split.x[part]), B.to_device(split.y[part]))
+        loss_sum += float(loss) * len(part)
+        outputs.append(B.to_host(out))
+    sums = B.xp.asarray([loss_sum], dtype=np.float64)
+    comm.allreduce_sum(sums)
+    gathered = [o for chunk in comm.allgather(outputs) for o in chunk]
+    output = np.concatenate(gathered) if gathered else np.zeros((0,), np.float32)
+    result: dict[str, Any] = {"loss": float(sums[0]) / max(1, len(split.x)), "outputs": output}
+    if task != "regression":
+        truth = split.y.reshape(-1).astype(np.int64)
+        result["accuracy"] = float((predicted_classes(output, task) == truth).mean())
+    return result
+
+
+def split_report(network: Any, split: Split, classes: list[Any], task: str, comm: Communicator | None = None,
+                 batch_size: int = 1024) -> dict[str, Any]:
+    """Loss plus the full metric set of one split."""
+    result = evaluate(network, split, task, comm, batch_size)
+    outputs = result.pop("outputs")
+    if task == "regression":
+        result.update(regression_report(split.y, outputs))
+    else:
+        truth = split.y.reshape(-1).astype(np.int64)
+        result.update(classification_report(truth, predicted_classes(outputs, task), classes))
+    return result
