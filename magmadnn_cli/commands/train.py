@@ -23,7 +23,7 @@ from ..errors import MagmaError
 from ..files import write_json, write_text
 from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
-from ..training.builder import build_network, build_optimizer, check_output_width, task_of
+from ..training.builder import bias_warnings, build_network, build_optimizer, check_output_width, task_of
 from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
 from ..training.early_stopping import EarlyStopper
 from ..training.evaluation import split_report
@@ -122,6 +122,8 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
+    for note in bias_warnings(config.model.layers) if comm.is_root else []:
+        reporter.warn(note)
     return Run(config, comm, device, task, data, network, trainer, stopper, saver)
 
 

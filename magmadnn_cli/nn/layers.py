@@ -354,7 +354,7 @@ class Reshape(Layer):
         return self.shape
 
     def __call__(self, x: Node, ctx: Context) -> Node:
-        return ops.Reshape(x, (-1, *self.shape))
+        return ops.Reshape(x, self.shape, keep_batch=True)
 
 
 class Residual(Layer):

@@ -79,3 +79,19 @@ def check_output_width(config: Config, network: Network, classes: list[Any], sou
     why = f"the {len(classes)} classes in {source}" if task == "classification" else "binary_cross_entropy"
     raise DataError(f"{where}: the output layer has {units} units; expected {expected} "
                     f"({why}: {', '.join(map(str, classes[:12]))})")
+
+
+def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:
+    """A bias right before batchnorm is cancelled by it: its gradient is zero up to rounding, which
+    adaptive optimizers (Adam, RMSprop) scale up into full-size random steps."""
+    notes = []
+    for i, layer in enumerate(layers):
+        if layer.type == "residual":
+            notes += bias_warnings(layer.layers, f"{prefix}.{i}.layers")
+        following = layers[i + 1] if i + 1 < len(layers) else None
+        if (following is not None and following.type == "batchnorm" and layer.type in ("dense", "conv2d")
+                and layer.use_bias and layer.activation == "linear"):
+            notes.append(f"{prefix}.{i}.use_bias: this bias feeds the batchnorm {prefix}.{i + 1}, which subtracts it "
+                         "again, so it only learns rounding noise (and runs on different rank counts drift apart); "
+                         "set use_bias: false")
+    return notes

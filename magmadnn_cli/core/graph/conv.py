@@ -64,8 +64,8 @@ class Conv2D(Op):
         x, w = self.inputs[0], self.inputs[1]
         f, c, kh, kw = w.value.shape
         n = g.shape[0]
-        g2 = g.reshape(n, f, -1)
-        cols = self.cols.reshape(n, c * kh * kw, -1)
+        g2 = g.reshape(n, f, g.shape[2] * g.shape[3])  # explicit sizes: an empty batch reshapes too
+        cols = self.cols.reshape(n, c * kh * kw, g2.shape[2])
         dw = (g2 @ cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.value.shape)
         dx = None
         if x.requires_grad:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from .. import backend as B
 from .node import Array, Node, Op, unbroadcast
 
@@ -122,7 +124,9 @@ class Mean(Sum):
 
     def backward(self, g: Array) -> Sequence[Array]:
         x = self.inputs[0].value
-        return (_expand(g, x.shape, self.axis, self.keepdims) * (self.value.size / x.size),)
+        axes = range(x.ndim) if self.axis is None else (self.axis,) if isinstance(self.axis, int) else self.axis
+        count = int(np.prod([x.shape[a] for a in axes]))  # from the shape: right for an empty batch too
+        return (_expand(g, x.shape, self.axis, self.keepdims) * (1.0 / max(count, 1)),)
 
 
 def _expand(g: Array, shape: tuple[int, ...], axis: int | tuple[int, ...] | None, keepdims: bool) -> Array:
@@ -135,12 +139,14 @@ def _expand(g: Array, shape: tuple[int, ...], axis: int | tuple[int, ...] | None
 
 
 class Reshape(Op):
-    def __init__(self, x: Node, shape: tuple[int, ...]) -> None:
+    """To `shape`, or with `keep_batch` to (batch, *shape) (explicit, so an empty batch works too)."""
+
+    def __init__(self, x: Node, shape: tuple[int, ...], keep_batch: bool = False) -> None:
         super().__init__(x)
-        self.target = tuple(shape)
+        self.target, self.keep_batch = tuple(shape), keep_batch
 
     def forward(self, x: Array) -> Array:
-        return x.reshape(self.target)
+        return x.reshape((x.shape[0], *self.target) if self.keep_batch else self.target)
 
     def backward(self, g: Array) -> Sequence[Array]:
         return (g.reshape(self.inputs[0].value.shape),)
@@ -150,7 +156,7 @@ class Flatten(Op):
     """(N, d1, d2, ...) -> (N, d1*d2*...)."""
 
     def forward(self, x: Array) -> Array:
-        return x.reshape(x.shape[0], -1)
+        return x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
 
     def backward(self, g: Array) -> Sequence[Array]:
         return (g.reshape(self.inputs[0].value.shape),)
