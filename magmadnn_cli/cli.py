@@ -138,9 +138,12 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 
 @app.command()
 def validate(config: ConfigArg, set_: SetOpt = None) -> None:
-    """Check a config; print it resolved, with every default and the seed."""
+    """Check a config as `train` does before its first step (data, shapes, output width, memory);
+    print it resolved, with every default and the seed."""
+    from .commands.train import check
     from .config.loading import load_config
     cfg = load_config(config, set_ or [])
+    check(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else text,
               end="")

@@ -112,3 +112,13 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     for split, values in rows.items():
         table.add_row(split, *(f"{values[c]:.4f}" if c in values else "" for c in columns))
     return table
+
+
+def grid(title: str, columns: list[str], rows: list[list[str]], left: int = 1) -> Table:
+    """A table of strings: the first `left` columns left-aligned, the others right-aligned."""
+    table = Table(title=title)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i < left else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table

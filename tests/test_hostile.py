@@ -83,6 +83,22 @@ CASES = {
     "huge data request": (lambda t: _config(t, BLOBS_CONFIG.replace("  train: blobs.csv\n  target: label\n",
                                                                     "  synthetic: {samples: 90000000000}\n")),
                           "train", "data.synthetic (90,000,000,000 samples x 20 features) would need"),
+    "alpha on relu": (lambda t: (_config(t, BLOBS_CONFIG.replace("activation: relu}", "activation: relu, alpha: 0.1}")),
+                                 blobs_csv(t / "blobs.csv")), "train", "alpha is the slope/scale of leaky_relu and elu"),
+    "softmax before dropout": (lambda t: (_config(t, BLOBS_CONFIG.replace("activation: softmax}", "activation: softmax}\n"
+                                                                          "    - {type: dropout, rate: 0.1}")),
+                                          blobs_csv(t / "blobs.csv")),
+                               "train", "model.layers.1.activation: the softmax of the output must be on the last layer"),
+    "pool padding fills a window": (lambda t: _config(t, BLOBS_CONFIG.replace("    - {type: dense, units: 16",
+                                                                              "    - {type: pool2d, pool_size: 2, padding: 2}\n"
+                                                                              "    - {type: dense, units: 16")),
+                                    "train", "padding 2 must be smaller than pool_size 2"),
+    "no target": (lambda t: (_config(t, BLOBS_CONFIG.replace("  target: label\n", "")), blobs_csv(t / "blobs.csv")),
+                  "train", "data.target must name the target column"),
+    "missing data file": (lambda t: _config(t), "train", "blobs.csv: file not found"),
+    "early stopping without validation": (lambda t: (_config(t, BLOBS_CONFIG.replace("validation_split: 0.2", "validation_split: 0")
+                                                        + "  early_stopping: {monitor: val_loss}\n"), blobs_csv(t / "blobs.csv")),
+                                          "train", "val_loss needs validation data"),
     "augment on flat data": (lambda t: (_config(t, BLOBS_CONFIG + "  augment: {horizontal_flip: true}\n"), blobs_csv(t / "blobs.csv")),
                              "train", "training.augment is for"),
 }
@@ -100,6 +116,23 @@ def test_hostile_training_input(name, capsys, tmp_path, monkeypatch):
     assert expected in err, err
     assert "Traceback" not in out + err
     assert not _files(tmp_path / "out")
+
+
+RUNTIME_ONLY = {"divergence"}  # found by training itself, after the first step
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - RUNTIME_ONLY))
+def test_validate_says_what_train_says(name, capsys, tmp_path, monkeypatch):
+    """`validate` makes every check `train` makes before its first step: same exit code, same message."""
+    make, command, _ = CASES[name]
+    made = make(tmp_path)
+    config = made if hasattr(made, "suffix") else tmp_path / ("c.yaml" if (tmp_path / "c.yaml").exists() else "d.yaml")
+    monkeypatch.chdir(tmp_path)
+    extra = command.split()[1:]
+    trained = run_cli(capsys, "train", config, "--out", tmp_path / "out", *extra)
+    validated = run_cli(capsys, "validate", config, *extra)
+    assert validated[0] == trained[0] == 2
+    assert validated[2] == trained[2]
 
 
 def _files(folder):

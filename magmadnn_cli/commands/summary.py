@@ -1,24 +1,22 @@
-"""`magmadnn summary`: one row per layer with output shape, parameters and FLOPs per sample."""
+"""`magmadnn summary`: one row per layer with output shape, parameters and FLOPs per sample. Builds
+the layers' shapes only: no weights are allocated and no device is selected."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from rich.table import Table
-
-from ..core import backend as B
-from ..training.builder import build_layers
-from ..nn.layers import all_layers
 from ..config.schema import Config
 from ..data.tables import sample_shape_of
+from ..nn.layers import all_layers
+from ..reporting import grid
+from ..training.builder import build_layers
 
 
-def summarize(config: Config) -> Table:
-    B.select("cpu", config.precision)
+def summarize(config: Config) -> Any:
     shape = sample_shape_of(config.data)
-    table = Table(title=f"{config.name}: input {shape}")
-    for column in ("layer", "type", "output shape", "parameters", "FLOPs/sample"):
-        table.add_column(column, justify="left" if column in ("layer", "type") else "right")
+    title = f"{config.name}: input {shape}"
+    rows = []
     total_params = total_flops = 0
     for layer in build_layers(config):
         shape = layer.build(shape)
@@ -26,7 +24,6 @@ def summarize(config: Config) -> Table:
         flops = layer.flops()
         total_params += params
         total_flops += flops
-        table.add_row(layer.name, layer.type, str(shape), f"{params:,}", f"{flops:,}")
-    table.add_section()
-    table.add_row("total", "", "", f"{total_params:,}", f"{total_flops:,}")
-    return table
+        rows.append([layer.name, layer.type, str(shape), f"{params:,}", f"{flops:,}"])
+    rows.append(["total", "", "", f"{total_params:,}", f"{total_flops:,}"])
+    return grid(title, ["layer", "type", "output shape", "parameters", "FLOPs/sample"], rows, left=2)

@@ -127,6 +127,11 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     return Run(config, comm, device, task, data, network, trainer, stopper, saver)
 
 
+def check(config: Config) -> None:
+    """Every check `train` makes before its first step, without training or writing: `validate`."""
+    build(config, SingleProcess())
+
+
 def check_run(config: Config, network: Network, data: Prepared) -> None:
     """The checks that need the data as well as the config."""
     check_output_width(config, network, data.classes, data.source)

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import yaml
 from pydantic import ValidationError
-from rich.table import Table
 
 from ..config.schema import Config, Distribution, SearchConfig
 from ..config.loading import apply_override, parse_override
@@ -32,7 +31,7 @@ from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
 from ..training.interrupts import Interruptible
 from ..files import write_text
-from ..reporting import Reporter
+from ..reporting import Reporter, grid
 from .trial_log import TrialLog, saved_seed
 
 Overrides = dict[str, Any]
@@ -288,7 +287,7 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
                   f"{overrides}; wrote {out_dir}/trials.csv, best_config.yaml, model.npz")
 
 
-def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> Table:
+def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> Any:
     """The best trials first, failed ones last."""
     sign = 1 if objective_direction(search) == "maximize" else -1
 
@@ -298,14 +297,11 @@ def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> Ta
 
     ranked = sorted(results, key=key, reverse=True)[:top]
     params = list(dict.fromkeys(k for r in ranked for k in r if k.startswith("param:")))
-    table = Table(title=f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)})")
-    for column in ("trial", "status", *[p.removeprefix("param:") for p in params], "objective", "epochs", "time s"):
-        table.add_column(column)
-    for r in ranked:
-        cells = [_short(r.get(p)) for p in params]
-        table.add_row(str(r["trial"]), r["status"], *cells, f"{objective_value(search, r):.4f}",
-                      str(r.get("epochs", "")), f"{r['time_s']:.2f}")
-    return table
+    columns = ["trial", "status", *[p.removeprefix("param:") for p in params], "objective", "epochs", "time s"]
+    rows = [[str(r["trial"]), r["status"], *[_short(r.get(p)) for p in params], f"{objective_value(search, r):.4f}",
+             str(r.get("epochs", "")), f"{r['time_s']:.2f}"] for r in ranked]
+    return grid(f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)})",
+                columns, rows, left=len(columns))
 
 
 def _short(value: Any) -> str:

@@ -49,7 +49,22 @@ class InputLayer(LayerBase):
     shape: list[PositiveInt] = Field(description="per-sample shape; must match the data")
 
 
-class DenseLayer(LayerBase):
+ALPHA_ACTIVATIONS = ("leaky_relu", "elu")
+
+
+class AlphaFor(LayerBase):
+    """`alpha` means something only for leaky_relu and elu."""
+
+    @model_validator(mode="after")
+    def _alpha_needs_its_activation(self) -> "AlphaFor":
+        activation = getattr(self, "activation", "linear")
+        if getattr(self, "alpha", None) is not None and activation not in ALPHA_ACTIVATIONS:
+            raise ValueError(f"alpha is the slope/scale of leaky_relu and elu; activation {activation!r} takes "
+                             "none: remove alpha or change the activation")
+        return self
+
+
+class DenseLayer(AlphaFor):
     type: Literal["dense"]
     units: PositiveInt
     activation: ActivationName = "linear"
@@ -59,7 +74,7 @@ class DenseLayer(LayerBase):
     bias_initializer: Initializer = "zeros"
 
 
-class ActivationLayer(LayerBase):
+class ActivationLayer(AlphaFor):
     type: Literal["activation"]
     activation: ActivationName
     alpha: float | None = None
@@ -77,7 +92,7 @@ class FlattenLayer(LayerBase):
 IntOrPair = Union[PositiveInt, Annotated[list[PositiveInt], Field(min_length=2, max_length=2)]]
 
 
-class Conv2DLayer(LayerBase):
+class Conv2DLayer(AlphaFor):
     type: Literal["conv2d"]
     filters: PositiveInt
     kernel_size: IntOrPair = 3
@@ -98,6 +113,15 @@ class Pool2DLayer(LayerBase):
     pool_size: IntOrPair = 2
     stride: IntOrPair | None = Field(None, description="default: the pool size")
     padding: Union[Annotated[int, Field(ge=0)], Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] = 0
+
+    @model_validator(mode="after")
+    def _padding_inside_the_window(self) -> "Pool2DLayer":
+        """A window of padding alone has no value to pool (a max of -inf: a NaN loss)."""
+        pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
+        if any(p >= k for p, k in zip(pair(self.padding), pair(self.pool_size))):
+            raise ValueError(f"padding {self.padding} must be smaller than pool_size {self.pool_size} (a window "
+                             "could then hold padding only)")
+        return self
 
 
 class BatchNormLayer(LayerBase):

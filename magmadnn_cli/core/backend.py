@@ -76,6 +76,15 @@ def select(device_name: str = "auto", precision: str = "float32", memory: str = 
     return device
 
 
+def nccl_module() -> Any | None:
+    """cupy's NCCL binding (`cupy.cuda.nccl`), or None (cupy missing, or built without NCCL)."""
+    try:
+        from cupy.cuda import nccl  # noqa: PLC0415 (optional dependency)
+    except Exception:  # ImportError, or a CUDA install that fails at import
+        return None
+    return nccl if getattr(nccl, "available", True) else None
+
+
 def use_gpu_device(index: int) -> None:
     """Bind this process to GPU `index` (data-parallel ranks pick theirs by node-local rank)."""
     if device == "gpu":

@@ -8,14 +8,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core import backend as B
+
 
 def load_nccl() -> Any | None:
-    """cupy's NCCL binding, or None (cupy missing, or built without NCCL)."""
-    try:
-        from cupy.cuda import nccl  # noqa: PLC0415 (optional dependency)
-    except Exception:  # ImportError, or a CUDA install that fails at import
-        return None
-    return nccl if getattr(nccl, "available", True) else None
+    """cupy's NCCL binding, or None (cupy missing, or built without NCCL); the backend imports it."""
+    return B.nccl_module()
 
 
 class NcclReducer:
@@ -36,8 +34,7 @@ class NcclReducer:
     def _stream_ptr(self) -> int:
         if self.stream is not None:
             return self.stream
-        import cupy  # noqa: PLC0415
-        return cupy.cuda.get_current_stream().ptr
+        return B.xp.cuda.get_current_stream().ptr
 
     def allreduce_sum(self, array: Any) -> None:
         if not array.flags.c_contiguous:
