@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from magmadnn_cli.errors import MagmaError, ShapeError
-from magmadnn_cli.core.graph import nn
+from magmadnn_cli.core.graph import Variable, nn
 from magmadnn_cli.nn.initializers import INITIALIZERS, get_initializer
 from magmadnn_cli.nn.layers import LAYERS, Activation, Dense, Dropout, Flatten, Input
 from magmadnn_cli.nn.losses import LOSSES, BinaryCrossEntropy, CrossEntropy, MeanAbsoluteError, MeanSquaredError
@@ -172,3 +172,32 @@ def test_learns_three_class_spiral():
     assert (net.predict(x).argmax(axis=1) == y).mean() >= 0.95
     xt, yt = spiral(seed=1)  # a fresh draw of the same distribution
     assert (net.predict(xt).argmax(axis=1) == yt).mean() >= 0.9
+
+
+def test_dropout_mask_of_a_row_depends_only_on_its_position_and_the_key():
+    """What makes N ranks draw what one process draws: any subset of rows gets the same masks."""
+    x = Variable("x", np.ones((10, 300), dtype=np.float32))
+    mode = nn.Mode()
+    mode.training = True
+    drop = nn.Dropout(x, 0.25, mode, stream=1)
+    mode.set_batch(key=42, positions=np.arange(10))
+    whole = drop.forward(x.value)
+    mode.set_batch(key=42, positions=np.arange(5, 10))
+    np.testing.assert_array_equal(drop.forward(x.value[5:]), whole[5:])
+    mode.set_batch(key=43, positions=np.arange(10))
+    assert not np.array_equal(drop.forward(x.value), whole)  # another epoch's key: other masks
+    kept = whole != 0
+    assert abs(kept.mean() - 0.75) < 0.02 and np.allclose(whole[kept], 1 / 0.75)
+    other_stream = nn.Dropout(x, 0.25, mode, stream=2)
+    mode.set_batch(key=42, positions=np.arange(10))
+    assert not np.array_equal(other_stream.forward(x.value), whole)  # each dropout layer its own draws
+
+
+def test_counter_random_bits_are_uniform_and_uncorrelated():
+    from magmadnn_cli.core.counter_random import bits32
+    u = bits32(7, np.arange(2000), 500).astype(np.float64) / 2**32
+    assert abs(u.mean() - 0.5) < 0.002 and abs(u.var() - 1 / 12) < 0.001
+    assert abs(np.corrcoef(u[:, :-1].ravel(), u[:, 1:].ravel())[0, 1]) < 0.005   # neighbours in a row
+    assert abs(np.corrcoef(u[:-1].ravel(), u[1:].ravel())[0, 1]) < 0.005         # neighbouring rows
+    counts = np.histogram(u, bins=16, range=(0, 1))[0]
+    assert counts.min() > 0.97 * u.size / 16 and counts.max() < 1.03 * u.size / 16
