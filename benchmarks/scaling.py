@@ -1,8 +1,10 @@
 """Weak and strong scaling of data-parallel training on this machine (1 vs N ranks, 1 BLAS thread
-each) for the MagmaDNN paper's MLP (784 -> 3 x 528 sigmoid -> 10): throughput, efficiency
-X(N) / (N X(1)) with X = samples/s, and the fraction of step time spent in the gradient Allreduce.
+each): throughput, efficiency X(N) / (N X(1)) with X = samples/s, and the fraction of step time
+spent in communication. Models: the MagmaDNN paper's MLP (784 -> 3 x 528 sigmoid -> 10), the same
+with dropout 0.2 after each hidden layer (counter-based masks), and a small conv net with batchnorm
+(synchronized over ranks, or per rank with --local-batchnorm) on 1 x 16 x 16 images.
 
-    python benchmarks/scaling.py [--ranks 2] [--steps 40] [--strategy allreduce]
+    python benchmarks/scaling.py [--ranks 2] [--steps 40] [--strategy auto] [--model mlp|dropout|conv]
 """
 
 from __future__ import annotations
@@ -17,85 +19,79 @@ import time
 import numpy as np
 
 HIDDEN, LAYERS, INPUTS, CLASSES = 528, 3, 784, 10
+IMAGE = (1, 16, 16)
 
 
-def overlapped_step(net, comm, x, y) -> float:
-    """Backward with one non-blocking Allreduce per layer, started as soon as that layer's gradients
-    are final (and MPI progressed at every op); returns the seconds spent waiting afterwards."""
-    from mpi4py import MPI
-    from magmadnn_cli.core.graph import nn
-
-    offsets, start = {}, 0
-    for p in net.parameters:
-        offsets[id(p)] = (start, start + p.size)
-        start += p.size
-    requests = []
-
-    def after_op(op):
-        if isinstance(op, nn.Dense):
-            params = [i for i in op.inputs if id(i) in offsets]
-            lo = min(offsets[id(p)][0] for p in params)
-            hi = max(offsets[id(p)][1] for p in params)
-            if hi == net.flat_params.size:
-                hi = net.step_buffer.size  # the last layer's bucket carries the loss/accuracy slots
-            requests.append(comm.comm.Iallreduce(MPI.IN_PLACE, net.step_buffer[lo:hi], op=MPI.SUM))
-        if requests:
-            MPI.Request.Testall(requests)
-
-    net.mode.training = True
-    net.train_graph.forward({net.x: x, net.y: y})
-    net.step_stats[:] = 0
-    net.train_graph.backward(after_op=after_op)
-    t = time.perf_counter()
-    MPI.Request.Waitall(requests)
-    return time.perf_counter() - t
-
-
-def worker(batch_per_rank: int, steps: int, strategy: str) -> None:
-    from magmadnn_cli.distributed import get_communicator
-    from magmadnn_cli.nn.layers import Dense
+def build(model: str):
+    from magmadnn_cli.nn.layers import BatchNorm, Conv2D, Dense, Dropout, Flatten, GlobalAvgPool, Pool2D
     from magmadnn_cli.nn.losses import CrossEntropy
     from magmadnn_cli.nn.network import Network
+
+    if model == "conv":  # two conv -> batchnorm -> relu stages, as in resnet_small
+        layers = [Conv2D(16, 3, padding="same", use_bias=False), BatchNorm(), Activation("relu"), Pool2D("max", 2),
+                  Conv2D(32, 3, padding="same", use_bias=False), BatchNorm(), Activation("relu"), GlobalAvgPool(),
+                  Dense(CLASSES, "softmax")]
+        return Network(layers, IMAGE, CrossEntropy(), seed=0), IMAGE
+    hidden = [[Dense(HIDDEN, "sigmoid")] + ([Dropout(0.2)] if model == "dropout" else []) for _ in range(LAYERS)]
+    return Network([x for block in hidden for x in block] + [Dense(CLASSES, "softmax")], (INPUTS,),
+                   CrossEntropy(), seed=0), (INPUTS,)
+
+
+def Activation(name: str):
+    from magmadnn_cli.nn.layers import Activation as A
+    return A(name)
+
+
+def timed_reduce(comm, seconds: list[float]):
+    """The batchnorm reduction, timed (it runs inside the forward and backward passes)."""
+    def reduce(array) -> None:
+        t = time.perf_counter()
+        comm.allreduce_sum(array)
+        seconds[0] += time.perf_counter() - t
+    return reduce
+
+
+def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batchnorm: bool) -> None:
+    from magmadnn_cli.distributed import get_communicator
+    from magmadnn_cli.distributed.data_parallel import data_parallel
     from magmadnn_cli.nn.optimizers import SGD
 
-    comm = get_communicator("allreduce" if strategy == "overlap" else strategy)
-    net = Network([Dense(HIDDEN, "sigmoid") for _ in range(LAYERS)] + [Dense(CLASSES, "softmax")],
-                  (INPUTS,), CrossEntropy(), seed=0)
-    opt = SGD(learning_rate=0.05, weight_decay=0.001)
-    comm.share(net, opt)
+    comm = get_communicator(strategy)
+    net, shape = build(model)
+    parallel = data_parallel(net, SGD(learning_rate=0.05, weight_decay=0.001), comm, sync_batchnorm)
+    in_layers = [0.0]
+    if net.mode.reduce is not None:
+        net.mode.reduce = timed_reduce(comm, in_layers)
     rng = np.random.default_rng(comm.rank)
-    x = rng.random((batch_per_rank, INPUTS), dtype=np.float32)
+    x = rng.random((batch_per_rank, *shape), dtype=np.float32)
     y = rng.integers(0, CLASSES, batch_per_rank)
-    compute = communicate = 0.0
-    overlap = strategy == "overlap"
+    positions = np.arange(batch_per_rank) + comm.rank * batch_per_rank
+    compute = communicate = synchronizing = 0.0
     for i in range(steps + 5):
         comm.barrier()
+        in_layers[0] = 0.0
         t0 = time.perf_counter()
-        if overlap and comm.size > 1:
-            waited = overlapped_step(net, comm, x, y)
-            t2 = time.perf_counter()
-            t1 = t2 - waited
-        else:
-            net.forward_backward(x, y)
-            t1 = time.perf_counter()
-            comm.allreduce_sum(net.step_buffer)
-            t2 = time.perf_counter()
-        opt.step(net.flat_params, net.flat_grads, comm.update_share(net.flat_params.size), comm.sum_shares)
+        loss = net.forward_backward(x, y, 1.0 / comm.size, positions, key=i)
+        t1 = time.perf_counter()
+        parallel.reduce(loss * len(x), 0, False)
+        t2 = time.perf_counter()
+        parallel.update()  # shared_memory: includes waiting for the other shares (counted as compute)
         t3 = time.perf_counter()
-        comm.update_done()  # shared_memory: waiting for the other shares of the update is communication
-        t4 = time.perf_counter()
         if i >= 5:  # warm-up excluded
-            compute += (t1 - t0) + (t3 - t2)
-            communicate += (t2 - t1) + (t4 - t3)
+            compute += (t1 - t0 - in_layers[0]) + (t3 - t2)
+            communicate += (t2 - t1) + in_layers[0]
+            synchronizing += in_layers[0]
     if comm.rank == 0:
         step = (compute + communicate) / steps
         print(json.dumps({"step_s": step, "comm_fraction": communicate / (compute + communicate),
+                          "batchnorm_sync_fraction": synchronizing / (compute + communicate),
                           "samples_per_s": batch_per_rank * comm.size / step}))
 
 
-def run(ranks: int, batch_per_rank: int, steps: int, strategy: str) -> dict:
+def run(ranks: int, batch_per_rank: int, args: argparse.Namespace) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, __file__, "--worker", str(batch_per_rank), "--steps", str(steps), "--strategy", strategy]
+    cmd = [sys.executable, __file__, "--worker", str(batch_per_rank), "--steps", str(args.steps), "--strategy",
+           args.strategy, "--model", args.model, *(["--local-batchnorm"] if args.local_batchnorm else [])]
     if ranks > 1:
         cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(ranks), *cmd]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -106,31 +102,63 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--strategy", default="auto", choices=["auto", "allreduce", "ring", "parameter_server", "shared_memory", "overlap"],
-                        help="overlap: per-layer non-blocking Allreduce started during backward (an experiment)")
+    parser.add_argument("--strategy", default="auto", choices=["auto", "allreduce", "ring", "parameter_server", "shared_memory"])
+    parser.add_argument("--model", default="mlp", choices=["mlp", "dropout", "conv"])
+    parser.add_argument("--local-batchnorm", action="store_true", help="per-rank batchnorm statistics (the opt-out)")
+    parser.add_argument("--compare", choices=["batchnorm", "dropout"],
+                        help="the cost of synchronized batchnorm (conv net, synchronized vs per rank) or of "
+                             "counter-based dropout (paper MLP with vs without), 1 and N ranks, variants taking turns")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each size, 1 rank and N ranks taking turns; the best of each counts")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.steps, args.strategy)
+        worker(args.worker, args.steps, args.strategy, args.model, not args.local_batchnorm)
+        return
+    if args.compare:
+        compare(args)
         return
     n = args.ranks
-    print(f"paper MLP 784 -> {LAYERS} x {HIDDEN} sigmoid -> 10, 1 BLAS thread per rank, strategy {args.strategy}, "
-          f"best of {args.repeats} alternating runs")
-    print(f"{'scaling':<8} {'ranks':>5} {'global batch':>12} {'samples/s':>10} {'efficiency':>10} {'comm %':>7}")
+    what = {"mlp": f"paper MLP 784 -> {LAYERS} x {HIDDEN} sigmoid -> 10", "dropout": "paper MLP + dropout 0.2",
+            "conv": "conv net (2 x conv-batchnorm-relu) on 1x16x16, batchnorm "
+                    + ("per rank" if args.local_batchnorm else "synchronized")}[args.model]
+    print(f"{what}, 1 BLAS thread per rank, strategy {args.strategy}, best of {args.repeats} alternating runs")
+    print(f"{'scaling':<8} {'ranks':>5} {'global batch':>12} {'samples/s':>10} {'step ms':>8} {'efficiency':>10} {'comm %':>7}")
     for kind, per_rank in (("weak", lambda r: 100), ("strong", lambda r: 200 // r)):
         best: dict[int, dict] = {}
         for _ in range(args.repeats):  # taking turns, so a slow spell of the machine hits both sizes
             for ranks in (1, n):
-                result = run(ranks, per_rank(ranks), args.steps, args.strategy)
+                result = run(ranks, per_rank(ranks), args)
                 if ranks not in best or result["samples_per_s"] > best[ranks]["samples_per_s"]:
                     best[ranks] = result
         for ranks in (1, n):
             result = best[ranks]
             eff = result["samples_per_s"] / (ranks * best[1]["samples_per_s"])
             print(f"{kind:<8} {ranks:>5} {per_rank(ranks) * ranks:>12} {result['samples_per_s']:>10.0f} "
-                  f"{eff:>10.2f} {100 * result['comm_fraction']:>6.1f}%")
+                  f"{1000 * result['step_s']:>8.2f} {eff:>10.2f} {100 * result['comm_fraction']:>6.1f}%")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Step time of two variants at 1 and N ranks (batch 100 per rank), taking turns: best of repeats."""
+    variants = {"batchnorm": [("synchronized batchnorm", "conv", False), ("per-rank batchnorm", "conv", True)],
+                "dropout": [("no dropout", "mlp", False), ("counter-based dropout", "dropout", False)]}[args.compare]
+    best: dict[tuple[str, int], dict] = {}
+    for _ in range(args.repeats):
+        for ranks in (1, args.ranks):
+            for name, model, local in variants:
+                variant = argparse.Namespace(**{**vars(args), "model": model, "local_batchnorm": local})
+                result = run(ranks, 100, variant)
+                if (name, ranks) not in best or result["step_s"] < best[name, ranks]["step_s"]:
+                    best[name, ranks] = result
+    print(f"{args.compare}: batch 100 per rank, 1 BLAS thread per rank, strategy {args.strategy}, "
+          f"best of {args.repeats}, variants taking turns")
+    print(f"{'variant':<24} {'ranks':>5} {'step ms':>8} {'comm %':>7} {'bn sync %':>9} {'vs first':>9}")
+    for ranks in (1, args.ranks):
+        base = best[variants[0][0], ranks]["step_s"]
+        for name, _, _ in variants:
+            r = best[name, ranks]
+            print(f"{name:<24} {ranks:>5} {1000 * r['step_s']:>8.2f} {100 * r['comm_fraction']:>6.1f}% "
+                  f"{100 * r['batchnorm_sync_fraction']:>8.1f}% {r['step_s'] / base:>9.3f}")
 
 
 if __name__ == "__main__":

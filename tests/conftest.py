@@ -131,3 +131,13 @@ def blobs(tmp_path):
     config = tmp_path / "blobs.yaml"
     config.write_text(BLOBS_CONFIG)
     return config
+
+
+def find_mpiexec() -> str | None:
+    """This environment's mpiexec (the one mpi4py's MPI needs), or None where there is none."""
+    from magmadnn_cli.distributed.launcher import locate_mpi_launcher
+    from magmadnn_cli.errors import MagmaError
+    try:
+        return locate_mpi_launcher()
+    except MagmaError:
+        return None

@@ -30,7 +30,8 @@ def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(64, 20)).astype(precision))
     y = B.to_device(rng.integers(0, 4, 64))
-    net = Network([Dense(32, hidden), Dropout(0.0), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
+    # dropout masks are counter-based: the same on the GPU as on the CPU
+    net = Network([Dense(32, hidden), Dropout(0.3), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
     opt = make_opt()
     losses = []
     for _ in range(steps):
@@ -138,3 +139,14 @@ def test_nccl_is_importable_where_cupy_is():
     from magmadnn_cli.distributed.nccl import load_nccl
     nccl = load_nccl()
     assert nccl is None or hasattr(nccl, "NcclCommunicator")
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_counter_based_masks_are_the_same_on_the_gpu():
+    from magmadnn_cli.core.counter_random import keep_mask
+    B.select("gpu", "float32")
+    positions = np.arange(100, 164)
+    cpu = keep_mask(99, positions, (64, 3, 5, 5), 0.4, np.float32, np)
+    gpu = keep_mask(99, B.to_device(positions), (64, 3, 5, 5), 0.4, np.float32, B.xp)
+    np.testing.assert_array_equal(B.to_host(gpu), cpu)

@@ -13,18 +13,12 @@ import numpy as np
 import pytest
 import yaml
 
-from magmadnn_cli.distributed.launcher import locate_mpi_launcher, strip_processes
-from magmadnn_cli.errors import MagmaError
+from magmadnn_cli.distributed.launcher import strip_processes
+
+from conftest import find_mpiexec
 
 
-def _find() -> str | None:
-    try:
-        return locate_mpi_launcher()
-    except MagmaError:
-        return None
-
-
-MPIEXEC = _find()
+MPIEXEC = find_mpiexec()
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec in this environment")]
 
 CONFIG = """\

@@ -16,20 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magmadnn_cli.distributed.launcher import locate_mpi_launcher
-from magmadnn_cli.errors import MagmaError
-
-from conftest import ROOT
+from conftest import ROOT, find_mpiexec
 
 
-def _find() -> str | None:
-    try:
-        return locate_mpi_launcher()
-    except MagmaError:
-        return None
-
-
-MPIEXEC = _find()
+MPIEXEC = find_mpiexec()
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec in this environment")]
 STRATEGIES = ["auto", "allreduce", "ring", "parameter_server", "shared_memory"]
 # (config, overrides, tolerance): float64 cases over several epochs, float32 over one
