@@ -59,6 +59,8 @@ def train(config: ConfigArg, set_: SetOpt = None,
           resume: Annotated[Optional[Path], typer.Option("--resume", "-r", help="continue exactly from a checkpoint, "
                             "or the newest one of a run directory", show_default=False)] = None,
           quiet: QuietOpt = False,
+          overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the earlier run in --out "
+                               "(without it, a re-run writes runs/<name>-2, ... and an --out holding a run is refused)")] = False,
           processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                                help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
@@ -66,7 +68,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
     from .reporting import make_reporter
     from .commands.train import train as run_train
     cfg, comm = _config_on_ranks(config, set_, processes)
-    run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume)
+    run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume, overwrite=overwrite)
 
 
 @app.command()
@@ -74,6 +76,8 @@ def tune(config: ConfigArg, set_: SetOpt = None,
          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
          resume: Annotated[bool, typer.Option("--resume", help="run only the trials the search's "
                            "trials.jsonl lacks")] = False,
+         overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier search in --out "
+                              "(without it, such a folder is refused)")] = False,
          quiet: QuietOpt = False,
          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                               help="ranks: rank 0 hands out trials, the others train them")] = None) -> None:
@@ -81,7 +85,8 @@ def tune(config: ConfigArg, set_: SetOpt = None,
     from .reporting import make_reporter
     from .commands.tune import tune as run_tune
     cfg, comm = _config_on_ranks(config, set_, processes, strategy=False)
-    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm, resume)
+    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm, resume,
+             overwrite)
 
 
 @app.command()
@@ -126,13 +131,14 @@ def _print_report(report: dict) -> None:
 @app.command()
 def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
             data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns, or NPZ (x)")],
-            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write [default: stdout]")] = None,
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write (- or none: stdout); "
+                              "never a link, device or one of the inputs")] = None,
             proba: Annotated[bool, typer.Option("--proba", help="add a prob_<label> column per class")] = False,
             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
     from .commands.predict import predict as run_predict
     rows = run_predict(model, data, output, proba, device)
-    if output is not None:
+    if output is not None and str(output) != "-":
         err.print(f"wrote {rows} predictions to {output}")
 
 

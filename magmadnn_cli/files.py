@@ -15,11 +15,20 @@ import numpy as np
 from .errors import MagmaError
 
 
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """`write(f)` into a temp file beside `path`, fsync, rename over `path`. The file gets the mode a
+    new file gets (0666 less the umask), not mkstemp's private 0600."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~umask())
     except OSError as exc:
         raise MagmaError(f"{path}: cannot write: {exc.strerror or exc}") from exc
     try:

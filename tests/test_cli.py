@@ -27,7 +27,8 @@ def _train(capsys, config, out, *extra):
 def test_train_writes_every_output_and_learns(capsys, blobs, tmp_path):
     out = tmp_path / "run"
     stdout = _train(capsys, blobs, out)
-    assert {p.name for p in out.iterdir()} == {"model.npz", "metrics.json", "metrics.csv", "config.yaml", "checkpoints"}
+    assert {p.name for p in out.iterdir()} == {"model.npz", "metrics.json", "metrics.csv", "config.yaml", "checkpoints",
+                                               ".magmadnn"}  # the marker; the lock is gone
     assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["step00000084.npz", "step00000090.npz"]  # 6 steps an epoch, keep 2
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["validation"]["accuracy"] >= 0.95

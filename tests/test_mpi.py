@@ -78,8 +78,8 @@ def test_only_rank_zero_reports_and_writes(project):
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("final metrics") == 1 and result.stdout.count("epoch 3 ") == 1
     assert "3 process(es)" in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.yaml", "metrics.csv", "metrics.json",
-                                                     "model.npz"]
+    assert sorted(p.name for p in out.iterdir()) == [".magmadnn", "checkpoints", "config.yaml", "metrics.csv",
+                                                     "metrics.json", "model.npz"]
     assert len(list((out / "checkpoints").iterdir())) == 2  # one writer: the newest 2, no temp files
 
 
@@ -141,7 +141,7 @@ def test_shared_memory_splits_a_clipped_adam_update_exactly(project, ranks):
     """Each rank updates its share of the shared weights and Adam state; the clipping norm is summed
     over the shares. The result is the 1-process run's."""
     adam = ("--set", "optimizer={type: adam, learning_rate: 0.01, clip_norm: 0.05}")
-    single = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "adam-1"), "-q", *adam)
+    single = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "adam-1"), "-q", "--overwrite", *adam)
     assert single.returncode == 0, single.stderr
     out = project / f"adam-shm-{ranks}"
     result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q", *adam,

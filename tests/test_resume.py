@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -76,13 +77,31 @@ def _newest_step(folder: Path) -> int:
 
 
 def _kill_when(p: subprocess.Popen, ready, sig: int = signal.SIGKILL) -> str | None:
-    """Send `sig` to the whole job once `ready()` holds; its stderr, or None if it ended first."""
+    """Send `sig` to the whole job once `ready()` holds; its stderr, or None if it ended first. Returns
+    once no process of the job is left (a killed MPI rank may outlive mpiexec for a moment, and the
+    run folder's lock refuses a resume while it lives)."""
     while p.poll() is None:
         if ready():
             os.killpg(p.pid, sig)
-            return p.communicate(timeout=60)[1]
+            stderr = p.communicate(timeout=60)[1]
+            deadline = time.monotonic() + 30
+            while _group_alive(p.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return stderr
     p.communicate()
     return None
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of the group still runs (zombies, never reaped in some containers, do not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 @pytest.fixture(scope="module")

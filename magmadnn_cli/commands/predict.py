@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -71,9 +72,30 @@ def _csv_chunks(path: Path, saved: SavedModel, columns: list[int], chunk_rows: i
         raise DataError(f"{path}: the CSV has a header but no data rows")
 
 
+def check_output(out: Path, inputs: tuple[Path, ...]) -> None:
+    """An output may replace a regular file the user names, never a link, a device, a folder, or
+    one of the command's own inputs."""
+    if out.is_symlink():
+        raise DataError(f"--output {out}: is a symbolic link; it is not replaced (give the real path, or - for stdout)")
+    if out.exists() and not out.is_file():
+        kind = "a folder" if out.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise DataError(f"--output {out}: is {kind}; give a file path, or - for stdout")
+    for given in inputs:
+        try:
+            same = out.exists() and given.exists() and os.path.samefile(out, given)
+        except OSError:
+            same = False
+        if same:
+            raise DataError(f"--output {out}: is the command's own input {given}; writing it would destroy it")
+
+
 def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = False, device: str = "auto",
             chunk_rows: int = 65536) -> int:
-    """Write predictions as CSV (to `out`, atomically, or to stdout); returns the row count."""
+    """Write predictions as CSV (to `out`, atomically, or to stdout for None or `-`); returns the row
+    count."""
+    out = None if out is not None and str(out) == "-" else out
+    if out is not None:
+        check_output(out, (model_path, data_path))
     saved = load(model_path)
     B.select(device, saved.config.precision)
     network = restore(saved)

@@ -30,6 +30,7 @@ from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer, steps_per_epoch
+from .run_dir import FolderLock, choose, on_root
 
 
 @dataclass
@@ -55,9 +56,10 @@ class Run:
 
 def train(config: Config, out_dir: Path | None = None, init_from: Path | None = None, reporter: Reporter | None = None,
           comm: Communicator | None = None, prune: Any = None, resume: Path | None = None,
-          checkpoints: bool = True) -> RunResult:
-    """Build, fit, report. `out_dir` defaults to runs/<name>, or to the run that `resume` (a
-    checkpoint or run dir) names."""
+          checkpoints: bool = True, overwrite: bool = False) -> RunResult:
+    """Build, fit, report. `out_dir` defaults to runs/<name> (or its next free version, runs/<name>-2,
+    ..., when it holds an earlier run), or to the run that `resume` (a checkpoint or run dir) names.
+    An explicit `out_dir` holding an earlier run is refused unless `overwrite`."""
     comm = comm or SingleProcess()
     reporter = reporter or Reporter()
     started = time.perf_counter()
@@ -68,23 +70,29 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if config.seed is None:  # drawn once for all ranks, or the resumed run's
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
-    if out_dir is None:
-        out_dir = ckpt.path.parent.parent if ckpt else Path("runs") / config.name
-    run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
-    if ckpt is not None:
-        _resume(ckpt, run, reporter)
-    elif run.saver is not None and comm.is_root and (removed := clear(run.saver.folder)):
-        reporter.info(f"removed {removed} checkpoint(s) of an earlier run in {run.saver.folder}")
-    history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper, prune=prune)
-    run.trainer.check_weights()
-    metrics = report(run, history, time.perf_counter() - started)
-    if comm.is_root:
-        write_outputs(out_dir, config, run.network, run.data, run.task, metrics, history)
-        reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
-                                                                         if k in SPLITS}))
-        reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
-                      + (", checkpoints/" if run.saver is not None else ""))
-    comm.barrier()
+    wanted = out_dir or (ckpt.path.parent.parent if ckpt else Path("runs") / config.name)
+    out_dir = on_root(comm, lambda: choose(wanted, "run", out_dir is not None or ckpt is not None, overwrite,
+                                           resume=ckpt is not None))
+    if out_dir != wanted:
+        reporter.info(f"{wanted} holds an earlier run, which is kept; this run writes {out_dir} "
+                      "(--overwrite replaces the earlier one)")
+    with on_root(comm, lambda: FolderLock(out_dir, "run").__enter__(), hold=True):
+        run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
+        if ckpt is not None:
+            _resume(ckpt, run, reporter)
+        elif run.saver is not None and comm.is_root and (removed := clear(run.saver.folder)):
+            reporter.info(f"removed {removed} checkpoint(s) of the run this one replaces in {run.saver.folder}")
+        history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper,
+                                  prune=prune)
+        run.trainer.check_weights()
+        metrics = report(run, history, time.perf_counter() - started)
+        if comm.is_root:
+            write_outputs(out_dir, config, run.network, run.data, run.task, metrics, history)
+            reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
+                                                                             if k in SPLITS}))
+            reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
+                          + (", checkpoints/" if run.saver is not None else ""))
+        comm.barrier()
     return RunResult(out_dir, metrics, history)
 
 

@@ -13,7 +13,6 @@ import io
 import itertools
 import math
 import secrets
-import shutil
 import signal
 import statistics
 import time
@@ -30,8 +29,9 @@ from ..config.loading import apply_override, parse_override
 from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
 from ..training.interrupts import Interruptible
-from ..files import write_text
+from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
+from .run_dir import FolderLock, choose, on_root
 from .trial_log import TrialLog, saved_seed
 
 Overrides = dict[str, Any]
@@ -115,7 +115,8 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
     started = time.perf_counter()
     try:
         config = trial_config(base, overrides)
-        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=pruner, checkpoints=False)
+        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=pruner, checkpoints=False,
+                    overwrite=True)  # a trial killed before it was journaled runs again
     except ValidationError as exc:
         first = exc.errors()[0]
         result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
@@ -133,12 +134,19 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
 
 
 def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: Communicator | None = None,
-         resume: bool = False) -> list[dict]:
-    """Run the search (or, with `resume`, the trials its journal lacks); rank 0 returns every trial's
-    result (other ranks return [])."""
+         resume: bool = False, overwrite: bool = False) -> list[dict]:
+    """Run the search (or, with `resume`, the trials its journal lacks) in `out_dir`, which must be new,
+    empty, or (with `resume` or `overwrite`) an earlier search; rank 0 returns every trial's result
+    (other ranks return [])."""
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
+    on_root(comm, lambda: choose(out_dir, "search", explicit=True, overwrite=overwrite, resume=resume))
+    with on_root(comm, lambda: FolderLock(out_dir, "search").__enter__(), hold=True):
+        return _search(config, out_dir, reporter, comm, resume)
+
+
+def _search(config: Config, out_dir: Path, reporter: Reporter, comm: Communicator, resume: bool) -> list[dict]:
     if config.seed is None:  # the journal's seed on resume, else one drawn for all ranks
         seed = (saved_seed(out_dir) if resume else secrets.randbelow(2**31)) if comm.is_root else None
         config = config.model_copy(update={"seed": comm.bcast(seed)})
@@ -281,7 +289,8 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
     best_config = trial_config(base, overrides).model_dump(mode="json")
     write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
-    shutil.copyfile(out_dir / "trials" / str(best["trial"]) / "model.npz", out_dir / "model.npz")
+    best_model = (out_dir / "trials" / str(best["trial"]) / "model.npz").read_bytes()
+    atomic_write(out_dir / "model.npz", lambda f: f.write(best_model))
     reporter.table(trials_table(results, search))
     reporter.info(f"best: trial {best['trial']} objective={objective_value(search, best):.4f} "
                   f"{overrides}; wrote {out_dir}/trials.csv, best_config.yaml, model.npz")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import os
 import secrets
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -171,12 +172,15 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), d
 
 
 def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> None:
-    """Data paths from the file are relative to the file; those from --set, to the working directory."""
+    """Data paths, `~` and `$VARS` expanded, made absolute: those from the file relative to the file,
+    those from --set relative to the working directory. Absolute, so the config a run writes trains
+    again from any directory."""
     for key in PATH_FIELDS:
         section = data.get(key[0])
-        if isinstance(section, dict) and isinstance(section.get(key[1]), str) and key not in origins:
-            p = Path(section[key[1]]).expanduser()
-            section[key[1]] = str(p if p.is_absolute() else (base / p))
+        if isinstance(section, dict) and isinstance(section.get(key[1]), str):
+            p = Path(os.path.expandvars(section[key[1]])).expanduser()
+            start = Path.cwd() if key in origins else base
+            section[key[1]] = os.path.abspath(p if p.is_absolute() else start / p)
 
 
 # -- error messages ------------------------------------------------------------------------------

@@ -40,8 +40,12 @@ Initializer = Union[InitializerName, Annotated[Union[ConstantInit, UniformInit, 
 
 
 # -- layers --------------------------------------------------------------------------------------
+SAFE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"  # one path component, not . or .., no separators
+
+
 class LayerBase(Strict):
-    name: str | None = Field(None, description="stable name for the layer's weights (default <type>_<index>)")
+    name: str | None = Field(None, pattern=SAFE_NAME,
+                             description="stable name for the layer's weights (default <type>_<index>)")
 
 
 class InputLayer(LayerBase):
@@ -361,7 +365,8 @@ class SearchConfig(Strict):
 
 
 class Config(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="run name; outputs go to runs/<name>")
+    name: str = Field(pattern=SAFE_NAME, description="run name (letters, digits, _ . -; not starting with . or -); "
+                      "outputs go to runs/<name>")
     seed: int | None = Field(None, description="None: a random seed is drawn and recorded")
     device: Literal["auto", "cpu", "gpu"] = "auto"
     precision: Literal["float32", "float64"] = "float32"
@@ -385,11 +390,33 @@ class Config(Strict):
         return data
 
     @model_validator(mode="after")
+    def _layer_names_unique(self) -> "Config":
+        """Weights are stored by layer name: two layers of one name would overwrite each other."""
+        seen: dict[str, str] = {}
+        for where, name in layer_names(self.model.layers):
+            if name in seen:
+                raise ValueError(f"{where} is named {name!r}, like {seen[name]}: weights are saved by layer name, "
+                                 "so names must be unique (rename one, or leave names out: <type>_<index> is the default)")
+            seen[name] = where
+        return self
+
+    @model_validator(mode="after")
     def _loss_matches_output(self) -> "Config":
         problem = head_problem(self.model.layers, self.loss.type)
         if problem:
             raise ValueError(problem)
         return self
+
+
+def layer_names(layers: Sequence[Any], prefix: str = "model.layers", parent: str = "") -> list[tuple[str, str]]:
+    """(where, name) of every layer, blocks' inner layers included: the names the weights get."""
+    found = []
+    for index, layer in enumerate(layers):
+        name = parent + (layer.name or f"{layer.type}_{index}")
+        found.append((f"{prefix}.{index}", name))
+        if layer.type == "residual":
+            found += layer_names(layer.layers, f"{prefix}.{index}.layers", name + ".")
+    return found
 
 
 # -- the output head: decided here, once, for validation and for the network alike ---------------

@@ -1,0 +1,193 @@
+"""Output folders: a command never replaces what magmadnn did not write, never silently replaces an
+earlier run, and never shares a folder with a live run.
+
+A folder a command writes holds a marker, `.magmadnn` (JSON: what wrote it), and, while a command
+writes it, a lock, `.magmadnn.lock` (JSON: PID and host). Re-running a config writes a new version of
+its default folder (runs/NAME, runs/NAME-2, runs/NAME-3, ... as Ludwig's experiment_run_N); an
+explicit `--out` holding an earlier run is refused unless `--overwrite`; a folder holding anything
+else (the user's own files) is refused always.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from .. import __version__
+from ..errors import MagmaError
+from ..files import write_json
+
+MARKER = ".magmadnn"
+LOCK = ".magmadnn.lock"
+Kind = Literal["run", "search"]
+# What earlier versions (before the marker existed) left in a folder of each kind
+OLD_LAYOUTS: dict[str, tuple[set[str], str]] = {
+    "run": ({"model.npz", "metrics.json", "metrics.csv", "config.yaml", "checkpoints"}, "config.yaml"),
+    "search": ({"trials.jsonl", "trials.csv", "best_config.yaml", "model.npz", "trials"}, "trials.jsonl"),
+}
+
+
+def classify(folder: Path) -> str:
+    """'new' (absent), 'empty', 'run', 'search', or 'foreign' (anything magmadnn did not write)."""
+    if not folder.exists():
+        return "new"
+    if not folder.is_dir():
+        return "foreign"
+    try:
+        names = {p.name for p in folder.iterdir()} - {LOCK}
+    except OSError as exc:
+        raise MagmaError(f"{folder}: cannot read the folder: {exc.strerror or exc}") from exc
+    if not names:
+        return "empty"
+    if MARKER in names:
+        try:
+            kind = json.loads((folder / MARKER).read_text(encoding="utf-8")).get("kind")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        return kind if kind in OLD_LAYOUTS else "foreign"
+    for kind, (files, needed) in OLD_LAYOUTS.items():
+        if needed in names and names <= files:
+            return kind
+    return "foreign"
+
+
+def _listing(folder: Path, limit: int = 5) -> str:
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else [folder.name]
+    return ", ".join(names[:limit]) + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+
+
+def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, resume: bool = False) -> Path:
+    """The folder to write: `folder` itself, or for a default folder holding an earlier run the next
+    free version of it. Raises a MagmaError naming the way out where it may not be written."""
+    state = classify(folder)
+    if state == "foreign":
+        what = "is a file" if folder.exists() and not folder.is_dir() else f"holds files magmadnn did not write ({_listing(folder)})"
+        if explicit:
+            raise MagmaError(f"--out {folder}: {what}; give a new or empty folder")
+        return _next_version(folder, kind)
+    if state in ("new", "empty") or resume:
+        if resume and state not in ("new", "empty", kind):
+            raise MagmaError(f"{folder}: not a magmadnn {kind} folder ({_listing(folder)})")
+        return folder
+    if state != kind:
+        raise MagmaError(f"--out {folder}: holds a magmadnn {state}, not a {kind}; give another folder")
+    if overwrite:
+        return folder
+    if explicit:
+        verb = "tune --resume" if kind == "search" else "train --resume"
+        raise MagmaError(f"--out {folder}: holds an earlier {kind} ({_listing(folder)}); it is not replaced. "
+                         f"Use another --out, --overwrite to replace it, or `magmadnn {verb}` to continue it")
+    return _next_version(folder, kind)
+
+
+def _next_version(folder: Path, kind: Kind) -> Path:
+    for n in range(2, 100_000):
+        candidate = folder.with_name(f"{folder.name}-{n}")
+        if classify(candidate) in ("new", "empty"):
+            return candidate
+    raise MagmaError(f"{folder}: no free version of this folder name; clean up {folder.parent}")
+
+
+class FolderLock:
+    """Holds `<folder>/.magmadnn.lock` while a command writes the folder; refuses a folder that a
+    live process holds (naming its PID); takes over the lock of a process that died."""
+
+    def __init__(self, folder: Path, kind: Kind) -> None:
+        self.folder, self.kind = Path(folder), kind
+        self.path = self.folder / LOCK
+        self.held = False
+
+    def __enter__(self) -> "FolderLock":
+        if self.held:  # entered already (by `on_root`, so that every rank learns of a refusal)
+            return self
+        self.created = not self.folder.exists()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MagmaError(f"{self.folder}: cannot create the folder: {exc.strerror or exc}") from exc
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._refuse_if_live()
+                self.path.unlink(missing_ok=True)  # the holder died: take over
+                continue
+            except OSError as exc:
+                raise MagmaError(f"{self.folder}: cannot write here: {exc.strerror or exc}") from exc
+            with os.fdopen(fd, "w") as f:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+            self.held = True
+            try:
+                write_json(self.folder / MARKER, {"kind": self.kind, "magmadnn_version": __version__})
+            except BaseException:
+                self.__exit__()
+                raise
+            return self
+        raise MagmaError(f"{self.path}: another process keeps taking this lock; try again")
+
+    def _refuse_if_live(self) -> None:
+        try:
+            holder = json.loads(self.path.read_text(encoding="utf-8"))
+            pid, host = int(holder["pid"]), str(holder["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # unreadable: a writer killed before it wrote the lock's contents
+        if host == socket.gethostname() and pid != os.getpid() and _alive(pid):
+            raise MagmaError(f"{self.folder}: another magmadnn (PID {pid}) is writing this folder now; wait for "
+                             "it, stop it, or use another --out")
+        if host != socket.gethostname():
+            raise MagmaError(f"{self.folder}: locked by a magmadnn on {host} (PID {pid}); if it is no longer "
+                             f"running, remove {self.path}")
+
+    def __exit__(self, *exc: object) -> None:
+        """Release the lock; a command that wrote nothing (it failed first) leaves nothing behind."""
+        if not self.held:
+            return
+        self.path.unlink(missing_ok=True)
+        self.held = False
+        try:
+            left = {p.name for p in self.folder.iterdir()}
+            if left <= {MARKER}:
+                (self.folder / MARKER).unlink(missing_ok=True)
+                if self.created:
+                    self.folder.rmdir()
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): trust the signal
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+
+
+def on_root(comm: Any, make: Callable[[], Any], hold: bool = False) -> Any:
+    """Run `make()` on rank 0 only and give every rank its result, or raise its error on every rank
+    (so no rank waits for one that failed). With `hold`, `make()` returns an entered context (a
+    lock) and this returns a context that exits it on rank 0 (a no-op elsewhere)."""
+    value, error = None, None
+    if comm.is_root:
+        try:
+            value = make()
+        except MagmaError as exc:
+            error = str(exc)
+    error = comm.bcast(error)
+    if error is not None:
+        failure = MagmaError(error)
+        failure.collective = True
+        raise failure
+    if hold:
+        return value if comm.is_root else contextlib.nullcontext()
+    return comm.bcast(value)

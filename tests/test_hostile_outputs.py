@@ -1,0 +1,183 @@
+"""The hostile suite, outputs: nothing the user has is replaced or lost, re-runs never silently
+replace a run, live runs never share a folder, and what the tool writes trains again from anywhere.
+Each case checks the exit code, the message, no traceback, and that earlier files are byte-identical."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import BLOBS_CONFIG, blobs_csv, run_cli
+
+
+def _project(tmp_path, text=BLOBS_CONFIG):
+    blobs_csv(tmp_path / "blobs.csv")
+    (tmp_path / "c.yaml").write_text(text)
+    return tmp_path / "c.yaml"
+
+
+def _snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _refused(result, *needles):
+    code, out, err = result
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    for needle in needles:
+        assert needle in " ".join(err.split()), err
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "-x", "a/b", "a\x00b", "x" * 101])
+def test_run_names_are_one_safe_path_component(name, capsys, tmp_path, monkeypatch):
+    config = _project(tmp_path, BLOBS_CONFIG.replace("name: blobs", f"name: {name!r}"))
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    _refused(run_cli(capsys, "train", config, "-q"), "name")
+    assert _snapshot(tmp_path) == before
+
+
+def test_out_holding_the_users_files_is_refused(capsys, tmp_path, monkeypatch):
+    config = _project(tmp_path)
+    (tmp_path / "config.yaml").write_text("# my hand-commented config\nname: mine\n")
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    _refused(run_cli(capsys, "train", config, "--out", ".", "-q"), "--out .: holds files magmadnn did not write",
+             "give a new or empty folder")
+    _refused(run_cli(capsys, "train", config, "--out", ".", "-q", "--overwrite"), "did not write")
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_rerun_writes_a_new_version_and_keeps_the_earlier_run(capsys, tmp_path, monkeypatch):
+    config = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(capsys, "train", config, "-q", "--set", "training.epochs=2")[0] == 0
+    first = _snapshot(tmp_path / "runs" / "blobs")
+    code, out, err = run_cli(capsys, "train", config, "--set", "training.epochs=2")
+    assert code == 0, err
+    assert "runs/blobs holds an earlier run, which is kept; this run writes runs/blobs-2" in " ".join(out.split())
+    assert _snapshot(tmp_path / "runs" / "blobs") == first
+    assert (tmp_path / "runs" / "blobs-2" / "model.npz").exists()
+
+
+def test_an_explicit_out_holding_a_run_is_refused_unless_overwrite(capsys, tmp_path):
+    config = _project(tmp_path)
+    out = tmp_path / "run"
+    assert run_cli(capsys, "train", config, "--out", out, "-q", "--set", "training.epochs=2")[0] == 0
+    before = _snapshot(out)
+    _refused(run_cli(capsys, "train", config, "--out", out, "-q"), "holds an earlier run", "--overwrite",
+             "magmadnn train --resume")
+    assert _snapshot(out) == before
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "-q", "--overwrite", "--set", "training.epochs=3")
+    assert code == 0, err
+    assert _snapshot(out)["model.npz"] != before["model.npz"]
+
+
+def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_taken_over(capsys, tmp_path):
+    config = _project(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import socket
+        (out / ".magmadnn.lock").write_text(f'{{"pid": {sleeper.pid}, "host": "{socket.gethostname()}"}}')
+        _refused(run_cli(capsys, "train", config, "--out", out, "-q"), f"another magmadnn (PID {sleeper.pid})")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "-q", "--set", "training.epochs=1")
+    assert code == 0, err  # the holder is gone: its lock is stale
+    assert not (out / ".magmadnn.lock").exists()
+
+
+def _model(capsys, tmp_path):
+    config = _project(tmp_path)
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q", "--set", "training.epochs=2")[0] == 0
+    return tmp_path / "run" / "model.npz"
+
+
+def test_predict_never_writes_over_links_devices_or_its_inputs(capsys, tmp_path):
+    model = _model(capsys, tmp_path)
+    data = tmp_path / "blobs.csv"
+    (tmp_path / "mine.txt").write_text("keep me\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "mine.txt")
+    before = _snapshot(tmp_path)
+    _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "link.csv"), "is a symbolic link")
+    _refused(run_cli(capsys, "predict", model, data, "-o", "/dev/null"), "not a regular file")
+    _refused(run_cli(capsys, "predict", model, data, "-o", data), "is the command's own input")
+    _refused(run_cli(capsys, "predict", model, data, "-o", model), "is the command's own input")
+    _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path), "is a folder")
+    assert _snapshot(tmp_path) == before
+    code, out, err = run_cli(capsys, "predict", model, data, "-o", "-")
+    assert code == 0 and out.splitlines()[0] == "prediction" and len(out.splitlines()) == 121
+
+
+def test_tune_over_an_earlier_search_is_refused_with_the_ways_on(capsys, tmp_path):
+    config = _project(tmp_path, BLOBS_CONFIG.replace("epochs: 15", "epochs: 2")
+                      + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
+    out = tmp_path / "search"
+    assert run_cli(capsys, "tune", config, "--out", out, "-q")[0] == 0
+    before = _snapshot(out)
+    _refused(run_cli(capsys, "tune", config, "--out", out, "-q"), "holds an earlier search", "--overwrite",
+             "magmadnn tune --resume")
+    assert _snapshot(out) == before
+    assert run_cli(capsys, "tune", config, "--out", out, "-q", "--overwrite")[0] == 0
+
+
+def test_written_configs_train_again_from_any_directory_bit_for_bit(capsys, tmp_path, monkeypatch):
+    config = _project(tmp_path, BLOBS_CONFIG.replace("seed: 1\n", "")  # the drawn seed is recorded
+                      + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(capsys, "train", "c.yaml", "--out", "first", "-q", "--set", "training.epochs=3")[0] == 0
+    assert run_cli(capsys, "tune", "c.yaml", "--out", "search", "-q", "--set", "training.epochs=2")[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, _, err = run_cli(capsys, "train", tmp_path / "first" / "config.yaml", "--out", "again", "-q")
+    assert code == 0, err
+    with np.load(tmp_path / "first" / "model.npz") as a, np.load(elsewhere / "again" / "model.npz") as b:
+        for key in (k for k in a.files if k.startswith("weights/")):
+            assert np.array_equal(a[key], b[key]), key
+    code, _, err = run_cli(capsys, "train", tmp_path / "search" / "best_config.yaml", "--out", "best", "-q")
+    assert code == 0, err
+    data = yaml.safe_load((tmp_path / "first" / "config.yaml").read_text())["data"]["train"]
+    assert os.path.isabs(data) and data == str(tmp_path / "blobs.csv")
+
+
+def test_data_paths_expand_home_and_variables(capsys, tmp_path, monkeypatch):
+    config = _project(tmp_path, BLOBS_CONFIG.replace("train: blobs.csv", "train: $BLOBS_DIR/blobs.csv"))
+    monkeypatch.setenv("BLOBS_DIR", str(tmp_path))
+    assert run_cli(capsys, "validate", config)[0] == 0
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config.write_text(BLOBS_CONFIG.replace("train: blobs.csv", "train: ~/blobs.csv"))
+    assert run_cli(capsys, "validate", config)[0] == 0
+
+
+@pytest.mark.parametrize("layers,expected", [
+    ("[{type: dense, units: 8, name: h}, {type: dense, units: 3, activation: softmax, name: h}]",
+     "model.layers.1 is named 'h', like model.layers.0"),
+    ("[{type: dense, units: 8, name: dense_1}, {type: dense, units: 3, activation: softmax}]",
+     "model.layers.1 is named 'dense_1', like model.layers.0"),
+    ("[{type: dense, units: 8, name: 'a/b'}, {type: dense, units: 3, activation: softmax}]", "model.layers.0.name"),
+])
+def test_layer_names_are_unique_and_safe(layers, expected, capsys, tmp_path):
+    text = BLOBS_CONFIG.split("model:")[0] + f"model:\n  layers: {layers}\n" + BLOBS_CONFIG.split("softmax}\n")[1]
+    config = _project(tmp_path, text)
+    _refused(run_cli(capsys, "train", config, "--out", tmp_path / "out", "-q"), expected)
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_files_follow_the_umask(capsys, tmp_path):
+    old = os.umask(0o022)
+    try:
+        model = _model(capsys, tmp_path)
+    finally:
+        os.umask(old)
+    for name in ("model.npz", "metrics.json", "config.yaml"):
+        assert stat.S_IMODE((model.parent / name).stat().st_mode) == 0o644, name
