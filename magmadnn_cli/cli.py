@@ -36,18 +36,21 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python trace
 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, per-trial lines or tables")]
+OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", help="allow --processes above 4 per core")]
 
 
-def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True):
+def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True,
+                     oversubscribe: bool = False):
     """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's
     communicator. A missing seed stays missing: the command draws one for all ranks (or takes the
     one of the run it resumes)."""
     from .config.loading import load_config
     from .distributed import get_communicator
-    from .distributed.launcher import launch, should_launch, strip_processes
+    from .distributed.launcher import check_processes, launch, should_launch, strip_processes
     cfg = load_config(config, overrides or [], draw_seed=False)
     ranks = processes or cfg.distributed.processes
     if should_launch(ranks):
+        check_processes(ranks, oversubscribe)
         raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
     return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
 
@@ -62,12 +65,13 @@ def train(config: ConfigArg, set_: SetOpt = None,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the earlier run in --out "
                                "(without it, a re-run writes runs/<name>-2, ... and an --out holding a run is refused)")] = False,
           processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
-                               help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None) -> None:
+                               help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None,
+          oversubscribe: OversubscribeOpt = False) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
     checkpoints (resume with --resume RUN_DIR)."""
     from .reporting import make_reporter
     from .commands.train import train as run_train
-    cfg, comm = _config_on_ranks(config, set_, processes)
+    cfg, comm = _config_on_ranks(config, set_, processes, oversubscribe=oversubscribe)
     run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume, overwrite=overwrite)
 
 
@@ -80,11 +84,12 @@ def tune(config: ConfigArg, set_: SetOpt = None,
                               "(without it, such a folder is refused)")] = False,
          quiet: QuietOpt = False,
          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
-                              help="ranks: rank 0 hands out trials, the others train them")] = None) -> None:
+                              help="ranks: rank 0 hands out trials, the others train them")] = None,
+         oversubscribe: OversubscribeOpt = False) -> None:
     """Grid or random hyperparameter search over the config's `search:` section."""
     from .reporting import make_reporter
     from .commands.tune import tune as run_tune
-    cfg, comm = _config_on_ranks(config, set_, processes, strategy=False)
+    cfg, comm = _config_on_ranks(config, set_, processes, strategy=False, oversubscribe=oversubscribe)
     run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm, resume,
              overwrite)
 

@@ -169,3 +169,44 @@ def test_shared_memory_needs_room_in_dev_shm(tmp_path):
     from magmadnn_cli.distributed.comm import shared_memory_fits
     assert shared_memory_fits(1, str(tmp_path)) and not shared_memory_fits(2**62, str(tmp_path))
     assert shared_memory_fits(2**62, str(tmp_path / "missing"))  # nothing to ask: MPI decides
+
+
+def _group_alive(group: int) -> bool:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def test_sigterm_to_the_launcher_reaches_every_rank_and_leaves_no_orphan(project):
+    """`--processes 2` runs mpiexec as a child: a SIGTERM to the launcher alone (a scheduler, `kill`)
+    is passed on; the ranks write a checkpoint and stop, and the launcher exits with their code."""
+    import signal
+    out = project / "launcher-term"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    launcher = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(project / "syn.yaml"), "--out",
+                                 str(out), "-q", "--processes", "2", "--set", "training.epochs=400",
+                                 "--set", "training.checkpoint.every_steps=1"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGTERM)  # to the launcher only, not its process group
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "--resume" in err
+    deadline = time.monotonic() + 10
+    while _group_alive(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
+
+
+def test_processes_beyond_the_machine_need_oversubscribe(project):
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "many"), "--processes", "1000")
+    assert result.returncode == 2 and "--processes 1000" in result.stderr and "--oversubscribe" in result.stderr
+    assert "Traceback" not in result.stderr and not (project / "many").exists()

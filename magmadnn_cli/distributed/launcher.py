@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,31 @@ def limit_blas_threads(ranks: int, env: dict[str, str] | os._Environ = os.enviro
             env[var] = threads
 
 
+def max_processes() -> int:
+    """More ranks than this need --oversubscribe: 4 per core (at least 8)."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def check_processes(processes: int, oversubscribe: bool) -> None:
+    if processes > max_processes() and not oversubscribe:
+        raise MagmaError(f"--processes {processes}: this machine has {os.cpu_count()} cores, so more than "
+                         f"{max_processes()} ranks would mostly wait for each other (and each holds its own copy of "
+                         "the data); use fewer, or add --oversubscribe if you mean it")
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: receive SIGTERM when the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes  # noqa: PLC0415
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def launch(processes: int, argv: list[str]) -> int:
-    """Run `magmadnn <argv>` on `processes` ranks; returns the launcher's exit code."""
+    """Run `magmadnn <argv>` on `processes` ranks; returns the job's exit code. SIGINT and SIGTERM
+    sent to this launcher are passed on to mpiexec (which passes them to every rank, so they write a
+    checkpoint and stop), and the launcher waits for the job to end: it never leaves ranks behind."""
     mpiexec = locate_mpi_launcher()
     flags: list[str] = []
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
@@ -51,7 +75,17 @@ def launch(processes: int, argv: list[str]) -> int:
     env = dict(os.environ, **{GUARD: "1"})
     limit_blas_threads(processes, env)
     command = [mpiexec, *flags, "-n", str(processes), sys.executable, "-m", "magmadnn_cli", *argv]
-    return subprocess.run(command, env=env).returncode
+    job = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+    def forward(signum: int, frame: object) -> None:
+        job.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return job.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def strip_processes(argv: list[str]) -> list[str]:
