@@ -18,8 +18,8 @@ from rich.text import Text
 
 from .errors import Interrupted, MagmaError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="magmadnn: train, evaluate and serve neural networks declared in YAML.",
+app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+                  help="magmadnn: train, evaluate, tune and run neural networks declared in YAML.",
                   context_settings={"help_option_names": ["-h", "--help"]})
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -30,13 +30,24 @@ SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="overri
                                                      show_default=False)]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+        print(f"magmadnn {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks for errors")] = False) -> None:
-    STATE["debug"] = debug
+def _root(debug: Annotated[bool, typer.Option("--debug", metavar="", help="show Python tracebacks for errors "
+                                              "(also after the command)")] = False,
+          version: Annotated[bool, typer.Option("--version", metavar="", callback=_version, is_eager=True,
+                                                help="print the version and exit")] = False) -> None:
+    if debug:
+        STATE["debug"] = True
 
 
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress, per-trial lines or tables")]
-OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", help="allow --processes above 4 per core")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="no progress, per-trial lines or tables")]
+OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", metavar="", help="allow --processes above 4 per core")]
 
 
 def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True,
@@ -62,7 +73,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
           resume: Annotated[Optional[Path], typer.Option("--resume", "-r", help="continue exactly from a checkpoint, "
                             "or the newest one of a run directory", show_default=False)] = None,
           quiet: QuietOpt = False,
-          overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the earlier run in --out "
+          overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="replace the earlier run in --out "
                                "(without it, a re-run writes runs/<name>-2, ... and an --out holding a run is refused)")] = False,
           processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                                help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None,
@@ -78,9 +89,9 @@ def train(config: ConfigArg, set_: SetOpt = None,
 @app.command()
 def tune(config: ConfigArg, set_: SetOpt = None,
          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
-         resume: Annotated[bool, typer.Option("--resume", help="run only the trials the search's "
+         resume: Annotated[bool, typer.Option("--resume", metavar="", help="run only the trials the search's "
                            "trials.jsonl lacks")] = False,
-         overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier search in --out "
+         overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="replace an earlier search in --out "
                               "(without it, such a folder is refused)")] = False,
          quiet: QuietOpt = False,
          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
@@ -97,13 +108,14 @@ def tune(config: ConfigArg, set_: SetOpt = None,
 @app.command()
 def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
              data: Annotated[Path, typer.Argument(help="CSV (with the target column) or NPZ (x, y)")],
-             as_json: Annotated[bool, typer.Option("--json", help="print the metrics as JSON")] = False,
+             as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the metrics as JSON")] = False,
              device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/MAE/R2)."""
     from .commands.predict import evaluate as run_evaluate
     report = run_evaluate(model, data, device)
     if as_json:
-        print(json.dumps(report, indent=2))
+        from .files import to_json
+        print(to_json(report))
         return
     _print_report(report)
 
@@ -138,7 +150,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
             data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns, or NPZ (x)")],
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write (- or none: stdout); "
                               "never a link, device or one of the inputs")] = None,
-            proba: Annotated[bool, typer.Option("--proba", help="add a prob_<label> column per class")] = False,
+            proba: Annotated[bool, typer.Option("--proba", metavar="", help="add a prob_<label> column per class")] = False,
             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
     from .commands.predict import predict as run_predict
@@ -164,8 +176,8 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 @app.command()
 def schema() -> None:
     """The JSON Schema of the config file (for editor completion and checks)."""
-    from .config.schema import Config
-    print(json.dumps(Config.model_json_schema(), indent=2))
+    from .config.schema import json_schema
+    print(json.dumps(json_schema(), indent=2))
 
 
 @app.command()
@@ -179,6 +191,9 @@ def summary(config: ConfigArg, set_: SetOpt = None) -> None:
 def main() -> None:
     from .distributed.launcher import before_numpy
     before_numpy()
+    STATE["debug"] = "--debug" in sys.argv[2:]  # a global option, also given after the command
+    if STATE["debug"]:
+        sys.argv.remove("--debug")
     try:
         app()
     except Interrupted as exc:

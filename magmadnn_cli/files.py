@@ -4,6 +4,7 @@ so a crash or a full disk never leaves a half-written file under the final name.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -51,8 +52,25 @@ def write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def to_json(data: Any) -> str:
+    """Strict JSON (RFC 8259): NaN and infinities, which JSON has no words for, become null."""
+    return json.dumps(_finite(data), indent=2, default=str, allow_nan=False)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    if isinstance(data, np.generic):
+        return _finite(data.item())
+    return data
+
+
 def write_json(path: Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_text(path, to_json(data) + "\n")
 
 
 def is_npz(path: Path) -> bool:

@@ -186,3 +186,42 @@ def test_resuming_a_finished_run_says_so(capsys, blobs, tmp_path):
     assert "already finished its 2 epochs; raise training.epochs (e.g. --set training.epochs=12)" in stderr
     code, stdout, stderr = run_cli(capsys, "train", blobs, "--resume", out, "--set", "training.epochs=3")
     assert code == 0 and "epoch 3 " in stdout and "epoch 2 " not in stdout, stderr
+
+
+def test_the_json_schema_accepts_every_shipped_config_and_refuses_a_typo(capsys):
+    import glob
+    import json
+
+    import jsonschema
+    import yaml
+    code, out, _ = run_cli(capsys, "schema")
+    validator = jsonschema.Draft202012Validator(json.loads(out))
+    configs = sorted(glob.glob(str(ROOT / "configs" / "*.yaml")))
+    assert len(configs) >= 10
+    for path in configs:
+        assert not list(validator.iter_errors(yaml.safe_load(open(path)))), path
+    typo = yaml.safe_load(open(configs[0])) | {"optimiser": {"type": "sgd"}}
+    assert any("optimiser" in e.message for e in validator.iter_errors(typo))
+
+
+def test_version_and_a_debug_flag_after_the_command(capsys, tmp_path):
+    from magmadnn_cli import __version__
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.strip() == f"magmadnn {__version__}"
+    code, out, err = run_cli(capsys, "validate", tmp_path / "missing.yaml", "--debug")
+    assert code == 2 and "Traceback" in err and "config file not found" in err
+    code, out, err = run_cli(capsys, "validate", tmp_path / "missing.yaml")
+    assert code == 2 and "Traceback" not in err
+
+
+def test_json_output_is_strict_json_with_null_for_nan(capsys, blobs, tmp_path):
+    import json
+
+    from magmadnn_cli.files import to_json
+    assert json.loads(to_json({"r2": float("nan"), "x": [float("inf"), 1.5]})) == {"r2": None, "x": [None, 1.5]}
+    assert run_cli(capsys, "train", blobs, "--out", tmp_path / "run", "-q", "--set", "training.epochs=2")[0] == 0
+    code, out, _ = run_cli(capsys, "evaluate", tmp_path / "run" / "model.npz", tmp_path / "blobs.csv", "--json")
+
+    def refuse(word):
+        raise ValueError(f"not JSON: {word}")
+    assert code == 0 and json.loads(out, parse_constant=refuse)["rows"] == 120
