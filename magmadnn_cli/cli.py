@@ -121,7 +121,7 @@ def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadn
 
 
 def _print_report(report: dict) -> None:
-    out.print(f"[bold]{report['data']}[/]: {report['rows']} rows, task {report['task']}")
+    out.print(Text(str(report["data"]), style="bold") + Text(f": {report['rows']} rows, task {report['task']}"))
     table = Table(title="metrics")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -134,14 +134,14 @@ def _print_report(report: dict) -> None:
         for c in ("class", "precision", "recall", "f1", "support"):
             per.add_column(c, justify="right" if c != "class" else "left")
         for label, m in report["per_class"].items():
-            per.add_row(label, f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}", str(m["support"]))
+            per.add_row(Text(str(label)), f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}", str(m["support"]))
         out.print(per)
         cm = Table(title="confusion matrix (rows: true, columns: predicted)")
         cm.add_column("")
         for label in report["labels"]:
-            cm.add_column(label, justify="right")
+            cm.add_column(Text(str(label)), justify="right")
         for label, row in zip(report["labels"], report["confusion_matrix"]):
-            cm.add_row(label, *map(str, row))
+            cm.add_row(Text(str(label)), *map(str, row))
         out.print(cm)
 
 
@@ -156,7 +156,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
     from .commands.predict import predict as run_predict
     rows = run_predict(model, data, output, proba, device)
     if output is not None and str(output) != "-":
-        err.print(f"wrote {rows} predictions to {output}")
+        err.print(f"wrote {rows} predictions to {output}", markup=False, highlight=False)
 
 
 @app.command()
@@ -168,9 +168,9 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     cfg = load_config(config, set_ or [])
     check(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-    out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else text,
+    out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),
               end="")
-    err.print(f"{config}: valid")
+    err.print(f"{config}: valid", markup=False, highlight=False)
 
 
 @app.command()

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 
 def _fmt(metrics: dict[str, Any]) -> str:
@@ -31,7 +32,7 @@ class Reporter:
 
     def warn(self, text: str) -> None:
         if self.warnings:
-            Console(stderr=True, soft_wrap=True, highlight=False).print(f"[yellow]warning:[/] {text}")
+            Console(stderr=True, soft_wrap=True, highlight=False).print(Text("warning: ", style="yellow") + Text(text))
 
     def table(self, table: Table) -> None: ...
 
@@ -47,7 +48,7 @@ class PlainReporter(Reporter):
         sys.stdout.flush()
 
     def info(self, text: str) -> None:
-        self.console.print(text)
+        self.console.print(text, markup=False)  # user text (paths, names) is never markup
 
     def table(self, table: Table) -> None:
         self.console.print(table)
@@ -88,7 +89,7 @@ class RichReporter(Reporter):
             self.progress = None
 
     def info(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text, highlight=False, markup=False)
 
     def table(self, table: Table) -> None:
         self.console.print(table)
@@ -105,7 +106,7 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     columns = sorted({k for values in rows.values() for k, v in values.items() if isinstance(v, (int, float))},
                      key=lambda k: ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2").index(k)
                      if k in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2") else 99)
-    table = Table(title=title)
+    table = Table(title=Text(title))
     table.add_column("split")
     for c in columns:
         table.add_column(c, justify="right")
@@ -116,9 +117,9 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
 
 def grid(title: str, columns: list[str], rows: list[list[str]], left: int = 1) -> Table:
     """A table of strings: the first `left` columns left-aligned, the others right-aligned."""
-    table = Table(title=title)
+    table = Table(title=Text(title))
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i < left else "right")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # cells hold user text (names, labels): never markup
     return table

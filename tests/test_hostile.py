@@ -99,6 +99,10 @@ CASES = {
     "early stopping without validation": (lambda t: (_config(t, BLOBS_CONFIG.replace("validation_split: 0.2", "validation_split: 0")
                                                         + "  early_stopping: {monitor: val_loss}\n"), blobs_csv(t / "blobs.csv")),
                                           "train", "val_loss needs validation data"),
+    "regression output too wide": (lambda t: (_config(t, BLOBS_CONFIG.replace("units: 3, activation: softmax", "units: 3")
+                                                  .replace("target: label", "target: f4\n  features: [f1, f2, f3]").replace("cross_entropy", "mse")),
+                                                  blobs_csv(t / "blobs.csv")),
+                                   "train", "model.layers.1.units: the output layer has 3 units; expected 1"),
     "augment on flat data": (lambda t: (_config(t, BLOBS_CONFIG + "  augment: {horizontal_flip: true}\n"), blobs_csv(t / "blobs.csv")),
                              "train", "training.augment is for"),
 }
@@ -213,7 +217,25 @@ MODEL_CASES = {
     "future format": (lambda m: np.savez(m, format=np.array("magmadnn-model"), format_version=np.array(99)), "newer than this magmadnn"),
     "corrupt meta": (lambda m: np.savez(m, format=np.array("magmadnn-model"), format_version=np.array(1), meta=np.array("{not json")),
                      "corrupt model file"),
+    "NaN weights": (lambda m: _edit_model(m, arrays={"weights/dense_0/kernel": lambda w: w * np.nan}),
+                    "weights dense_0/kernel are not finite numbers"),
+    "short normalization": (lambda m: _edit_model(m, arrays={"norm/shift": lambda v: v[:2]}),
+                            "norm/shift has shape (2,); the samples have 4 values"),
+    "no class labels": (lambda m: _edit_model(m, meta={"classes": []}), "needs at least 2 class labels; it has 0"),
+    "labels and outputs disagree": (lambda m: _edit_model(m, meta={"classes": ["a", "b", "c", "d"]}),
+                                    "the network has 3 outputs for 4 class labels"),
 }
+
+
+def _edit_model(path, arrays=None, meta=None):
+    """Rewrite a model file with some arrays changed and some metadata replaced."""
+    import json
+    with np.load(path, allow_pickle=False) as f:
+        content = {k: f[k] for k in f.files}
+    for key, change in (arrays or {}).items():
+        content[key] = change(content[key])
+    content["meta"] = np.array(json.dumps(json.loads(str(content["meta"])) | (meta or {})))
+    np.savez(path, **content)
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CASES))
@@ -287,3 +309,56 @@ def test_hostile_checkpoints(name, capsys, tmp_path):
     code, out, err = run_cli(capsys, "train", config, "--resume", bad, "--out", tmp_path / "run", "-q")
     assert code == 2 and expected in err and "Traceback" not in out + err, err
     assert sorted(p.name for p in _files(tmp_path / "run")) == before  # the run's files are untouched
+
+
+# -- hostile config text, and user text that looks like markup -------------------------------------
+TEXT_CASES = {
+    "5000-digit integer": ("seed: " + "9" * 5000 + "\n", "is too large (5000 digits)"),
+    "negative seed": ("seed: -1\n", "seed"),
+    "deep nesting": ("x: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 100 levels deep"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_CASES))
+def test_hostile_config_text(name, capsys, tmp_path):
+    text, expected = TEXT_CASES[name]
+    blobs_csv(tmp_path / "blobs.csv")
+    config = _config(tmp_path, text + BLOBS_CONFIG.replace("seed: 1\n", ""))
+    for command in ("validate", "train"):
+        code, out, err = run_cli(capsys, command, config, *(["--out", tmp_path / "out"] if command == "train" else []))
+        assert code == 2 and expected in err and "Traceback" not in out + err, err
+        assert len(err) < 2000  # the 5000 digits are not echoed back
+    assert not _files(tmp_path / "out")
+
+
+def test_an_endless_config_is_refused_not_read_forever(capsys):
+    code, out, err = run_cli(capsys, "validate", "/dev/zero")
+    assert code == 2 and "larger than 1 MiB" in err
+
+
+def test_set_values_are_guarded_like_the_file(capsys, blobs):
+    code, _, err = run_cli(capsys, "validate", blobs, "--set", "model={a: 1, a: 2}")
+    assert code == 2 and "duplicate key 'a'" in err
+    bomb = "training.epochs=" + "{a: &a [x,x,x,x,x,x,x,x,x,x], " + ", ".join(
+        f"{c}: &{c} [{','.join(['*' + p] * 10)}]" for p, c in zip("abcdef", "bcdefg")) + "}"
+    code, _, err = run_cli(capsys, "validate", blobs, "--set", bomb)
+    assert code == 2 and "alias bomb" in err and len(err) < 2000
+
+
+def test_yaml_merge_keys_are_plain_yaml(capsys, blobs):
+    text = blobs.read_text().replace("    - {type: dense, units: 16, activation: relu}",
+                                     "    - &hidden {type: dense, units: 16, activation: relu}\n"
+                                     "    - {<<: *hidden, units: 8}")
+    blobs.write_text(text)
+    code, out, err = run_cli(capsys, "validate", blobs)
+    assert code == 0, err
+    assert "units: 8\n    activation: relu" in out
+
+
+def test_user_text_is_never_markup(capsys, blobs, tmp_path):
+    out_dir = tmp_path / "[lr=0.1]" / "[/x]"
+    code, out, err = run_cli(capsys, "train", blobs, "--out", out_dir, "--set", "training.epochs=1")
+    assert code == 0, err
+    assert f"wrote {out_dir}/model.npz" in " ".join(out.split())
+    code, out, err = run_cli(capsys, "train", blobs, "--out", out_dir, "--set", "training.epochs=1")
+    assert code == 2 and "[lr=0.1]/[/x]" in err

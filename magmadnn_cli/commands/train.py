@@ -128,7 +128,7 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
                       saver, stop_on_signal=bool(policy and policy.on_signal))
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
-    reporter.info(f"[bold]{config.name}[/]: {len(data.train.x)} training rows, {network.num_parameters:,} "
+    reporter.info(f"{config.name}: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
         reporter.warn(note)
@@ -142,7 +142,8 @@ def check(config: Config) -> None:
 
 def check_run(config: Config, network: Network, data: Prepared) -> None:
     """The checks that need the data as well as the config."""
-    check_output_width(config, network, data.classes, data.source)
+    targets = int(data.train.y.shape[1]) if data.train.y.ndim == 2 else 1
+    check_output_width(config, network, data.classes, data.source, targets)
     if config.training.augment is not None and len(data.sample_shape) != 3:
         raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
                          f"{data.sample_shape} (set data.shape)")

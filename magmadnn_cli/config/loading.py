@@ -19,13 +19,17 @@ from ..errors import ConfigError
 PATH_FIELDS = (("data", "train"), ("data", "validation"), ("data", "test"))
 MAX_ALIASES = 1000  # YAML aliases beyond this are refused (a "billion laughs" guard) ...
 MAX_VALUES = 100_000  # ... and so is a document that aliases expand beyond this many values
+MAX_DEPTH = 100  # nesting levels
+MAX_BYTES = 1 << 20  # a config file's size
 Location = tuple[Any, ...]
 
 
 class _Loader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate keys and alias bombs."""
+    """yaml.SafeLoader that refuses duplicate keys, alias bombs, deep nesting and huge integers, and
+    takes YAML merge keys (`<<: *defaults`)."""
 
     aliases = 0
+    depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -34,16 +38,66 @@ class _Loader(yaml.SafeLoader):
                 raise yaml.MarkedYAMLError("while reading the config", None,
                                            f"more than {MAX_ALIASES} YAML aliases (an alias bomb?)",
                                            self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError("while reading the config", None,
+                                           f"nested more than {MAX_DEPTH} levels deep; a config needs a few",
+                                           self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<`: merged keys may be overridden by the mapping's own
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_int(self, node: Any) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(None, None, f"the number {_shorten(node.value)} is too large "
+                                                    f"({len(node.value)} digits)", node.start_mark) from exc
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_int)
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    """User text in a message: at most `limit` characters."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text):,} characters)"
+
+
+def parse_yaml(text: str, origin: str) -> tuple[Any, Any]:
+    """YAML text -> (data, its root node), through the guarded loader; errors name `origin` and line."""
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and _expanded_size(node, {}) > MAX_VALUES:
+                raise ConfigError(f"{origin}: the YAML expands to more than {MAX_VALUES:,} values "
+                                  "through anchors and aliases (an alias bomb?); refused")
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        if "could not determine a constructor" in str(problem):
+            problem = f"{problem}; tags that build Python objects are not allowed"
+        raise ConfigError(f"{origin}{line}: {problem}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: invalid YAML: {exc}") from exc
+    return data, node
 
 
 def _expanded_size(node: Any, memo: dict[int, int]) -> int:
@@ -85,28 +139,15 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; expected a YAML config file")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:  # read once (a pipe works too), and never without bound
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_BYTES // 2**20} MiB; a config is a few kB (is this the "
+                              "right file?)")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
-    try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            if node is not None and _expanded_size(node, {}) > MAX_VALUES:
-                raise ConfigError(f"{path}: the YAML expands to more than {MAX_VALUES:,} values "
-                                  "through anchors and aliases (an alias bomb?); refused")
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        problem = exc.problem or exc.context or "invalid YAML"
-        if "could not determine a constructor" in str(problem):
-            problem = f"{problem}; tags that build Python objects are not allowed"
-        raise ConfigError(f"{path}{line}: {problem}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    data, node = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (name, data, model, ...); "
                           f"received {type(data).__name__}")
@@ -117,11 +158,8 @@ def parse_override(text: str) -> tuple[Location, Any]:
     """`model.layers.0.units=64` -> (("model", "layers", 0, "units"), 64); values are YAML."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set training.epochs=20")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
+        raise ConfigError(f"--set {_shorten(text)!r}: expected dotted.key=value, e.g. --set training.epochs=20")
+    value = parse_yaml(raw, f"--set {_shorten(text)}")[0] if raw.strip() else ""
     path = tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
     return path, value
 

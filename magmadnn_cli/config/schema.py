@@ -361,13 +361,13 @@ class SearchConfig(Strict):
     direction: Literal["maximize", "minimize", "auto"] = "auto"
     stop_when: float | None = None
     early_stop: Literal["none", "median", "halving"] = "none"
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
 
 
 class Config(Strict):
     name: str = Field(pattern=SAFE_NAME, description="run name (letters, digits, _ . -; not starting with . or -); "
                       "outputs go to runs/<name>")
-    seed: int | None = Field(None, description="None: a random seed is drawn and recorded")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="None: a random seed is drawn and recorded")
     device: Literal["auto", "cpu", "gpu"] = "auto"
     precision: Literal["float32", "float64"] = "float32"
     memory: Literal["device", "managed"] = Field("device", description="GPU memory: device, or CUDA managed (unified)")

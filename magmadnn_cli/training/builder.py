@@ -64,21 +64,23 @@ def build_optimizer(config: Config, steps_per_epoch: int) -> Optimizer:
     return OPTIMIZERS[spec.type](schedule=schedule, steps_per_epoch=steps_per_epoch, **args)
 
 
-def check_output_width(config: Config, network: Network, classes: list[Any], source: str) -> None:
-    """The output must have one unit per class (cross-entropy), one unit (binary) or one per target."""
+def check_output_width(config: Config, network: Network, classes: list[Any], source: str, targets: int = 1) -> None:
+    """The output must have one unit per class (cross-entropy), one unit (binary) or one per target
+    column (regression)."""
     units = network.output_shape[-1] if network.output_shape else 1
     task = task_of(config)
-    expected = {"classification": len(classes), "binary": 1}.get(task)
-    if expected is None or units == expected:
+    expected = {"classification": len(classes), "binary": 1}.get(task, targets)
+    if units == expected:
         return
     head = output_head(config.model.layers, config.loss.type)
     layers = config.model.layers
     index = max((i for i, layer in enumerate(layers) if layer.type == "dense"), default=head.index)
     field = "units" if layers[index].type == "dense" else "filters" if layers[index].type == "conv2d" else None
     where = f"model.layers.{index}.{field}" if field else f"model.layers.{index} ({layers[index].type})"
-    why = f"the {len(classes)} classes in {source}" if task == "classification" else "binary_cross_entropy"
-    raise DataError(f"{where}: the output layer has {units} units; expected {expected} "
-                    f"({why}: {', '.join(map(str, classes[:12]))})")
+    why = {"classification": f"the {len(classes)} classes in {source}: {', '.join(map(str, classes[:12]))}",
+           "binary": f"binary_cross_entropy: {', '.join(map(str, classes[:12]))}"}.get(
+        task, f"{source} has {targets} regression target column(s)")
+    raise DataError(f"{where}: the output layer has {units} units; expected {expected} ({why})")
 
 
 def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:

@@ -79,10 +79,36 @@ def load(path: Path) -> SavedModel:
         raise ModelFileError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})") from exc
     try:
         config = Config.model_validate(meta["config"])
-        return SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],
-                          meta["features"], tuple(meta["sample_shape"]), meta["task"], meta.get("metrics", {}))
+        saved = SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],
+                           meta["features"], tuple(int(n) for n in meta["sample_shape"]), meta["task"],
+                           meta.get("metrics", {}))
     except Exception as exc:  # a model whose metadata does not fit the schema is corrupt, whatever broke
         raise ModelFileError(f"{path}: corrupt model metadata ({type(exc).__name__}: {exc})") from exc
+    problem = _inconsistency(saved)
+    if problem:
+        raise ModelFileError(f"{path}: corrupt model file: {problem}")
+    return saved
+
+
+def _inconsistency(saved: SavedModel) -> str | None:
+    """What in a model file does not fit together (None when it all does)."""
+    width = int(np.prod(saved.sample_shape)) if saved.sample_shape else 0
+    for name, vector in (("norm/shift", saved.normalizer.shift), ("norm/spread", saved.normalizer.spread)):
+        if vector.shape != (width,):
+            return f"{name} has shape {vector.shape}; the samples have {width} values {saved.sample_shape}"
+    if not np.all(np.isfinite(saved.normalizer.spread)) or np.any(saved.normalizer.spread == 0) or \
+            not np.all(np.isfinite(saved.normalizer.shift)):
+        return "the input normalization holds zeros, NaN or infinities"
+    if saved.task not in ("classification", "binary", "regression"):
+        return f"unknown task {saved.task!r}"
+    if saved.task != "regression" and len(saved.classes) < 2:
+        return f"a {saved.task} model needs at least 2 class labels; it has {len(saved.classes)}"
+    if len(saved.features) != width and saved.features:
+        return f"{len(saved.features)} feature names for samples of {width} values"
+    bad = [k for k, w in saved.weights.items() if w.dtype.kind not in "fiu" or not np.all(np.isfinite(w))]
+    if bad:
+        return f"weights {', '.join(bad[:5])} are not finite numbers (NaN or infinity): predictions would be NaN"
+    return None
 
 
 def restore(saved: SavedModel) -> Network:
@@ -93,4 +119,9 @@ def restore(saved: SavedModel) -> Network:
         network.load_state_dict(saved.weights)
     except Exception as exc:
         raise ModelFileError(f"the model's weights do not fit its architecture: {exc}") from exc
+    outputs = network.output_shape[-1] if network.output_shape else 1
+    expected = {"classification": len(saved.classes), "binary": 1}.get(saved.task, outputs)
+    if outputs != expected:
+        raise ModelFileError(f"corrupt model file: the network has {outputs} outputs for {len(saved.classes)} "
+                             f"class labels ({saved.task})")
     return network
