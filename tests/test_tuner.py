@@ -19,7 +19,7 @@ from magmadnn_cli.config.schema import SearchConfig
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.distributed.launcher import locate_mpi_launcher
 from magmadnn_cli.errors import MagmaError
-from magmadnn_cli.commands.tune import Pruner, sample_trials, trial_config, tune
+from magmadnn_cli.commands.tune import Pruner, objective_direction, sample_trials, trial_config, tune
 
 from conftest import run_cli
 
@@ -61,12 +61,16 @@ def test_dotted_overrides_reach_list_items(blobs):
     assert cfg.model.layers[0].units == 7 and cfg.optimizer.learning_rate == 0.2
 
 
-def test_median_pruner():
-    pruner = Pruner("median", grace=2)
+def test_median_pruner_on_the_objectives_own_direction():
+    pruner = Pruner("median", grace=2)  # a loss: lower is better
     pruner.record([1.0, 0.8, 0.6])
     pruner.record([1.2, 0.9, 0.7])
-    assert not pruner(1, {"val_loss": 9.0})  # grace epoch
-    assert pruner(2, {"val_loss": 0.95}) and not pruner(2, {"val_loss": 0.5})
+    assert not pruner(1, 9.0)  # grace epoch
+    assert pruner(2, 0.95) and not pruner(2, 0.5)
+    accuracy = Pruner("median", grace=2, maximize=True)
+    accuracy.record([0.5, 0.7])
+    accuracy.record([0.6, 0.8])
+    assert accuracy(2, 0.6) and not accuracy(2, 0.9)
 
 
 PRUNED_SEARCH = """
@@ -256,3 +260,35 @@ def test_resume_refuses_another_search(blobs, tmp_path, capsys):
     assert "training.batch_size: search 16, config 8" in err
     code, _, err = run_cli(capsys, "tune", config, "--out", tmp_path / "nothing", "-q", "--resume")
     assert code == 2 and "trials.jsonl not found" in err
+
+
+def test_objective_directions_and_mixes(blobs):
+    from magmadnn_cli.config.schema import SearchConfig
+    assert objective_direction(SearchConfig(objective={"val_loss": 1.0})) == "minimize"
+    assert objective_direction(SearchConfig(objective={"val_accuracy": 2.0})) == "maximize"
+    assert objective_direction(SearchConfig(objective={"val_loss": -1.0})) == "maximize"
+    with pytest.raises(Exception, match="mixes several metrics: set search.direction"):
+        SearchConfig(objective={"val_accuracy": 1.0, "time": -0.01})
+    assert objective_direction(SearchConfig(objective={"val_accuracy": 1.0, "time": -0.01}, direction="maximize")) \
+        == "maximize"
+
+
+def test_an_empty_grid_list_is_refused(capsys, blobs, tmp_path):
+    blobs.write_text(blobs.read_text() + "search: {space: {optimizer.learning_rate: []}}\n")
+    code, _, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")
+    assert code == 2 and "search.space.optimizer.learning_rate" in err and not (tmp_path / "t").exists()
+
+
+def test_a_pruned_trial_is_never_the_best_even_with_the_best_score(blobs, tmp_path):
+    """Pruning compares the objective's own metric (accuracy here: higher is better); a pruned trial
+    stopped early, so its score is not comparable and it is never chosen."""
+    from magmadnn_cli.commands.tune import write_results
+    from magmadnn_cli.reporting import Reporter
+    cfg = _search_project(blobs, PRUNED_SEARCH)
+    results = tune(cfg, tmp_path / "t")
+    pruned = [r for r in results if r["status"] == "pruned"]
+    assert pruned and all(r["curve"] and len(r["curve"]) == r["epochs"] for r in results)
+    pruned[0]["val_accuracy"] = 2.0  # better than any finished trial could be
+    write_results(results, cfg.model_dump(mode="json"), tmp_path / "t", cfg.search, Reporter())
+    best = yaml.safe_load((tmp_path / "t" / "best_config.yaml").read_text())
+    assert best["optimizer"]["learning_rate"] != pruned[0]["param:optimizer.learning_rate"]

@@ -73,36 +73,48 @@ def trial_config(base: dict, overrides: Overrides) -> Config:
 
 
 def objective_direction(search: SearchConfig) -> str:
+    """The given direction; for `auto`, the objective's own: maximize accuracy, minimize loss and time
+    (a one-metric weighting with a negative weight flips it; mixes must say, see the schema)."""
     if search.direction != "auto":
         return search.direction
-    return "minimize" if search.objective in ("val_loss", "time") else "maximize"
+    metric, weight = (search.objective, 1.0) if isinstance(search.objective, str) else \
+        next(iter(search.objective.items()))
+    maximize = (metric == "val_accuracy") == (weight > 0)
+    return "maximize" if maximize else "minimize"
 
 
 def objective_value(search: SearchConfig, result: dict[str, Any]) -> float:
-    names = {"val_accuracy": result.get("val_accuracy"), "val_loss": result.get("val_loss"), "time": result.get("time_s")}
-    if isinstance(search.objective, str):
-        value = names[search.objective]
-    else:
-        value = sum(w * (names.get(k) if names.get(k) is not None else math.nan) for k, w in search.objective.items())
-    return math.nan if value is None else float(value)
+    return weighted(search, result.get("val_accuracy"), result.get("val_loss"), result.get("time_s"))
+
+
+def weighted(search: SearchConfig, val_accuracy: Any, val_loss: Any, seconds: Any) -> float:
+    """The objective from its metrics (NaN where one it needs is missing)."""
+    names = {"val_accuracy": val_accuracy, "val_loss": val_loss, "time": seconds}
+    weights = {search.objective: 1.0} if isinstance(search.objective, str) else search.objective
+    return float(sum(w * (names[k] if names[k] is not None else math.nan) for k, w in weights.items()))
 
 
 @dataclass
 class Pruner:
-    """Median stopping: from epoch `grace` on, a trial is stopped after an epoch whose validation loss is
-    worse than the median of earlier trials at that epoch ('halving' checks only at epochs 4, 8, 16, ...)."""
+    """Median stopping: from epoch `grace` on, a trial is stopped after an epoch whose objective (the
+    search's own, computed from that epoch's metrics and the time so far) is worse than the median of
+    earlier trials at that epoch ('halving' checks only at epochs 4, 8, 16, ...)."""
     rule: str
     curves: dict[int, list[float]] = field(default_factory=dict)
     min_trials: int = 2
     grace: int = 3
+    maximize: bool = False
 
-    def __call__(self, epoch: int, metrics: dict[str, Any]) -> bool:
-        if self.rule == "none" or "val_loss" not in metrics or epoch < self.grace:
+    def __call__(self, epoch: int, value: float) -> bool:
+        if self.rule == "none" or math.isnan(value) or epoch < self.grace:
             return False
         if self.rule == "halving" and epoch & (epoch - 1):
             return False
         earlier = self.curves.get(epoch, [])
-        return len(earlier) >= self.min_trials and metrics["val_loss"] > statistics.median(earlier)
+        if len(earlier) < self.min_trials:
+            return False
+        median = statistics.median(earlier)
+        return value < median if self.maximize else value > median
 
     def record(self, curve: list[float]) -> None:
         for epoch, value in enumerate(curve, start=1):
@@ -113,9 +125,17 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
     from .train import train  # noqa: PLC0415 (the tuner sits above the training entry point)
     result: dict[str, Any] = {"trial": index, "status": "ok", "reason": "", **{f"param:{k}": v for k, v in overrides.items()}}
     started = time.perf_counter()
+    curve: list[float] = []  # the objective after each epoch
+
+    def prune(epoch: int, metrics: dict[str, Any]) -> bool:
+        curve.append(weighted(search, metrics.get("val_accuracy"), metrics.get("val_loss"),
+                              time.perf_counter() - started))
+        return pruner(epoch, curve[-1])
+
     try:
         config = trial_config(base, overrides)
-        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=pruner, checkpoints=False,
+        search = SearchConfig.model_validate(base["search"])
+        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=prune, checkpoints=False,
                     overwrite=True)  # a trial killed before it was journaled runs again
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -127,7 +147,7 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
     else:
         validation = run.metrics.get("validation", {})
         result.update(val_accuracy=validation.get("accuracy"), val_loss=validation.get("loss"),
-                      epochs=run.metrics["epochs_run"], curve=[e.get("val_loss") for e in run.history.epochs],
+                      epochs=run.metrics["epochs_run"], curve=curve,
                       status="pruned" if run.history.pruned else "ok")
     result["time_s"] = round(time.perf_counter() - started, 3)
     return result
@@ -190,7 +210,7 @@ def _to_run(trials: list[Overrides], search: SearchConfig, results: list[dict]) 
 
 
 def _curves(results: list[dict]) -> dict[int, list[float]]:
-    """Validation-loss curves of the finished trials, by epoch (for the pruner)."""
+    """Objective curves of the finished trials, by epoch (for the pruner)."""
     curves: dict[int, list[float]] = {}
     for r in results:
         if r["status"] == "ok":
@@ -216,7 +236,7 @@ def _reached(search: SearchConfig, result: dict[str, Any]) -> bool:
 def _sequential(trials: list[Overrides], base: dict, out_dir: Path, search: SearchConfig,
                 reporter: Reporter, results: list[dict], log: TrialLog) -> None:
     """Run the trials in turn, appending each result to `results` and the journal as it finishes."""
-    pruner = Pruner(search.early_stop, _curves(results))
+    pruner = Pruner(search.early_stop, _curves(results), maximize=objective_direction(search) == "maximize")
     todo = _to_run(trials, search, results)
     for n, index in enumerate(todo):
         result = run_trial(index, base, trials[index], out_dir, pruner)
@@ -268,7 +288,8 @@ def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> None:
         if task is None:
             return
         index, overrides, curves = task
-        comm.send(run_trial(index, base, overrides, out_dir, Pruner(search.early_stop, dict(curves))), 0)
+        pruner = Pruner(search.early_stop, dict(curves), maximize=objective_direction(search) == "maximize")
+        comm.send(run_trial(index, base, overrides, out_dir, pruner), 0)
 
 
 def write_results(results: list[dict], base: dict, out_dir: Path, search: SearchConfig, reporter: Reporter) -> None:
@@ -281,9 +302,10 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
         writer.writerow({**{k: (yaml.safe_dump(v, default_flow_style=True).strip() if isinstance(v, (list, dict)) else v)
                             for k, v in r.items()}, "objective": objective_value(search, r)})
     write_text(out_dir / "trials.csv", text.getvalue())
-    finished = [r for r in results if r["status"] != "failed" and not math.isnan(objective_value(search, r))]
-    if not finished:
-        raise MagmaError(f"every trial failed; see {out_dir / 'trials.csv'} (first reason: {results[0]['reason']})")
+    finished = [r for r in results if r["status"] == "ok" and not math.isnan(objective_value(search, r))]
+    if not finished:  # a pruned trial stopped early: its score is not comparable, it is never the best
+        raise MagmaError(f"no trial finished (failed or pruned); see {out_dir / 'trials.csv'} "
+                         f"(first reason: {results[0]['reason'] or results[0]['status']})")
     sign = 1 if objective_direction(search) == "maximize" else -1
     best = max(finished, key=lambda r: sign * objective_value(search, r))
     overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
@@ -300,9 +322,10 @@ def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> An
     """The best trials first, failed ones last."""
     sign = 1 if objective_direction(search) == "maximize" else -1
 
-    def key(r: dict) -> float:
+    def key(r: dict) -> tuple[int, float]:  # finished trials first, then pruned ones, failed last
         value = objective_value(search, r)
-        return -math.inf if r["status"] == "failed" or math.isnan(value) else sign * value
+        rank = {"ok": 2, "pruned": 1}.get(r["status"], 0)
+        return (rank, -math.inf if math.isnan(value) else sign * value)
 
     ranked = sorted(results, key=key, reverse=True)[:top]
     params = list(dict.fromkeys(k for r in ranked for k in r if k.startswith("param:")))

@@ -356,12 +356,22 @@ class Distribution(Strict):
 class SearchConfig(Strict):
     method: Literal["grid", "random"] = "grid"
     trials: PositiveInt = 10
-    space: dict[str, Union[list[Any], Distribution]] = Field(default_factory=dict)
-    objective: Union[Literal["val_accuracy", "val_loss", "time"], dict[str, float]] = "val_accuracy"
-    direction: Literal["maximize", "minimize", "auto"] = "auto"
+    space: dict[str, Union[Annotated[list[Any], Field(min_length=1)], Distribution]] = Field(default_factory=dict)
+    objective: Union[Literal["val_accuracy", "val_loss", "time"],
+                     Annotated[dict[Literal["val_accuracy", "val_loss", "time"], float], Field(min_length=1)]] = "val_accuracy"
+    direction: Literal["maximize", "minimize", "auto"] = Field(
+        "auto", description="auto: maximize val_accuracy, minimize val_loss and time; a weighted mix of "
+                            "several needs maximize or minimize")
     stop_when: float | None = None
     early_stop: Literal["none", "median", "halving"] = "none"
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+
+    @model_validator(mode="after")
+    def _direction_is_known(self) -> "SearchConfig":
+        if isinstance(self.objective, dict) and len(self.objective) > 1 and self.direction == "auto":
+            raise ValueError(f"objective {dict(self.objective)} mixes several metrics: set search.direction to "
+                             "maximize or minimize (e.g. maximize for {val_accuracy: 1.0, time: -0.01})")
+        return self
 
 
 class Config(Strict):
