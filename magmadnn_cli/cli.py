@@ -17,11 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import Interrupted, MagmaError
+from .reporting import QuietOnClosedPipe
 
 app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   help="magmadnn: train, evaluate, tune and run neural networks declared in YAML.",
                   context_settings={"help_option_names": ["-h", "--help"]})
-out = Console(soft_wrap=True)
+out = QuietOnClosedPipe(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 STATE = {"debug": False}
 
@@ -154,7 +155,12 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
     from .commands.predict import predict as run_predict
-    rows = run_predict(model, data, output, proba, device)
+    from .reporting import silence_stdout
+    try:
+        rows = run_predict(model, data, output, proba, device)
+    except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly, as `cat` does
+        silence_stdout()
+        raise typer.Exit(141) from None
     if output is not None and str(output) != "-":
         err.print(f"wrote {rows} predictions to {output}", markup=False, highlight=False)
 
@@ -194,6 +200,8 @@ def main() -> None:
     STATE["debug"] = "--debug" in sys.argv[2:]  # a global option, also given after the command
     if STATE["debug"]:
         sys.argv.remove("--debug")
+    if not _runs_on_every_rank(sys.argv[1:]):
+        return  # under mpirun, commands that are not data-parallel run (print, write) once, on rank 0
     try:
         app()
     except Interrupted as exc:
@@ -210,6 +218,13 @@ def main() -> None:
             raise
         _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
               "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
+
+
+def _runs_on_every_rank(args: list[str]) -> bool:
+    """False on ranks other than 0 of an MPI launch, for commands that do not use the ranks."""
+    from .distributed.comm import launched_rank, launched_ranks
+    command = next((a for a in args if not a.startswith("-")), "")
+    return command in ("train", "tune") or launched_ranks() <= 1 or launched_rank() == 0
 
 
 def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = "") -> None:

@@ -3,11 +3,13 @@ plain line per epoch otherwise (log files get no control characters), or nothing
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -16,11 +18,20 @@ def _fmt(metrics: dict[str, Any]) -> str:
     return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
 
 
+class QuietOnClosedPipe(Console):
+    """A console whose reader may go away (`| head`): it then prints nothing more, and the work goes on
+    (rich's default is to exit)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence_stdout()
+
+
 class Reporter:
     """Silent base: the interface the trainer calls."""
 
     def __init__(self, console: Console | None = None, warnings: bool = True) -> None:
-        self.console = console or Console(stderr=False, soft_wrap=True)
+        self.console = console or QuietOnClosedPipe(stderr=False, soft_wrap=True)
         self.warnings = warnings  # shown even with --quiet (on rank 0 only)
 
     def start(self, epochs: int, steps: int) -> None: ...
@@ -29,6 +40,14 @@ class Reporter:
     def stop(self) -> None: ...
 
     def info(self, text: str) -> None: ...
+
+    def _print(self, *objects: Any, **options: Any) -> None:
+        """Print to the console; once its reader has gone (`| head`), go on silently."""
+        try:
+            self.console.print(*objects, **options)
+            self.console.file.flush()
+        except BrokenPipeError:
+            silence_stdout()
 
     def warn(self, text: str) -> None:
         if self.warnings:
@@ -41,47 +60,52 @@ class PlainReporter(Reporter):
     """One line per epoch: for logs and pipes (no colours, no cursor movement)."""
 
     def __init__(self) -> None:
-        super().__init__(Console(force_terminal=False, no_color=True, highlight=False, width=120, soft_wrap=True))
+        super().__init__(QuietOnClosedPipe(force_terminal=False, no_color=True, highlight=False, width=120,
+                                           soft_wrap=True))
 
     def epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
-        self.console.print(f"epoch {epoch} {_fmt(metrics)}", markup=False)
-        sys.stdout.flush()
+        self._print(f"epoch {epoch} {_fmt(metrics)}", markup=False)
 
     def info(self, text: str) -> None:
-        self.console.print(text, markup=False)  # user text (paths, names) is never markup
+        self._print(text, markup=False)  # user text (paths, names) is never markup
 
     def table(self, table: Table) -> None:
-        self.console.print(table)
+        self._print(table)
 
 
 class RichReporter(Reporter):
-    """A live progress bar with the running loss and accuracy."""
+    """A live progress bar of the epoch in progress (steps, running loss and accuracy, elapsed time
+    and time left in the epoch), and one line per finished epoch."""
 
     def __init__(self, console: Console | None = None) -> None:
         super().__init__(console)
         self.progress: Progress | None = None
         self.task: Any = None
-        self.steps = 0
+        self.epochs = self.steps = 0
 
     def start(self, epochs: int, steps: int) -> None:
-        self.steps = steps
+        self.epochs, self.steps = epochs, max(1, steps)
         self.progress = Progress(TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=self.console,
-                                 transient=False)
+                                 TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("left"),
+                                 TimeRemainingColumn(), console=self.console, transient=True)
         self.progress.start()
-        self.task = self.progress.add_task("train", total=max(1, epochs * steps), epoch=f"1/{epochs}", stats="")
-        self.epochs = epochs
+        self.task = None
 
     def step(self, epoch: int, step: int, loss: float, accuracy: float | None) -> None:
         if self.progress is None:
             return
+        if self.task is None:  # the epoch's bar starts (at `step`, when resumed mid-epoch)
+            self.task = self.progress.add_task("train", total=self.steps, completed=step - 1,
+                                               epoch=f"{epoch}/{self.epochs}", stats="")
         stats = f"loss {loss:.4f}" + (f" acc {accuracy:.3f}" if accuracy is not None else "")
-        self.progress.update(self.task, completed=(epoch - 1) * self.steps + step, epoch=f"{epoch}/{self.epochs}",
-                             stats=stats)
+        self.progress.update(self.task, completed=step, stats=stats)
 
     def epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
         if self.progress is not None:
-            self.progress.console.print(f"epoch {epoch} {_fmt(metrics)}", highlight=False)
+            if self.task is not None:
+                self.progress.remove_task(self.task)
+                self.task = None
+            self._print(f"epoch {epoch} {_fmt(metrics)}", highlight=False, markup=False)
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -89,10 +113,21 @@ class RichReporter(Reporter):
             self.progress = None
 
     def info(self, text: str) -> None:
-        self.console.print(text, highlight=False, markup=False)
+        self._print(text, highlight=False, markup=False)
 
     def table(self, table: Table) -> None:
-        self.console.print(table)
+        self._print(table)
+
+
+def silence_stdout() -> None:
+    """The reader of stdout went away: point stdout at /dev/null so that nothing more (not even the
+    interpreter's final flush) fails, and let the work finish."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def make_reporter(quiet: bool = False, rank: int = 0) -> Reporter:

@@ -225,3 +225,22 @@ def test_json_output_is_strict_json_with_null_for_nan(capsys, blobs, tmp_path):
     def refuse(word):
         raise ValueError(f"not JSON: {word}")
     assert code == 0 and json.loads(out, parse_constant=refuse)["rows"] == 120
+
+
+def test_a_closed_pipe_stops_printing_not_training(blobs, tmp_path):
+    """`magmadnn train ... | head -1`: the reader goes away after one line; the run still trains and
+    writes its outputs. `predict ... | head` ends quietly (exit 141, as `cat` does)."""
+    import subprocess
+    import sys
+    command = f"{sys.executable} -m magmadnn_cli train {blobs} --out {tmp_path / 'run'} --set training.epochs=40"
+    result = subprocess.run(f"set -o pipefail; {command} | head -1", shell=True, executable="/bin/bash",
+                            capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+    assert result.returncode == 0 and (tmp_path / "run" / "model.npz").exists()
+    rows = tmp_path / "many.csv"
+    rows.write_text("f1,f2,f3,f4\n" + "1,2,3,4\n" * 200_000)
+    predict = f"{sys.executable} -m magmadnn_cli predict {tmp_path / 'run' / 'model.npz'} {rows}"
+    result = subprocess.run(f"set -o pipefail; {predict} | head -2", shell=True, executable="/bin/bash",
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.splitlines()[0] == "prediction" and result.stderr == "", result.stderr
+    assert result.returncode == 141

@@ -210,3 +210,14 @@ def test_processes_beyond_the_machine_need_oversubscribe(project):
     result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "many"), "--processes", "1000")
     assert result.returncode == 2 and "--processes 1000" in result.stderr and "--oversubscribe" in result.stderr
     assert "Traceback" not in result.stderr and not (project / "many").exists()
+
+
+def test_commands_that_are_not_data_parallel_print_and_write_once_under_mpirun(project, tmp_path):
+    model = project / "single" / "model.npz"
+    data = tmp_path / "rows.npz"
+    np.savez(data, x=np.random.default_rng(0).normal(size=(7, 10)).astype(np.float32))
+    result = _magmadnn("predict", str(model), str(data), ranks=2)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "prediction" and len(result.stdout.splitlines()) == 8
+    result = _magmadnn("validate", str(project / "syn.yaml"), ranks=2)
+    assert result.returncode == 0 and result.stderr.count("valid") == 1

@@ -42,6 +42,13 @@ class EarlyStopper:
         self.wait += 1
         return self.wait > self.patience
 
+    def announcement(self, epoch: int) -> str:
+        """What a user reads when it fires."""
+        kept = (f"restoring epoch {self.best_epoch}'s weights ({self.monitor} {self.best:.4f})" if self.restore_best
+                else f"keeping epoch {epoch}'s weights (restore_best is off; the best was epoch {self.best_epoch})")
+        return (f"early stopping after epoch {epoch}: {self.monitor} has not improved by more than {self.min_delta:g} "
+                f"for {self.patience} epoch(s); {kept}")
+
     def restore(self, network: Any) -> None:
         """Put the best epoch's state back into the network (when it was kept)."""
         if self.best_state is not None:

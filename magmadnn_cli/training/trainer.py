@@ -184,6 +184,7 @@ class Trainer:
                     self.position = Position(epoch + 1)
                     if stopper is not None and stopper.update(epoch, history.epochs[-1], self.net):
                         history.stopped_early = True
+                        self.reporter.info(stopper.announcement(epoch))
                     elif prune is not None and prune(epoch, history.epochs[-1]):
                         history.stopped_early = history.pruned = True
                     self._checkpoint_if_due(epoch)
