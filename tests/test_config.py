@@ -18,7 +18,7 @@ from magmadnn_cli.nn.optimizers import OPTIMIZERS
 from magmadnn_cli.nn.schedules import SCHEDULES
 from typing import get_args
 
-from conftest import BLOBS_CONFIG, run_cli
+from conftest import BLOBS_CONFIG, ROOT, run_cli
 
 
 def _errors_for(tmp_path, text: str, *overrides: str) -> str:
@@ -145,3 +145,18 @@ def test_schema_command_emits_json_schema(capsys):
     assert code == 0
     assert schema["additionalProperties"] is False
     assert {"data", "model", "loss", "optimizer"} <= set(schema["required"])
+
+
+def test_the_readme_config_reference_shows_the_real_defaults():
+    """Every key the README's reference block sets, other than the required ones, equals the schema's
+    default: the block validates to the same config as its required keys alone."""
+    import re
+
+    import yaml
+
+    from magmadnn_cli.config.schema import Config
+    text = (ROOT / "README.md").read_text()
+    block = yaml.safe_load(re.search(r"```yaml\n(# Every key below shows its default.*?)```", text, re.S).group(1))
+    required = {"name": block["name"], "data": {"train": block["data"]["train"], "target": block["data"]["target"]},
+                "model": block["model"], "loss": block["loss"], "optimizer": {"type": block["optimizer"]["type"]}}
+    assert Config.model_validate(block).model_dump() == Config.model_validate(required).model_dump()

@@ -103,6 +103,15 @@ CASES = {
                                                   .replace("target: label", "target: f4\n  features: [f1, f2, f3]").replace("cross_entropy", "mse")),
                                                   blobs_csv(t / "blobs.csv")),
                                    "train", "model.layers.1.units: the output layer has 3 units; expected 1"),
+    "all-NaN regression target": (lambda t: (_config(t, BLOBS_CONFIG.replace("units: 3, activation: softmax", "units: 1")
+                                                 .replace("target: label", "target: y\n  features: [f1, f2]")
+                                                 .replace("cross_entropy", "mse")),
+                                                 _csv(t, "f1,f2,y\n" + "1,2,nan\n" * 20)),
+                                  "train", "blobs.csv: the target of data row 1 is [nan] (20 non-finite target(s) in all)"),
+    "NaN initial weights": (lambda t: (_config(t, BLOBS_CONFIG.replace("activation: relu}",
+                                                                       "activation: relu, kernel_initializer: {type: constant, value: .nan}}")),
+                                       blobs_csv(t / "blobs.csv")),
+                            "train", "model.layers.0.kernel_initializer"),
     "augment on flat data": (lambda t: (_config(t, BLOBS_CONFIG + "  augment: {horizontal_flip: true}\n"), blobs_csv(t / "blobs.csv")),
                              "train", "training.augment is for"),
 }

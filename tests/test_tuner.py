@@ -5,6 +5,7 @@ MPI master-worker version runs each trial exactly once with the single-process r
 from __future__ import annotations
 
 import csv
+import re
 import json
 import math
 import os
@@ -187,19 +188,30 @@ def test_a_crashing_trial_is_recorded_and_the_search_goes_on(blobs, tmp_path, mo
     assert results[1]["status"] == "ok" and (tmp_path / "t" / "model.npz").exists()
 
 
-def test_sigterm_keeps_the_finished_trials(blobs, tmp_path):
-    """A search stopped by SIGTERM (a cluster's time limit) writes what its finished trials found."""
+@pytest.mark.parametrize("ranks", [0, 3])
+def test_sigterm_keeps_the_finished_trials(blobs, tmp_path, ranks):
+    """A search stopped by SIGTERM (a cluster's time limit) writes what its finished trials found, on
+    one process and under mpiexec (which passes the signal to every rank: the workers leave it to
+    the master, which writes the results and ends the job)."""
     import signal
     import time
+
+    from conftest import find_mpiexec
+    mpiexec = find_mpiexec()
+    if ranks and mpiexec is None:
+        pytest.skip("no mpiexec")
     config = blobs.parent / "slow.yaml"
     config.write_text(blobs.read_text().replace("epochs: 15", "epochs: 30") +
                       "search: {method: random, trials: 400, space: {optimizer.learning_rate: {loguniform: [0.001, 0.1]}}}\n")
     out = tmp_path / "search"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    p = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "tune", str(config), "--out", str(out), "-q"],
+    prefix = [mpiexec, "-n", str(ranks)] if ranks else []
+    p = subprocess.Popen([*prefix, sys.executable, "-m", "magmadnn_cli", "tune", str(config), "--out", str(out), "-q"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 60
-    while not (out / "trials" / "3").exists() and time.time() < deadline and p.poll() is None:  # 3 trials done
+    while time.time() < deadline and p.poll() is None:  # 3 trials journaled
+        if (out / "trials.jsonl").exists() and len((out / "trials.jsonl").read_text().splitlines()) > 3:
+            break
         time.sleep(0.02)
     p.send_signal(signal.SIGTERM)
     _, stderr = p.communicate(timeout=60)
@@ -292,3 +304,19 @@ def test_a_pruned_trial_is_never_the_best_even_with_the_best_score(blobs, tmp_pa
     write_results(results, cfg.model_dump(mode="json"), tmp_path / "t", cfg.search, Reporter())
     best = yaml.safe_load((tmp_path / "t" / "best_config.yaml").read_text())
     assert best["optimizer"]["learning_rate"] != pruned[0]["param:optimizer.learning_rate"]
+
+
+def test_trial_lines_are_short_and_readable(capsys, blobs, tmp_path):
+    from magmadnn_cli.commands.tune import short_names
+    assert short_names(["optimizer.learning_rate", "model.layers.0.units", "model.layers.1.units"]) == \
+        ["learning_rate", "0.units", "1.units"]
+    blobs.write_text(blobs.read_text().replace("epochs: 15", "epochs: 2") +
+                     "search: {method: random, trials: 3, space: {optimizer.learning_rate: {loguniform: [0.001, 0.1]},"
+                     " model.layers.0.units: [4, 8]}}\n")
+    code, out, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t")
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("trial ")]
+    assert len(lines) == 3 and all(len(line) <= 100 for line in lines), lines
+    assert re.search(r"learning_rate=0\.\d{1,4}(e-\d+)? ", lines[0] + " ") or "learning_rate=" in lines[0]
+    assert all(len(value) <= 8 for value in re.findall(r"learning_rate=(\S+)", out))
+    assert "learning_rate" in out and "model.laye…" not in out

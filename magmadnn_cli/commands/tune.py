@@ -28,7 +28,7 @@ from ..config.schema import Config, Distribution, SearchConfig
 from ..config.loading import apply_override, parse_override
 from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
-from ..training.interrupts import Interruptible
+from ..training.interrupts import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
 from .run_dir import FolderLock, choose, on_root
@@ -185,18 +185,25 @@ def _search(config: Config, out_dir: Path, reporter: Reporter, comm: Communicato
                 _sequential(trials, base, out_dir, search, reporter, results, log)
             except KeyboardInterrupt:
                 stopped = signals.received or signal.SIGINT
-    elif comm.is_root:
-        _master(trials, comm, search, reporter, results, log)
+    elif comm.is_root:  # SIGTERM under mpiexec reaches every rank: the master keeps what finished
+        with Interruptible() as signals:
+            try:
+                _master(trials, comm, search, reporter, results, log)
+            except KeyboardInterrupt:
+                stopped = signals.received or signal.SIGINT
     else:
-        _worker(comm, base, out_dir, search)
+        with ignoring_stop_signals():  # the master decides, writes the results, and ends the job
+            _worker(comm, base, out_dir, search)
     results.sort(key=lambda r: r["trial"])
     if comm.is_root and results:
         write_results(results, base, out_dir, search, reporter)
     if stopped:
         kept = (f"wrote {out_dir}/trials.csv, best_config.yaml and model.npz for them" if results
                 else "nothing was written")
-        raise Interrupted(f"stopped by {signal.Signals(stopped).name} after {len(results)} of {len(trials)} "
-                          f"trial(s) finished; {kept}. Continue with the same command plus --resume", stopped)
+        interrupted = Interrupted(f"stopped by {signal.Signals(stopped).name} after {len(results)} of {len(trials)} "
+                                  f"trial(s) finished; {kept}. Continue with the same command plus --resume", stopped)
+        interrupted.collective = comm.size == 1  # under MPI: end the workers still training (an abort)
+        raise interrupted
     comm.barrier()
     return results if comm.is_root else []
 
@@ -220,10 +227,29 @@ def _curves(results: list[dict]) -> dict[int, list[float]]:
 
 
 def _report(reporter: Reporter, result: dict[str, Any], search: SearchConfig) -> None:
-    params = " ".join(f"{k.removeprefix('param:')}={v}" for k, v in result.items() if k.startswith("param:"))
+    """One line per trial, values to 4 significant digits, names shortened to what tells them apart."""
+    keys = [k for k in result if k.startswith("param:")]
+    names = short_names([k.removeprefix("param:") for k in keys])
+    params = " ".join(f"{name}={_short(result[k])}" for name, k in zip(names, keys))
     score = objective_value(search, result)
-    reporter.info(f"trial {result['trial']:>3} {result['status']:<7} objective={score:.4f} "
-                  f"time={result['time_s']:.2f}s {params} {result['reason']}".rstrip())
+    reason = f" ({result['reason'][:60]})" if result["reason"] else ""
+    reporter.info(f"trial {result['trial']:>3} {result['status']:<7} objective={score:.4g} "
+                  f"time={result['time_s']:.3g}s {params}{reason}")
+
+
+def short_names(paths: list[str]) -> list[str]:
+    """The fewest trailing parts of each dotted path that still tell it from the others
+    (`optimizer.learning_rate` -> `learning_rate`; `model.layers.0.units` and `model.layers.1.units`
+    -> `0.units`, `1.units`)."""
+    parts = [p.split(".") for p in paths]
+    names = []
+    for mine in parts:
+        for n in range(1, len(mine) + 1):
+            tail = mine[-n:]
+            if sum(other[-n:] == tail for other in parts) == 1:
+                break
+        names.append(".".join(tail))
+    return names
 
 
 def _reached(search: SearchConfig, result: dict[str, Any]) -> bool:
@@ -329,12 +355,13 @@ def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> An
 
     ranked = sorted(results, key=key, reverse=True)[:top]
     params = list(dict.fromkeys(k for r in ranked for k in r if k.startswith("param:")))
-    columns = ["trial", "status", *[p.removeprefix("param:") for p in params], "objective", "epochs", "time s"]
-    rows = [[str(r["trial"]), r["status"], *[_short(r.get(p)) for p in params], f"{objective_value(search, r):.4f}",
-             str(r.get("epochs", "")), f"{r['time_s']:.2f}"] for r in ranked]
+    columns = ["trial", "status", *short_names([p.removeprefix("param:") for p in params]), "objective", "epochs",
+               "time s"]
+    rows = [[str(r["trial"]), r["status"], *[_short(r.get(p)) for p in params], f"{objective_value(search, r):.4g}",
+             str(r.get("epochs", "")), f"{r['time_s']:.3g}"] for r in ranked]
     return grid(f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)})",
                 columns, rows, left=len(columns))
 
 
 def _short(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -307,10 +307,10 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
         return f"missing required key {path[-1]!r}" if path else "missing value", ""
     if kind == "literal_error":
         expected = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        return "invalid value", (f"\n  expected one of: {', '.join(expected)}\n  received: {received!r}"
+        return "invalid value", (f"\n  expected one of: {', '.join(expected)}\n  received: {_shorten(repr(received))}"
                                  + _suggest(received, expected))
-    message = error["msg"].removeprefix("Value error, ").replace("Input should be", "expected")
-    extra = "" if kind == "value_error" else f"\n  received: {received!r}"
+    message = _shorten(error["msg"].removeprefix("Value error, ").replace("Input should be", "expected"), 400)
+    extra = "" if kind == "value_error" else f"\n  received: {_shorten(repr(received))}"
     return message, extra
 
 

@@ -17,7 +17,7 @@ PositiveFloat = Annotated[float, Field(gt=0.0)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 # -- initializers --------------------------------------------------------------------------------

@@ -250,6 +250,12 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
             values = np.asarray(y, dtype=np.float32)
         except ValueError as exc:
             raise DataError(f"{source}: regression targets must be numbers ({exc})") from exc
+        bad = ~np.isfinite(values.reshape(len(values), -1))
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            raise DataError(f"{source}: the target of data row {row + 1} is {values.reshape(len(values), -1)[row]} "
+                            f"({int(bad.any(axis=1).sum())} non-finite target(s) in all): the loss would be NaN; "
+                            "drop or fill those rows")
         return values.reshape(len(values), -1)
     lookup = {str(label): i for i, label in enumerate(classes)}
     values, inverse = np.unique(y, return_inverse=True)
@@ -291,6 +297,8 @@ def prepare(cfg: DataConfig, task: str, seed: int) -> Prepared:
     if table.y is None:
         raise DataError(f"{table.source}: no targets")
     classes = class_labels(table.y, task, table.source)
+    if task == "regression":
+        encode_targets(table.y, task, classes, table.source)  # non-finite targets named by their file row
     order = np.random.default_rng(seed).permutation(len(table.x))
     n_test = int(round(cfg.test_split * len(order))) if cfg.test is None else 0
     n_val = int(round(cfg.validation_split * len(order))) if cfg.validation is None else 0

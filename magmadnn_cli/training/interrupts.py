@@ -4,13 +4,14 @@ at once and keeps its finished trials (`Interruptible`)."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -52,6 +53,20 @@ class Interruptible(StopSignals):
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ignoring_stop_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored (a search's workers: the master stops the job)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def resume_command(run_dir: Path, ranks: int = 1) -> str:
