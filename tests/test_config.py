@@ -160,3 +160,13 @@ def test_the_readme_config_reference_shows_the_real_defaults():
     required = {"name": block["name"], "data": {"train": block["data"]["train"], "target": block["data"]["target"]},
                 "model": block["model"], "loss": block["loss"], "optimizer": {"type": block["optimizer"]["type"]}}
     assert Config.model_validate(block).model_dump() == Config.model_validate(required).model_dump()
+
+
+@pytest.mark.parametrize("override,where", [
+    ("model.layers.0={type: dense}", "--set model.layers.0={type: dense}: model.layers.0.units: missing required key"),
+    ("loss=mse", "with --set loss=mse: (top level): loss mse is for regression"),
+    ("training.epochs=abc", "--set training.epochs=abc: training.epochs"),
+])
+def test_set_mistakes_point_at_the_set_argument(override, where, capsys, blobs):
+    code, _, err = run_cli(capsys, "validate", blobs, "--set", override)
+    assert code == 2 and where in " ".join(err.split()), err
