@@ -85,12 +85,45 @@ def is_npz(path: Path) -> bool:
         raise MagmaError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
+def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
+    """Check each member's declared shape against its size before numpy allocates it: a forged
+    header can declare terabytes (numpy allocates the declared array first), or a member can inflate
+    far beyond the archive (a zip bomb). None when all is consistent."""
+    from .core.backend import gib, host_memory_available  # noqa: PLC0415 (files is below the backend)
+    limit = (host_memory_available() or 2**40) // 2
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename.removesuffix(".npy")
+                if keys is not None and name not in keys:
+                    continue
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read_header(member)
+                    declared = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+                    if declared > info.file_size:
+                        return (f"array {name!r} declares shape {shape} ({gib(declared)}) but holds "
+                                f"{gib(info.file_size)}")
+                total += info.file_size
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return None  # np.load reports what is wrong with the archive itself
+    if total > limit:
+        return f"its arrays inflate to {gib(total)}, more than half the memory available ({gib(2 * limit)})"
+    return None
+
+
 def load_npz(path: Path, what: str, error: type[MagmaError] = MagmaError,
              keys: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """The arrays of an .npz (all, or those of `keys` it holds), never unpickling: a file that is not
     an .npz, holds Python objects or is damaged becomes one `error` naming `what`."""
     if not is_npz(path):
         raise error(f"{path}: not a readable {what} (not an .npz archive)")
+    problem = _npz_sizes_problem(path, keys)
+    if problem:
+        raise error(f"{path}: refused: {problem}")
     try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files if keys is None or k in keys}

@@ -371,3 +371,54 @@ def test_user_text_is_never_markup(capsys, blobs, tmp_path):
     assert f"wrote {out_dir}/model.npz" in " ".join(out.split())
     code, out, err = run_cli(capsys, "train", blobs, "--out", out_dir, "--set", "training.epochs=1")
     assert code == 2 and "[lr=0.1]/[/x]" in err
+
+
+# -- binary headers that lie about their size -------------------------------------------------------
+def _forged_npz(path, names=("x", "y"), shape=(1_000_000, 1_000_000, 1_000)):
+    """An .npz whose arrays' headers declare `shape` (3.6 PiB of float32) over 64 bytes of data."""
+    import io
+    import zipfile
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in names:
+            archive.writestr(f"{name}.npy", header.getvalue() + b"\0" * 64)
+
+
+def _idx(path, dims, payload=b"\0" * 16):
+    import struct
+    path.write_bytes(bytes([0, 0, 0x08, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload)
+
+
+@pytest.mark.parametrize("case", ["npz data", "npz model", "idx dims", "idx overflow"])
+def test_headers_that_declare_huge_shapes_are_refused_before_allocating(case, capsys, tmp_path):
+    config = BLOBS_CONFIG.replace("  target: label\n", "")
+    if case == "npz model":
+        model = _model(capsys, tmp_path)
+        _forged_npz(tmp_path / "bad.npz", names=("format", "meta", "weights/dense_0/kernel"))
+        code, out, err = run_cli(capsys, "predict", tmp_path / "bad.npz", tmp_path / "blobs.csv")
+        expected = "declares shape (1000000, 1000000, 1000)"
+    else:
+        if case == "npz data":
+            _forged_npz(tmp_path / "d.npz")
+            config = config.replace("blobs.csv", "d.npz")
+            expected = "array 'x' declares shape (1000000, 1000000, 1000)"
+        else:
+            dims = [60000, 28, 28] if case == "idx dims" else [2**32 - 1] * 4
+            _idx(tmp_path / "train-images-idx3-ubyte", dims)
+            _idx(tmp_path / "train-labels-idx1-ubyte", [60000])
+            config = config.replace("blobs.csv", "train-images-idx3-ubyte")
+            expected = "truncated or corrupt IDX file: header says"
+        code, out, err = run_cli(capsys, "train", _config(tmp_path, config), "--out", tmp_path / "out")
+    assert code == 2 and expected in err and "Traceback" not in out + err, err
+
+
+def test_a_gzip_bomb_is_refused_while_it_inflates(capsys, tmp_path, monkeypatch):
+    import gzip
+    from magmadnn_cli.core import backend
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(bytes([0, 0, 8, 3]) + b"\0" * 8_000_000))
+    (tmp_path / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(bytes([0, 0, 8, 1, 0, 0, 0, 1, 0])))
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 4_000_000)  # a small machine
+    config = _config(tmp_path, BLOBS_CONFIG.replace("blobs.csv", "train-images-idx3-ubyte.gz").replace("  target: label\n", ""))
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out")
+    assert code == 2 and "inflates to) more than" in err and "Traceback" not in out + err, err

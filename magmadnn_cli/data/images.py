@@ -4,13 +4,16 @@ and python pickles, the latter through an unpickler that only rebuilds numpy arr
 from __future__ import annotations
 
 import gzip
+import math
 import io
 import pickle
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..core import backend as B
 from ..errors import DataError
 
 try:
@@ -23,11 +26,18 @@ CIFAR_SHAPE = (3, 32, 32)
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped for .gz, never more than half the memory available (a gzip bomb
+    is refused while it inflates, not after)."""
+    limit = (B.host_memory_available() or 2**40) // 2
     try:
-        raw = path.read_bytes()
-        return gzip.decompress(raw) if path.name.endswith(".gz") else raw
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+            raw = f.read(limit + 1)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DataError(f"{path}: cannot read: {exc}") from exc
+    if len(raw) > limit:
+        raise DataError(f"{path}: holds (or inflates to) more than {B.gib(limit)}, half the memory available; "
+                        "refused (a gzip bomb, or data too large for this machine)")
+    return raw
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -37,9 +47,11 @@ def read_idx(path: Path) -> np.ndarray:
         raise DataError(f"{path}: not an IDX file (bad magic number)")
     ndim = raw[3]
     header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated IDX header ({ndim} dimensions declared, {len(raw)} bytes)")
     shape = tuple(int(v) for v in np.frombuffer(raw[4:header], dtype=">u4"))
     dtype = np.dtype(IDX_TYPES[raw[2]])
-    expected = int(np.prod(shape)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
     if len(raw) - header != expected:
         raise DataError(f"{path}: truncated or corrupt IDX file: header says {shape} ({expected} bytes), "
                         f"the file holds {len(raw) - header}")
