@@ -180,6 +180,18 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 
 
 @app.command()
+def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning curves) or a search folder "
+                                                "(objective by hyperparameter)")],
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG to write [default: "
+                           "FOLDER/curves.png or FOLDER/objective.png]")] = None) -> None:
+    """Plot a run's loss and metrics per epoch (train vs validation, best epoch marked), or a search's
+    objective against each hyperparameter. Needs matplotlib (the `plot` extra)."""
+    from .commands.plot import plot as run_plot
+    written = run_plot(folder, output)
+    err.print(f"wrote {written}", markup=False, highlight=False)
+
+
+@app.command()
 def schema() -> None:
     """The JSON Schema of the config file (for editor completion and checks)."""
     from .config.schema import json_schema
