@@ -325,6 +325,7 @@ TEXT_CASES = {
     "5000-digit integer": ("seed: " + "9" * 5000 + "\n", "is too large (5000 digits)"),
     "negative seed": ("seed: -1\n", "seed"),
     "deep nesting": ("x: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 100 levels deep"),
+    "lone surrogate in the name": ('name: "a\\ud800b"\n', "name"),
 }
 
 
@@ -422,3 +423,21 @@ def test_a_gzip_bomb_is_refused_while_it_inflates(capsys, tmp_path, monkeypatch)
     config = _config(tmp_path, BLOBS_CONFIG.replace("blobs.csv", "train-images-idx3-ubyte.gz").replace("  target: label\n", ""))
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out")
     assert code == 2 and "inflates to) more than" in err and "Traceback" not in out + err, err
+
+
+def test_an_unwritable_out_is_refused_before_training(capsys, blobs, tmp_path, monkeypatch):
+    """Root ignores file modes, so the refusal is simulated where the folder is first written: the
+    run's lock, taken before the data is even read."""
+    from magmadnn_cli.commands import run_dir
+    real_open = run_dir.os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).startswith(str(tmp_path / "ro")):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(run_dir.os, "open", read_only)
+    started = __import__("time").perf_counter()
+    code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "ro", "-q", "--set", "training.epochs=500")
+    assert code == 2 and "cannot write here: Permission denied" in err and "Traceback" not in out + err, err
+    assert __import__("time").perf_counter() - started < 5  # refused at once, not after 500 epochs
+    assert not (tmp_path / "ro").exists()

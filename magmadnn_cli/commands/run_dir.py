@@ -117,6 +117,8 @@ class FolderLock:
                 self.path.unlink(missing_ok=True)  # the holder died: take over
                 continue
             except OSError as exc:
+                if self.created:
+                    self.folder.rmdir()  # leave nothing behind
                 raise MagmaError(f"{self.folder}: cannot write here: {exc.strerror or exc}") from exc
             with os.fdopen(fd, "w") as f:
                 json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
