@@ -122,3 +122,40 @@ def test_shipped_datasets_have_their_documented_shapes():
         assert sample_shape_of(cfg) == (width,)
     heart = read_table(ROOT / "datasets" / "heart_cleveland.csv", "disease", None)
     assert heart.x.shape == (303, 13) and sorted(np.unique(heart.y)) == [0, 1]
+
+
+def test_data_from_a_fifo_or_stdin_is_read_once(tmp_path):
+    """A pipe can be read only once: train from a FIFO and from stdin (`data.train: -`), predict rows
+    from stdin; the same results as from the file."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import BLOBS_CONFIG, blobs_csv
+    blobs_csv(tmp_path / "blobs.csv")
+    data = (tmp_path / "blobs.csv").read_bytes()
+    fifo = tmp_path / "blobs.fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "fifo.yaml").write_text(BLOBS_CONFIG.replace("blobs.csv", "blobs.fifo"))
+    (tmp_path / "file.yaml").write_text(BLOBS_CONFIG)
+
+    def run(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "magmadnn_cli", *map(str, args)], input=stdin,
+                              capture_output=True, timeout=120)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(data))
+    writer.start()
+    from_fifo = run("train", tmp_path / "fifo.yaml", "--out", tmp_path / "fifo", "-q")
+    writer.join(timeout=10)
+    assert from_fifo.returncode == 0, from_fifo.stderr.decode()
+    from_stdin = run("train", tmp_path / "file.yaml", "--out", tmp_path / "stdin", "-q", "--set", "data.train=-",
+                     stdin=data)
+    assert from_stdin.returncode == 0, from_stdin.stderr.decode()
+    from_file = run("train", tmp_path / "file.yaml", "--out", tmp_path / "file", "-q")
+    with np.load(tmp_path / "file" / "model.npz") as a, np.load(tmp_path / "fifo" / "model.npz") as b, \
+            np.load(tmp_path / "stdin" / "model.npz") as c:
+        for key in (k for k in a.files if k.startswith("weights/")):
+            assert np.array_equal(a[key], b[key]) and np.array_equal(a[key], c[key]), key
+    predicted = run("predict", tmp_path / "file" / "model.npz", "-", stdin=data)
+    assert predicted.returncode == 0, predicted.stderr.decode()
+    assert predicted.stdout == run("predict", tmp_path / "file" / "model.npz", tmp_path / "blobs.csv").stdout

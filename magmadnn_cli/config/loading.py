@@ -159,7 +159,10 @@ def parse_override(text: str) -> tuple[Location, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {_shorten(text)!r}: expected dotted.key=value, e.g. --set training.epochs=20")
-    value = parse_yaml(raw, f"--set {_shorten(text)}")[0] if raw.strip() else ""
+    if raw.strip() in ("", "-"):  # `data.train=-`: stdin (in YAML a lone `-` would be a list)
+        value: Any = raw.strip()
+    else:
+        value = parse_yaml(raw, f"--set {_shorten(text)}")[0]
     path = tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
     return path, value
 
@@ -215,7 +218,7 @@ def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> None
     again from any directory."""
     for key in PATH_FIELDS:
         section = data.get(key[0])
-        if isinstance(section, dict) and isinstance(section.get(key[1]), str):
+        if isinstance(section, dict) and isinstance(section.get(key[1]), str) and section[key[1]] != "-":
             p = Path(os.path.expandvars(section[key[1]])).expanduser()
             start = Path.cwd() if key in origins else base
             section[key[1]] = os.path.abspath(p if p.is_absolute() else start / p)

@@ -7,6 +7,7 @@ import csv
 import gzip
 import io
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, TextIO
@@ -30,13 +31,54 @@ class Table:
 
 
 # -- reading -------------------------------------------------------------------------------------
+STDIN = "-"
+_READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
+
+
+def is_stream(path: Path) -> bool:
+    """`-` (stdin), a FIFO or a character device: data that can be read only once."""
+    if str(path) == STDIN:
+        return True
+    try:
+        return path.exists() and not path.is_file() and not path.is_dir()
+    except OSError:
+        return False
+
+
+def _stream_bytes(path: Path) -> bytes:
+    """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
+    them; bounded by half the memory available."""
+    key = str(path)
+    if key not in _READ_ONCE:
+        limit = (B.host_memory_available() or 2**40) // 2
+        try:
+            if key == STDIN:
+                data = sys.stdin.buffer.read(limit + 1)
+            else:
+                with open(path, "rb") as f:
+                    data = f.read(limit + 1)
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        if len(data) > limit:
+            raise DataError(f"{path}: the stream holds more than {B.gib(limit)}, half the memory available; "
+                            "write it to a file, which is read in chunks")
+        _READ_ONCE[key] = data
+    return _READ_ONCE[key]
+
+
 def _open_text(path: Path) -> TextIO:
-    if path.suffix == ".gz":
+    gz = path.suffix == ".gz"
+    if is_stream(path):
+        raw: Any = io.BytesIO(_stream_bytes(path))
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if gz else raw, encoding="utf-8", newline="")
+    if gz:
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
 
 
 def _check_file(path: Path) -> None:
+    if is_stream(path):
+        return
     if not path.exists():
         raise DataError(f"{path}: file not found")
     if path.is_dir():
@@ -173,6 +215,8 @@ def read_npz(path: Path, need_target: bool = True) -> Table:
 
 def read_table(path: Path, target: str | None, features: list[str] | None, need_target: bool = True) -> Table:
     name = path.name.lower()
+    if str(path) == STDIN or (is_stream(path) and not name.endswith((".npz", ".gz"))):
+        return read_csv(path, target, features, need_target)  # stdin and pipes carry CSV text
     if path.exists() and image_format(path):
         x, y = read_images(path)
         return Table(x, y, [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(path))
