@@ -141,3 +141,17 @@ def find_mpiexec() -> str | None:
         return locate_mpi_launcher()
     except MagmaError:
         return None
+
+
+def group_alive(group: int) -> bool:
+    """Whether a process of this process group still runs (zombies, which some containers never
+    reap, do not count)."""
+    from pathlib import Path
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            return True
+    return False

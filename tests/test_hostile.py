@@ -441,3 +441,17 @@ def test_an_unwritable_out_is_refused_before_training(capsys, blobs, tmp_path, m
     assert code == 2 and "cannot write here: Permission denied" in err and "Traceback" not in out + err, err
     assert __import__("time").perf_counter() - started < 5  # refused at once, not after 500 epochs
     assert not (tmp_path / "ro").exists()
+
+
+@pytest.mark.parametrize("payload", ["zeros", "rows"])
+def test_a_gzipped_csv_bomb_is_refused_while_it_inflates(payload, capsys, tmp_path, monkeypatch):
+    """Zeros (no line break at all) or endless valid rows, inflating beyond the memory available."""
+    import gzip
+    from magmadnn_cli.core import backend
+    body = b"\0" * 20_000_000 if payload == "zeros" else HEADER.encode() + b"1,2,3,4,a\n" * 2_000_000
+    (tmp_path / "b.csv.gz").write_bytes(gzip.compress(body))
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 8_000_000)  # a small machine
+    config = _config(tmp_path, BLOBS_CONFIG.replace("blobs.csv", "b.csv.gz"))
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out")
+    expected = "header" if payload == "zeros" else "inflates to) more than"
+    assert code == 2 and expected in err and "Traceback" not in out + err, err

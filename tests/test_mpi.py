@@ -15,7 +15,7 @@ import yaml
 
 from magmadnn_cli.distributed.launcher import strip_processes
 
-from conftest import find_mpiexec
+from conftest import find_mpiexec, group_alive
 
 
 MPIEXEC = find_mpiexec()
@@ -171,17 +171,6 @@ def test_shared_memory_needs_room_in_dev_shm(tmp_path):
     assert shared_memory_fits(2**62, str(tmp_path / "missing"))  # nothing to ask: MPI decides
 
 
-def _group_alive(group: int) -> bool:
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
 def test_sigterm_to_the_launcher_reaches_every_rank_and_leaves_no_orphan(project):
     """`--processes 2` runs mpiexec as a child: a SIGTERM to the launcher alone (a scheduler, `kill`)
     is passed on; the ranks write a checkpoint and stop, and the launcher exits with their code."""
@@ -201,9 +190,9 @@ def test_sigterm_to_the_launcher_reaches_every_rank_and_leaves_no_orphan(project
     assert launcher.returncode == 143, err
     assert "stopped by SIGTERM" in err and "--resume" in err
     deadline = time.monotonic() + 10
-    while _group_alive(launcher.pid) and time.monotonic() < deadline:
+    while group_alive(launcher.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
+    assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
 
 
 def test_processes_beyond_the_machine_need_oversubscribe(project):

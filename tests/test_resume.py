@@ -17,6 +17,8 @@ import pytest
 
 from magmadnn_cli.training.checkpoint import listing, prune
 
+from conftest import group_alive
+
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 # Dropout, Adam, a cosine schedule and early stopping with restore_best: every kind of state a
@@ -85,23 +87,11 @@ def _kill_when(p: subprocess.Popen, ready, sig: int = signal.SIGKILL) -> str | N
             os.killpg(p.pid, sig)
             stderr = p.communicate(timeout=60)[1]
             deadline = time.monotonic() + 30
-            while _group_alive(p.pid) and time.monotonic() < deadline:
+            while group_alive(p.pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             return stderr
     p.communicate()
     return None
-
-
-def _group_alive(group: int) -> bool:
-    """Whether a process of the group still runs (zombies, never reaped in some containers, do not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
-            return True
-    return False
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ class Table:
 
 # -- reading -------------------------------------------------------------------------------------
 STDIN = "-"
+MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
 _READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
 
 
@@ -89,9 +90,13 @@ def csv_header(path: Path) -> list[str]:
     _check_file(path)
     try:
         with _open_text(path) as f:
-            header = next(csv.reader(f), None)
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
-        raise DataError(f"{path}: cannot read: {exc}") from exc
+            first = f.readline(MAX_LINE)  # bounded: a stream without line breaks is not read whole
+        if len(first) >= MAX_LINE and not first.endswith("\n"):
+            raise DataError(f"{path}:1: a header line longer than {MAX_LINE:,} characters; not a CSV (a binary "
+                            "or corrupt file?)")
+        header = next(csv.reader([first]), None)
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, csv.Error) as exc:
+        raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
     if not header or not any(h.strip() for h in header):
         raise DataError(f"{path}: empty file; expected a CSV with a header row")
     names = [h.strip() for h in header]
@@ -128,12 +133,24 @@ def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int
 
 
 def iter_csv_chunks(path: Path, chunk_rows: int = 65536) -> Iterator[tuple[int, list[str]]]:
-    """(line number of the first row, raw lines) for consecutive chunks after the header."""
+    """(line number of the first row, raw lines) for consecutive chunks after the header. Lines are
+    bounded, and so is what the chunks add up to (half the memory available): a gzip bomb, or a
+    stream without line breaks, is refused while it is read."""
+    limit = (B.host_memory_available() or 2**40) // 2
+    read = 0
     with _open_text(path) as f:
         next(f, None)
         line_no = 2
         while True:
-            lines = [line for line in (f.readline() for _ in range(chunk_rows)) if line]
+            lines = [line for line in (f.readline(MAX_LINE) for _ in range(chunk_rows)) if line]
+            long = next((i for i, line in enumerate(lines) if len(line) >= MAX_LINE and not line.endswith("\n")), None)
+            if long is not None:
+                raise DataError(f"{path}:{line_no + long}: a line longer than {MAX_LINE:,} characters; not a CSV "
+                                "of rows (a binary or corrupt file?)")
+            read += sum(map(len, lines))
+            if read > limit:
+                raise DataError(f"{path}: holds (or inflates to) more than {B.gib(limit)} of text, half the memory "
+                                "available; refused (a gzip bomb, or data too large for this machine)")
             lines = [line for line in lines if line.strip()]
             if not lines:
                 return
