@@ -244,3 +244,21 @@ def test_a_closed_pipe_stops_printing_not_training(blobs, tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.splitlines()[0] == "prediction" and result.stderr == "", result.stderr
     assert result.returncode == 141
+
+
+def test_help_names_only_real_commands_and_shows_flags_as_flags(capsys):
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0 and "serve" not in out
+    code, out, _ = run_cli(capsys, "predict", "--help")
+    assert "--proba" in out and "<bool>" not in out.split("--help")[0]
+
+
+def test_a_cnn_output_mismatch_names_the_layer_that_sets_the_width(capsys, tmp_path):
+    config = tmp_path / "cnn.yaml"
+    config.write_text((ROOT / "configs" / "digits_cnn.yaml").read_text().replace(
+        "../datasets/", str(ROOT / "datasets") + "/"))
+    text = config.read_text()
+    last_dense = text.rfind("units: 10")
+    config.write_text(text[:last_dense] + "units: 7" + text[last_dense + len("units: 10"):])
+    code, _, err = run_cli(capsys, "validate", config)
+    assert code == 2 and ".units: the output layer has 7 units; expected 10" in err and "activation" not in err.split(":")[1]
