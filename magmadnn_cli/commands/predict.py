@@ -12,15 +12,21 @@ from typing import IO, Any, Iterator
 import numpy as np
 
 from ..core import backend as B
-from ..data.tables import Split, csv_header, encode_targets, iter_csv_chunks, parse_rows, read_npz, read_table
+from ..data.csv_reader import CsvFormat, csv_header, detect, iter_csv_chunks, parse_rows
+from ..data.tables import CSV_SUFFIXES, Split, encode_targets, read_npz, read_table
 from ..errors import DataError
 from ..files import atomic_write
 from ..training.modelfile import SavedModel, load, restore
 from ..training.evaluation import split_report
 
 
+def _format(path: Path, saved: SavedModel) -> CsvFormat:
+    """This file's dialect (sniffed: it need not be the training file's), in the model's encoding."""
+    return detect(path, None, saved.config.data.encoding)
+
+
 def _feature_columns(path: Path, saved: SavedModel, allow: set[str]) -> list[int]:
-    names = csv_header(path)
+    names = csv_header(path, _format(path, saved))
     missing = [f for f in saved.features if f not in names]
     extra = [n for n in names if n not in saved.features and n not in allow]
     if missing or extra:
@@ -39,9 +45,9 @@ def evaluate(model_path: Path, data_path: Path, device: str = "auto") -> dict[st
     B.select(device, saved.config.precision)
     network = restore(saved)
     target = saved.config.data.target
-    if data_path.name.lower().endswith((".csv", ".csv.gz", ".txt")):
+    if data_path.name.lower().endswith(CSV_SUFFIXES):
         _feature_columns(data_path, saved, {target} if target else set())
-    table = read_table(data_path, target, saved.features)
+    table = read_table(data_path, target, saved.features, True, None, saved.config.data.encoding)
     x = saved.normalizer(table.x.reshape((len(table.x),) + saved.sample_shape))
     split = Split(x, encode_targets(table.y, saved.task, saved.classes, str(data_path)))
     report = split_report(network, split, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size)
@@ -58,10 +64,11 @@ def _chunks(path: Path, saved: SavedModel, chunk_rows: int) -> Iterator[np.ndarr
 
 
 def _csv_chunks(path: Path, saved: SavedModel, columns: list[int], chunk_rows: int) -> Iterator[np.ndarray]:
-    names = csv_header(path)
+    fmt = _format(path, saved)
+    names = csv_header(path, fmt)
     empty = True
-    for first_line, lines in iter_csv_chunks(path, chunk_rows):
-        rows = parse_rows(lines, path, names, columns, first_line)
+    for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt):
+        rows = parse_rows(lines, path, names, columns, first_line, fmt)
         bad = ~np.isfinite(rows)
         if bad.any():
             r, c = np.argwhere(bad)[0]

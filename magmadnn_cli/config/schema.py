@@ -279,6 +279,18 @@ class DataConfig(Strict):
     normalize: Literal["none", "minmax", "standard"] = "none"
     scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
     shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
+    delimiter: Literal[",", ";", "\t", "|"] | None = Field(None, description="CSV field separator (default: sniffed; tab for .tsv)")
+    encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        import codecs  # noqa: PLC0415
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1, cp1252)") from None
+        return value
     synthetic: SyntheticData | None = None
 
     @model_validator(mode="after")

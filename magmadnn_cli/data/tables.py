@@ -3,20 +3,16 @@ seeded splits, label encoding, and normalization fitted on the training split on
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
-import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any
 
 import numpy as np
 
 from ..core import backend as B
 from ..config.schema import DataConfig, SyntheticData
 from ..errors import DataError
+from .csv_reader import STDIN, CsvFormat, check_file, csv_header, detect, is_stream, iter_csv_chunks, parse_rows
 from ..files import load_npz
 from .images import image_format, read_images
 
@@ -31,135 +27,10 @@ class Table:
 
 
 # -- reading -------------------------------------------------------------------------------------
-STDIN = "-"
-MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
-_READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
-
-
-def is_stream(path: Path) -> bool:
-    """`-` (stdin), a FIFO or a character device: data that can be read only once."""
-    if str(path) == STDIN:
-        return True
-    try:
-        return path.exists() and not path.is_file() and not path.is_dir()
-    except OSError:
-        return False
-
-
-def _stream_bytes(path: Path) -> bytes:
-    """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
-    them; bounded by half the memory available."""
-    key = str(path)
-    if key not in _READ_ONCE:
-        limit = (B.host_memory_available() or 2**40) // 2
-        try:
-            if key == STDIN:
-                data = sys.stdin.buffer.read(limit + 1)
-            else:
-                with open(path, "rb") as f:
-                    data = f.read(limit + 1)
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        if len(data) > limit:
-            raise DataError(f"{path}: the stream holds more than {B.gib(limit)}, half the memory available; "
-                            "write it to a file, which is read in chunks")
-        _READ_ONCE[key] = data
-    return _READ_ONCE[key]
-
-
-def _open_text(path: Path) -> TextIO:
-    gz = path.suffix == ".gz"
-    if is_stream(path):
-        raw: Any = io.BytesIO(_stream_bytes(path))
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if gz else raw, encoding="utf-8", newline="")
-    if gz:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
-def _check_file(path: Path) -> None:
-    if is_stream(path):
-        return
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory; expected a data file")
-
-
-def csv_header(path: Path) -> list[str]:
-    _check_file(path)
-    try:
-        with _open_text(path) as f:
-            first = f.readline(MAX_LINE)  # bounded: a stream without line breaks is not read whole
-        if len(first) >= MAX_LINE and not first.endswith("\n"):
-            raise DataError(f"{path}:1: a header line longer than {MAX_LINE:,} characters; not a CSV (a binary "
-                            "or corrupt file?)")
-        header = next(csv.reader([first]), None)
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, csv.Error) as exc:
-        raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
-    if not header or not any(h.strip() for h in header):
-        raise DataError(f"{path}: empty file; expected a CSV with a header row")
-    names = [h.strip() for h in header]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates)}")
-    return names
-
-
-def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int) -> DataError:
-    """numpy's loadtxt message (0-based row, 1-based column), restated with file:line and column name."""
-    text = str(exc)
-    m = re.search(r"could not convert string '(.*)' to \w+ at row (\d+), column (\d+)", text)
-    if m:
-        value, row, col = m.group(1), int(m.group(2)), int(m.group(3))
-        name = names[col - 1] if 0 < col <= len(names) else f"#{col}"
-        what = "an empty cell (missing value)" if value.strip() == "" else f"a non-numeric value {value!r}"
-        return DataError(f"{path}:{first_line + row}: column {name!r} holds {what}; expected a number")
-    return DataError(f"{path}: cannot parse the CSV: {text}")
-
-
-def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
-               dtype: Any = np.float32) -> np.ndarray:
-    """Parse CSV lines (no header; lines[0] is file line `first_line`) into the chosen columns."""
-    fields = np.fromiter((line.count(",") + 1 for line in lines), dtype=np.int64, count=len(lines))
-    ragged = np.flatnonzero(fields != len(names))
-    if ragged.size:
-        i = int(ragged[0])
-        raise DataError(f"{path}:{first_line + i}: the row has {fields[i]} fields; the header has {len(names)}")
-    try:
-        return np.loadtxt(lines, delimiter=",", dtype=dtype, usecols=columns, ndmin=2, comments=None)
-    except ValueError as exc:
-        raise _column_error(path, exc, names, first_line) from exc
-
-
-def iter_csv_chunks(path: Path, chunk_rows: int = 65536) -> Iterator[tuple[int, list[str]]]:
-    """(line number of the first row, raw lines) for consecutive chunks after the header. Lines are
-    bounded, and so is what the chunks add up to (half the memory available): a gzip bomb, or a
-    stream without line breaks, is refused while it is read."""
-    limit = (B.host_memory_available() or 2**40) // 2
-    read = 0
-    with _open_text(path) as f:
-        next(f, None)
-        line_no = 2
-        while True:
-            lines = [line for line in (f.readline(MAX_LINE) for _ in range(chunk_rows)) if line]
-            long = next((i for i, line in enumerate(lines) if len(line) >= MAX_LINE and not line.endswith("\n")), None)
-            if long is not None:
-                raise DataError(f"{path}:{line_no + long}: a line longer than {MAX_LINE:,} characters; not a CSV "
-                                "of rows (a binary or corrupt file?)")
-            read += sum(map(len, lines))
-            if read > limit:
-                raise DataError(f"{path}: holds (or inflates to) more than {B.gib(limit)} of text, half the memory "
-                                "available; refused (a gzip bomb, or data too large for this machine)")
-            lines = [line for line in lines if line.strip()]
-            if not lines:
-                return
-            yield line_no, lines
-            line_no += len(lines)
-
-
-def read_csv(path: Path, target: str | None, features: list[str] | None, need_target: bool = True) -> Table:
-    names = csv_header(path)
+def read_csv(path: Path, target: str | None, features: list[str] | None, need_target: bool = True,
+             fmt: CsvFormat | None = None) -> Table:
+    fmt = fmt or detect(path)
+    names = csv_header(path, fmt)
     if need_target:
         if target is None:
             raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
@@ -172,14 +43,11 @@ def read_csv(path: Path, target: str | None, features: list[str] | None, need_ta
     if not wanted:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
     feature_cols = [names.index(f) for f in wanted]
-    try:
-        xs, ys = [], []
-        for first_line, lines in iter_csv_chunks(path):
-            xs.append(parse_rows(lines, path, names, feature_cols, first_line))
-            if need_target and target is not None:
-                ys.append(parse_rows(lines, path, names, [names.index(target)], first_line, str)[:, 0])
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read: {exc}") from exc
+    xs, ys = [], []
+    for first_line, lines in iter_csv_chunks(path, fmt=fmt):
+        xs.append(parse_rows(lines, path, names, feature_cols, first_line, fmt))
+        if need_target and target is not None:
+            ys.append(parse_rows(lines, path, names, [names.index(target)], first_line, fmt, str)[:, 0])
     if not xs:
         raise DataError(f"{path}: the CSV has a header but no data rows")
     x = np.concatenate(xs)
@@ -211,7 +79,7 @@ def _check_finite(x: np.ndarray, source: Path | str, names: list[str]) -> None:
 
 
 def read_npz(path: Path, need_target: bool = True) -> Table:
-    _check_file(path)
+    check_file(path)
     f = load_npz(path, ".npz file", DataError, keys=("x", "y"))
     if "x" not in f or (need_target and "y" not in f):
         with np.load(path, allow_pickle=False) as archive:  # just its names (read a moment ago)
@@ -230,20 +98,24 @@ def read_npz(path: Path, need_target: bool = True) -> Table:
     return Table(x, y, [f"x{i}" for i in range(flat.shape[1])], str(path))
 
 
-def read_table(path: Path, target: str | None, features: list[str] | None, need_target: bool = True) -> Table:
+CSV_SUFFIXES = tuple(f"{kind}{packed}" for kind in (".csv", ".tsv", ".txt") for packed in ("", ".gz", ".bz2", ".xz"))
+
+
+def read_table(path: Path, target: str | None, features: list[str] | None, need_target: bool = True,
+               delimiter: str | None = None, encoding: str = "utf-8") -> Table:
     name = path.name.lower()
-    if str(path) == STDIN or (is_stream(path) and not name.endswith((".npz", ".gz"))):
-        return read_csv(path, target, features, need_target)  # stdin and pipes carry CSV text
+    if str(path) == STDIN or (is_stream(path) and not name.endswith(".npz")):
+        return read_csv(path, target, features, need_target, detect(path, delimiter, encoding))  # CSV text
     if path.exists() and image_format(path):
         x, y = read_images(path)
         return Table(x, y, [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(path))
     if name.endswith(".npz"):
         return read_npz(path, need_target)
-    if name.endswith((".csv", ".csv.gz", ".txt")):
-        return read_csv(path, target, features, need_target)
-    _check_file(path)
-    raise DataError(f"{path}: unknown data format; expected .csv, .csv.gz, .npz, MNIST *-idx3-ubyte[.gz] "
-                    "or CIFAR-10 batches (data_batch_*.bin, data_batch_*)")
+    if name.endswith(CSV_SUFFIXES):
+        return read_csv(path, target, features, need_target, detect(path, delimiter, encoding))
+    check_file(path)
+    raise DataError(f"{path}: unknown data format; expected .csv, .tsv or .txt (also .gz, .bz2, .xz), .npz, MNIST "
+                    "*-idx3-ubyte[.gz] or CIFAR-10 batches (data_batch_*.bin, data_batch_*)")
 
 
 def synthetic(spec: SyntheticData, seed: int) -> Table:
@@ -353,7 +225,8 @@ def reshaped(table: Table, shape: list[int] | None) -> Table:
 
 def prepare(cfg: DataConfig, task: str, seed: int) -> Prepared:
     """Read the configured data, split it (seeded), encode labels and fit the normalizer."""
-    table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, cfg.target, cfg.features)
+    table = synthetic(cfg.synthetic, seed) if cfg.synthetic else \
+        read_table(cfg.train, cfg.target, cfg.features, True, cfg.delimiter, cfg.encoding)
     table = reshaped(table, cfg.shape)
     if table.y is None:
         raise DataError(f"{table.source}: no targets")
@@ -376,7 +249,7 @@ def prepare(cfg: DataConfig, task: str, seed: int) -> Prepared:
     for name in ("validation", "test"):
         path = getattr(cfg, name)
         if path is not None:
-            other = reshaped(read_table(path, cfg.target, cfg.features), cfg.shape)
+            other = reshaped(read_table(path, cfg.target, cfg.features, True, cfg.delimiter, cfg.encoding), cfg.shape)
             if other.features != table.features or other.x.shape[1:] != table.x.shape[1:]:
                 raise DataError(f"{path}: its columns {other.features[:5]}... differ from the training data's")
             extra[name] = split(other.x, other.y, str(path))
@@ -399,6 +272,6 @@ def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
         return tuple(read_images(path)[0].shape[1:])
     if path.name.lower().endswith(".npz"):
         return tuple(read_npz(path).x.shape[1:])
-    names = csv_header(path)
+    names = csv_header(path, detect(path, cfg.delimiter, cfg.encoding))
     features = cfg.features or [n for n in names if n != cfg.target]
     return (len(features),)

@@ -1,0 +1,218 @@
+"""CSV text: the dialect (delimiter sniffed among , ; tab | or set; RFC 4180 quotes; a UTF-8 byte-order
+mark; any encoding Python knows), compressed files (.gz, .bz2, .xz), streams read once (stdin `-`,
+FIFOs), the header, and rows in bounded chunks parsed by numpy's C reader into the chosen columns."""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import csv
+import gzip
+import io
+import lzma
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+import numpy as np
+
+from ..core import backend as B
+from ..errors import DataError
+
+STDIN = "-"
+MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
+DELIMITERS = (",", ";", "\t", "|")
+OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+DECOMPRESSORS = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+_READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
+
+
+@dataclass(frozen=True)
+class CsvFormat:
+    delimiter: str = ","
+    encoding: str = "utf-8"
+
+
+def is_stream(path: Path) -> bool:
+    """`-` (stdin), a FIFO or a character device: data that can be read only once."""
+    if str(path) == STDIN:
+        return True
+    try:
+        return path.exists() and not path.is_file() and not path.is_dir()
+    except OSError:
+        return False
+
+
+def _stream_bytes(path: Path) -> bytes:
+    """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
+    them; bounded by half the memory available."""
+    key = str(path)
+    if key not in _READ_ONCE:
+        limit = (B.host_memory_available() or 2**40) // 2
+        try:
+            if key == STDIN:
+                data = sys.stdin.buffer.read(limit + 1)
+            else:
+                with open(path, "rb") as f:
+                    data = f.read(limit + 1)
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        if len(data) > limit:
+            raise DataError(f"{path}: the stream holds more than {B.gib(limit)}, half the memory available; "
+                            "write it to a file, which is read in chunks")
+        _READ_ONCE[key] = data
+    return _READ_ONCE[key]
+
+
+def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
+    """Text of a file or stream, decompressed by its suffix; a UTF-8 byte-order mark is dropped."""
+    encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    suffix = path.suffix.lower()
+    if is_stream(path):
+        raw: Any = io.BytesIO(_stream_bytes(path))
+        if suffix in DECOMPRESSORS:
+            raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
+        return io.TextIOWrapper(raw, encoding=encoding, newline="")
+    if suffix in OPENERS:
+        return io.TextIOWrapper(OPENERS[suffix](path, "rb"), encoding=encoding, newline="")
+    return open(path, encoding=encoding, newline="")
+
+
+def check_file(path: Path) -> None:
+    if is_stream(path):
+        return
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory; expected a data file")
+
+
+READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, lzma.LZMAError, csv.Error)
+
+
+def _first_lines(path: Path, encoding: str, count: int = 20) -> list[str]:
+    check_file(path)
+    try:
+        with _open_text(path, encoding) as f:
+            lines = [f.readline(MAX_LINE) for _ in range(count)]
+    except UnicodeDecodeError as exc:
+        raise _decode_error(path, exc, encoding, 1) from exc
+    except READ_ERRORS as exc:
+        raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
+    if len(lines[0]) >= MAX_LINE and not lines[0].endswith("\n"):
+        raise DataError(f"{path}:1: a header line longer than {MAX_LINE:,} characters; not a CSV (a binary "
+                        "or corrupt file?)")
+    return [line for line in lines if line.strip()]
+
+
+def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line: int) -> DataError:
+    return DataError(f"{path}: not {encoding} text at or after line {near_line} (byte {exc.object[exc.start:exc.start + 1]!r}: "
+                     f"{exc.reason}); set data.encoding to the file's encoding, e.g. latin-1 or cp1252")
+
+
+def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8") -> CsvFormat:
+    """The delimiter: given, tab for .tsv, else the one of , ; tab | that splits the header into
+    the most fields and every sampled row into as many (quotes respected)."""
+    if delimiter is not None:
+        return CsvFormat(delimiter, encoding)
+    name = path.name.lower()
+    if ".tsv" in name:
+        return CsvFormat("\t", encoding)
+    lines = _first_lines(path, encoding)
+    best, fields = ",", 1
+    for candidate in DELIMITERS:
+        try:
+            counts = [len(row) for row in csv.reader(lines, delimiter=candidate)]
+        except csv.Error:
+            continue
+        if counts and counts[0] > fields and all(c == counts[0] for c in counts):
+            best, fields = candidate, counts[0]
+    return CsvFormat(best, encoding)
+
+
+def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
+    """The column names (quotes removed by the parser, spaces stripped); duplicates refused, in time
+    linear in the column count."""
+    fmt = fmt or detect(path)
+    lines = _first_lines(path, fmt.encoding, count=1)
+    try:
+        header = next(csv.reader(lines[:1], delimiter=fmt.delimiter), None)
+    except csv.Error as exc:
+        raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
+    if not header or not any(h.strip() for h in header):
+        raise DataError(f"{path}: empty file; expected a CSV with a header row")
+    names = [h.strip() for h in header]
+    duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
+    if duplicates:
+        raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates[:20])}")
+    return names
+
+
+def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int) -> DataError:
+    """numpy's loadtxt message (0-based row, 1-based column of the file), restated with file:line
+    and the column's name."""
+    text = str(exc)
+    m = re.search(r"could not convert string '(.*)' to \w+ at row (\d+), column (\d+)", text)
+    if m:
+        value, row, col = m.group(1), int(m.group(2)), int(m.group(3))
+        name = names[col - 1] if 0 < col <= len(names) else f"#{col}"
+        what = "an empty cell (missing value)" if value.strip() == "" else f"a non-numeric value {value!r}"
+        return DataError(f"{path}:{first_line + row}: column {name!r} holds {what}; expected a number")
+    return DataError(f"{path}: cannot parse the CSV: {text}")
+
+
+def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
+               fmt: CsvFormat | None = None, dtype: Any = np.float32) -> np.ndarray:
+    """Parse CSV lines (no header; lines[0] is file line `first_line`) into the chosen columns;
+    quoted fields may hold the delimiter."""
+    fmt = fmt or CsvFormat()
+    quoted = any('"' in line for line in lines)
+    if quoted:
+        fields = np.fromiter((len(row) for row in csv.reader(lines, delimiter=fmt.delimiter)), dtype=np.int64,
+                             count=len(lines))
+    else:  # no quotes in this chunk: counting delimiters is exact (and 20x faster)
+        fields = np.fromiter((line.count(fmt.delimiter) + 1 for line in lines), dtype=np.int64, count=len(lines))
+    ragged = np.flatnonzero(fields != len(names))
+    if ragged.size:
+        i = int(ragged[0])
+        raise DataError(f"{path}:{first_line + i}: the row has {fields[i]} fields; the header has {len(names)}")
+    try:
+        return np.loadtxt(lines, delimiter=fmt.delimiter, dtype=dtype, usecols=columns, ndmin=2, comments=None,
+                          quotechar='"' if quoted else None)
+    except ValueError as exc:
+        raise _column_error(path, exc, names, first_line) from exc
+
+
+def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None = None) -> Iterator[tuple[int, list[str]]]:
+    """(line number of the first row, raw lines) for consecutive chunks after the header. Lines are
+    bounded, and so is what the chunks add up to (half the memory available): a gzip bomb, or a
+    stream without line breaks, is refused while it is read."""
+    fmt = fmt or CsvFormat()
+    limit = (B.host_memory_available() or 2**40) // 2
+    read = 0
+    line_no = 2
+    try:
+        with _open_text(path, fmt.encoding) as f:
+            f.readline(MAX_LINE)
+            while True:
+                lines = [line for line in (f.readline(MAX_LINE) for _ in range(chunk_rows)) if line]
+                long = next((i for i, line in enumerate(lines) if len(line) >= MAX_LINE and not line.endswith("\n")), None)
+                if long is not None:
+                    raise DataError(f"{path}:{line_no + long}: a line longer than {MAX_LINE:,} characters; not a CSV "
+                                    "of rows (a binary or corrupt file?)")
+                read += sum(map(len, lines))
+                if read > limit:
+                    raise DataError(f"{path}: holds (or inflates to) more than {B.gib(limit)} of text, half the memory "
+                                    "available; refused (a gzip bomb, or data too large for this machine)")
+                lines = [line for line in lines if line.strip()]
+                if not lines:
+                    return
+                yield line_no, lines
+                line_no += len(lines)
+    except UnicodeDecodeError as exc:
+        raise _decode_error(path, exc, fmt.encoding, line_no) from exc
+    except READ_ERRORS as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from exc
