@@ -326,6 +326,7 @@ TEXT_CASES = {
     "negative seed": ("seed: -1\n", "seed"),
     "deep nesting": ("x: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 100 levels deep"),
     "lone surrogate in the name": ('name: "a\\ud800b"\n', "name"),
+    "a list as a key": ("? [a, b]\n: 1\n", "a key must be a name, not a list or mapping"),
 }
 
 

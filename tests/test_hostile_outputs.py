@@ -181,3 +181,26 @@ def test_output_files_follow_the_umask(capsys, tmp_path):
         os.umask(old)
     for name in ("model.npz", "metrics.json", "config.yaml"):
         assert stat.S_IMODE((model.parent / name).stat().st_mode) == 0o644, name
+
+
+def test_resuming_into_another_runs_folder_needs_overwrite(capsys, tmp_path):
+    config = _project(tmp_path)
+    for name in ("a", "b"):
+        assert run_cli(capsys, "train", config, "--out", tmp_path / name, "-q", "--set", "training.epochs=1")[0] == 0
+    before = _snapshot(tmp_path / "b")
+    _refused(run_cli(capsys, "train", config, "--resume", tmp_path / "a", "--out", tmp_path / "b", "-q",
+                     "--set", "training.epochs=2"), "holds another run", "--overwrite")
+    assert _snapshot(tmp_path / "b") == before
+    code, _, err = run_cli(capsys, "train", config, "--resume", tmp_path / "a", "--out", tmp_path / "c", "-q",
+                           "--set", "training.epochs=2")
+    assert code == 0, err
+
+
+def test_overwrite_without_checkpoints_removes_the_old_ones(capsys, tmp_path):
+    config = _project(tmp_path)
+    out = tmp_path / "run"
+    assert run_cli(capsys, "train", config, "--out", out, "-q", "--set", "training.epochs=1")[0] == 0
+    assert list((out / "checkpoints").glob("step*.npz"))
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "-q", "--overwrite", "--set", "training.epochs=1",
+                           "--set", "training.checkpoint=false")
+    assert code == 0 and not list((out / "checkpoints").glob("step*.npz")), err

@@ -174,3 +174,21 @@ def test_resuming_with_more_epochs_names_the_changed_learning_rate(capsys, blobs
     code, _, err = run_cli(capsys, "train", blobs, "--resume", tmp_path / "kept", "-q", "--set", "training.epochs=8",
                            "--set", "optimizer.schedule={type: cosine, epochs: 4}")
     assert code == 0 and "schedule changed" not in err
+
+
+def test_blocks_inside_blocks_keep_every_weight_under_its_own_name():
+    from magmadnn_cli.nn.layers import Residual
+    inner = Residual([Dense(4, "tanh", name="dense_0")], name="block")
+    outer = Residual([Residual([Dense(4, "tanh", name="dense_0")], name="block")], name="outer")
+    net = Network([Dense(4, "tanh", name="in"), inner, outer, Dense(3, "softmax", name="out")], (4,), CrossEntropy())
+    names = [p.name for p in net.parameters]
+    assert len(names) == len(set(names)) == len(net.state_dict()) == 8
+    assert "outer.block.dense_0/kernel" in names and "block.dense_0/kernel" in names
+
+
+def test_resuming_after_adding_a_schedule_reports_the_change(capsys, blobs, tmp_path):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.epochs=2")[0] == 0
+    code, _, err = run_cli(capsys, "train", blobs, "--resume", run, "-q", "--set", "training.epochs=4",
+                           "--set", "optimizer.schedule={type: cosine}")
+    assert code == 0 and "schedule changed" in err and "Traceback" not in err, err

@@ -60,9 +60,11 @@ def _listing(folder: Path, limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
-def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, resume: bool = False) -> Path:
+def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, resume: bool | Path = False) -> Path:
     """The folder to write: `folder` itself, or for a default folder holding an earlier run the next
-    free version of it. Raises a MagmaError naming the way out where it may not be written."""
+    free version of it. `resume`: True to continue the run in `folder`; a path to continue another
+    folder's run (then `folder`, if it holds a run, is only replaced with `overwrite`). Raises a
+    MagmaError naming the way out where it may not be written."""
     state = classify(folder)
     if state == "foreign":
         what = "is a file" if folder.exists() and not folder.is_dir() else f"holds files magmadnn did not write ({_listing(folder)})"
@@ -72,7 +74,10 @@ def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, re
     if state in ("new", "empty") or resume:
         if resume and state not in ("new", "empty", kind):
             raise MagmaError(f"{folder}: not a magmadnn {kind} folder ({_listing(folder)})")
-        return folder
+        if resume is True or state in ("new", "empty") or overwrite:
+            return folder
+        raise MagmaError(f"--out {folder}: holds another {kind} ({_listing(folder)}); resuming into it would replace "
+                         "it. Use another --out, or --overwrite to replace it")
     if state != kind:
         raise MagmaError(f"--out {folder}: holds a magmadnn {state}, not a {kind}; give another folder")
     if overwrite:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -71,8 +72,9 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
     wanted = out_dir or (ckpt.path.parent.parent if ckpt else Path("runs") / config.name)
+    own = ckpt is not None and os.path.abspath(wanted) == os.path.abspath(ckpt.path.parent.parent)
     out_dir = on_root(comm, lambda: choose(wanted, "run", out_dir is not None or ckpt is not None, overwrite,
-                                           resume=ckpt is not None))
+                                           resume=True if own else (ckpt.path if ckpt else False)))
     if out_dir != wanted:
         reporter.info(f"{wanted} holds an earlier run, which is kept; this run writes {out_dir} "
                       "(--overwrite replaces the earlier one)")
@@ -80,8 +82,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if ckpt is not None:
             _resume(ckpt, run, reporter)
-        elif run.saver is not None and comm.is_root and (removed := clear(run.saver.folder)):
-            reporter.info(f"removed {removed} checkpoint(s) of the run this one replaces in {run.saver.folder}")
+        elif comm.is_root and (removed := clear(out_dir / "checkpoints")):  # with or without new ones
+            reporter.info(f"removed {removed} checkpoint(s) of the run this one replaces in {out_dir / 'checkpoints'}")
         history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper,
                                   prune=prune)
         run.trainer.check_weights()
@@ -201,7 +203,7 @@ def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer) -> 
     horizon = ""
     schedule = config.optimizer.schedule
     if schedule is not None and schedule.type == "cosine" and schedule.epochs is None:
-        was = saved["optimizer"]["schedule"].get("epochs") or saved["training"]["epochs"]
+        was = (saved["optimizer"].get("schedule") or {}).get("epochs") or saved["training"]["epochs"]
         horizon = (f"; the cosine schedule now decays over {config.training.epochs} epochs instead of {was} "
                    f"(keep the old horizon with --set optimizer.schedule.epochs={was})")
     return [f"the learning-rate schedule changed at global step {trainer.opt.t}: the next step's rate is "

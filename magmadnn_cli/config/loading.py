@@ -54,6 +54,11 @@ class _Loader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<`: merged keys may be overridden by the mapping's own
             key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(None, None, "a key must be a name, not a list or mapping",
+                                                        key_node.start_mark) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)

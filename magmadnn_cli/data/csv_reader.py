@@ -186,10 +186,27 @@ def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int
         raise _column_error(path, exc, names, first_line) from exc
 
 
-def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None = None) -> Iterator[tuple[int, list[str]]]:
-    """(line number of the first row, raw lines) for consecutive chunks after the header. Lines are
-    bounded, and so is what the chunks add up to (half the memory available): a gzip bomb, or a
-    stream without line breaks, is refused while it is read."""
+CHUNK_CHARS = 1 << 23  # characters of CSV text per chunk (8 Mi: bounded memory whatever the row width)
+
+
+def _read_lines(f: TextIO, chunk_rows: int, chunk_chars: int) -> list[str]:
+    """Up to `chunk_rows` lines, stopping once they hold `chunk_chars` characters."""
+    lines, size = [], 0
+    while len(lines) < chunk_rows and size < chunk_chars:
+        line = f.readline(MAX_LINE)
+        if not line:
+            break
+        lines.append(line)
+        size += len(line)
+    return lines
+
+
+def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None = None,
+                    chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, list[str]]]:
+    """(line number of the first row, raw lines) for consecutive chunks after the header, each of at
+    most `chunk_rows` lines and about `chunk_chars` characters. Lines are bounded, and so is what the
+    chunks add up to (half the memory available): a gzip bomb, or a stream without line breaks, is
+    refused while it is read."""
     fmt = fmt or CsvFormat()
     limit = (B.host_memory_available() or 2**40) // 2
     read = 0
@@ -198,7 +215,7 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
         with _open_text(path, fmt.encoding) as f:
             f.readline(MAX_LINE)
             while True:
-                lines = [line for line in (f.readline(MAX_LINE) for _ in range(chunk_rows)) if line]
+                lines = _read_lines(f, chunk_rows, chunk_chars)
                 long = next((i for i, line in enumerate(lines) if len(line) >= MAX_LINE and not line.endswith("\n")), None)
                 if long is not None:
                     raise DataError(f"{path}:{line_no + long}: a line longer than {MAX_LINE:,} characters; not a CSV "

@@ -75,7 +75,9 @@ def launch(processes: int, argv: list[str]) -> int:
     env = dict(os.environ, **{GUARD: "1"})
     limit_blas_threads(processes, env)
     command = [mpiexec, *flags, "-n", str(processes), sys.executable, "-m", "magmadnn_cli", *argv]
-    job = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
+    job = subprocess.Popen(command, env=env, start_new_session=True,
+                           preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
     def forward(signum: int, frame: object) -> None:
         job.send_signal(signum)

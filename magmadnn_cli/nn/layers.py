@@ -366,7 +366,7 @@ class Residual(Layer):
         self.inner = list(layers)
         if not self.inner:
             raise MagmaError(f"layer {self.name!r}: a residual block needs at least one inner layer")
-        for layer in self.inner:
+        for layer in all_layers(self.inner):  # every depth: a block's blocks' layers too
             layer.name = f"{self.name}.{layer.name}"
         self.activation = activation
         get_activation(activation)

@@ -233,6 +233,8 @@ class BatchNorm(Op):
         centred = x - mean.reshape(self._shape(x))
         var = self.mode.sum_over_ranks((centred * centred).sum(axis=axes)) / x.dtype.type(self.count)
         m = self.momentum
+        if sums[features] == 0:  # no rows anywhere this step (per-rank statistics, an empty share)
+            return mean, var
         self.running_mean[...] = m * self.running_mean + (1 - m) * mean
         self.running_var[...] = m * self.running_var + (1 - m) * var * (self.count / max(1, self.count - 1))
         return mean, var
