@@ -31,7 +31,7 @@ from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer, steps_per_epoch
-from .run_dir import FolderLock, choose, on_root
+from .run_dir import FolderLock, choose, classify, on_root
 
 
 @dataclass
@@ -72,7 +72,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
     wanted = out_dir or (ckpt.path.parent.parent if ckpt else Path("runs") / config.name)
-    own = ckpt is not None and os.path.abspath(wanted) == os.path.abspath(ckpt.path.parent.parent)
+    origin = ckpt.path.parent.parent if ckpt is not None else None  # the run the checkpoint belongs to
+    own = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin) or classify(origin) != "run")
     out_dir = on_root(comm, lambda: choose(wanted, "run", out_dir is not None or ckpt is not None, overwrite,
                                            resume=True if own else (ckpt.path if ckpt else False)))
     if out_dir != wanted:
