@@ -194,7 +194,7 @@ def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning cur
 @app.command()
 def schema() -> None:
     """The JSON Schema of the config file (for editor completion and checks)."""
-    from .config.schema import json_schema
+    from .config.json_schema import json_schema
     print(json.dumps(json_schema(), indent=2))
 
 

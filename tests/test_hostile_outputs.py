@@ -189,7 +189,7 @@ def test_resuming_into_another_runs_folder_needs_overwrite(capsys, tmp_path):
         assert run_cli(capsys, "train", config, "--out", tmp_path / name, "-q", "--set", "training.epochs=1")[0] == 0
     before = _snapshot(tmp_path / "b")
     _refused(run_cli(capsys, "train", config, "--resume", tmp_path / "a", "--out", tmp_path / "b", "-q",
-                     "--set", "training.epochs=2"), "holds another run", "--overwrite")
+                     "--set", "training.epochs=2"), "holds an earlier run", "--overwrite")
     assert _snapshot(tmp_path / "b") == before
     code, _, err = run_cli(capsys, "train", config, "--resume", tmp_path / "a", "--out", tmp_path / "c", "-q",
                            "--set", "training.epochs=2")

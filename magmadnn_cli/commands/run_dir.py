@@ -15,7 +15,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterator, Literal
 
 from .. import __version__
 from ..errors import MagmaError
@@ -60,27 +60,21 @@ def _listing(folder: Path, limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
-def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, resume: bool | Path = False) -> Path:
+def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, continuing: bool = False) -> Path:
     """The folder to write: `folder` itself, or for a default folder holding an earlier run the next
-    free version of it. `resume`: True to continue the run in `folder`; a path to continue another
-    folder's run (then `folder`, if it holds a run, is only replaced with `overwrite`). Raises a
-    MagmaError naming the way out where it may not be written."""
+    free version of it. `continuing`: the command goes on with the run or search in `folder` (a
+    resume). Raises a MagmaError naming the way out where the folder may not be written."""
     state = classify(folder)
     if state == "foreign":
         what = "is a file" if folder.exists() and not folder.is_dir() else f"holds files magmadnn did not write ({_listing(folder)})"
         if explicit:
             raise MagmaError(f"--out {folder}: {what}; give a new or empty folder")
         return _next_version(folder, kind)
-    if state in ("new", "empty") or resume:
-        if resume and state not in ("new", "empty", kind):
-            raise MagmaError(f"{folder}: not a magmadnn {kind} folder ({_listing(folder)})")
-        if resume is True or state in ("new", "empty") or overwrite:
-            return folder
-        raise MagmaError(f"--out {folder}: holds another {kind} ({_listing(folder)}); resuming into it would replace "
-                         "it. Use another --out, or --overwrite to replace it")
+    if state in ("new", "empty"):
+        return folder
     if state != kind:
         raise MagmaError(f"--out {folder}: holds a magmadnn {state}, not a {kind}; give another folder")
-    if overwrite:
+    if continuing or overwrite:
         return folder
     if explicit:
         verb = "tune --resume" if kind == "search" else "train --resume"
@@ -107,8 +101,6 @@ class FolderLock:
         self.held = False
 
     def __enter__(self) -> "FolderLock":
-        if self.held:  # entered already (by `on_root`, so that every rank learns of a refusal)
-            return self
         self.created = not self.folder.exists()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -180,10 +172,9 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
 
 
-def on_root(comm: Any, make: Callable[[], Any], hold: bool = False) -> Any:
+def on_root(comm: Any, make: Callable[[], Any]) -> Any:
     """Run `make()` on rank 0 only and give every rank its result, or raise its error on every rank
-    (so no rank waits for one that failed). With `hold`, `make()` returns an entered context (a
-    lock) and this returns a context that exits it on rank 0 (a no-op elsewhere)."""
+    (so no rank waits for one that failed)."""
     value, error = None, None
     if comm.is_root:
         try:
@@ -195,6 +186,19 @@ def on_root(comm: Any, make: Callable[[], Any], hold: bool = False) -> Any:
         failure = MagmaError(error)
         failure.collective = True
         raise failure
-    if hold:
-        return value if comm.is_root else contextlib.nullcontext()
     return comm.bcast(value)
+
+
+def locked(comm: Any, folder: Path, kind: Kind) -> contextlib.AbstractContextManager:
+    """The folder's lock, held by rank 0 for the `with` block; a refusal is raised on every rank."""
+    lock = FolderLock(folder, kind)
+    on_root(comm, lambda: lock.__enter__() and None)
+    return _released_at_exit(lock) if comm.is_root else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _released_at_exit(lock: FolderLock) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        lock.__exit__()

@@ -31,7 +31,7 @@ from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer, steps_per_epoch
-from .run_dir import FolderLock, choose, classify, on_root
+from .run_dir import choose, classify, locked, on_root
 
 
 @dataclass
@@ -71,15 +71,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if config.seed is None:  # drawn once for all ranks, or the resumed run's
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
-    wanted = out_dir or (ckpt.path.parent.parent if ckpt else Path("runs") / config.name)
-    origin = ckpt.path.parent.parent if ckpt is not None else None  # the run the checkpoint belongs to
-    own = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin) or classify(origin) != "run")
-    out_dir = on_root(comm, lambda: choose(wanted, "run", out_dir is not None or ckpt is not None, overwrite,
-                                           resume=True if own else (ckpt.path if ckpt else False)))
-    if out_dir != wanted:
-        reporter.info(f"{wanted} holds an earlier run, which is kept; this run writes {out_dir} "
-                      "(--overwrite replaces the earlier one)")
-    with on_root(comm, lambda: FolderLock(out_dir, "run").__enter__(), hold=True):
+    out_dir = _output_folder(out_dir, ckpt, config, comm, overwrite, reporter)
+    with locked(comm, out_dir, "run"):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if ckpt is not None:
             _resume(ckpt, run, reporter)
@@ -97,6 +90,21 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                           + (", checkpoints/" if run.saver is not None else ""))
         comm.barrier()
     return RunResult(out_dir, metrics, history)
+
+
+def _output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
+                   overwrite: bool, reporter: Reporter) -> Path:
+    """--out, the resumed run's folder, or runs/<name> (its next free version when it holds a run). A
+    resume continues in the checkpoint's own run folder (or any folder, for a checkpoint kept
+    outside a run); another run's folder is only replaced with --overwrite."""
+    origin = ckpt.path.parent.parent if ckpt is not None else None  # the run the checkpoint belongs to
+    wanted = given or origin or Path("runs") / config.name
+    continuing = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin) or classify(origin) != "run")
+    chosen = on_root(comm, lambda: choose(wanted, "run", given is not None or ckpt is not None, overwrite, continuing))
+    if chosen != wanted:
+        reporter.info(f"{wanted} holds an earlier run, which is kept; this run writes {chosen} "
+                      "(--overwrite replaces the earlier one)")
+    return chosen
 
 
 def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,

@@ -31,7 +31,7 @@ from ..errors import Interrupted, MagmaError
 from ..training.interrupts import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
-from .run_dir import FolderLock, choose, on_root
+from .run_dir import choose, locked, on_root
 from .trial_log import TrialLog, saved_seed
 
 Overrides = dict[str, Any]
@@ -161,8 +161,8 @@ def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: 
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
-    on_root(comm, lambda: choose(out_dir, "search", explicit=True, overwrite=overwrite, resume=resume))
-    with on_root(comm, lambda: FolderLock(out_dir, "search").__enter__(), hold=True):
+    on_root(comm, lambda: choose(out_dir, "search", explicit=True, overwrite=overwrite, continuing=resume))
+    with locked(comm, out_dir, "search"):
         return _search(config, out_dir, reporter, comm, resume)
 
 

@@ -3,11 +3,12 @@ optimizers and schedules are discriminated unions on `type`. Knows nothing of nu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Sequence, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+from .rules import head_problem, layer_names
 
 ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
 InitializerName = Literal["zeros", "ones", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
@@ -177,7 +178,6 @@ class MAELoss(Strict):
 
 
 Loss = Annotated[Union[CrossEntropyLoss, BinaryCrossEntropyLoss, MSELoss, MAELoss], Field(discriminator="type")]
-LOSS_OUTPUT = {"cross_entropy": "softmax", "binary_cross_entropy": "sigmoid"}  # required output activation
 
 
 # -- schedules and optimizers --------------------------------------------------------------------
@@ -430,58 +430,6 @@ class Config(Strict):
         return self
 
 
-def layer_names(layers: Sequence[Any], prefix: str = "model.layers", parent: str = "") -> list[tuple[str, str]]:
-    """(where, name) of every layer, blocks' inner layers included: the names the weights get."""
-    found = []
-    for index, layer in enumerate(layers):
-        name = parent + (layer.name or f"{layer.type}_{index}")
-        found.append((f"{prefix}.{index}", name))
-        if layer.type == "residual":
-            found += layer_names(layer.layers, f"{prefix}.{index}.layers", name + ".")
-    return found
-
-
-# -- the output head: decided here, once, for validation and for the network alike ---------------
-PASS_THROUGH = ("input", "dropout", "flatten", "pool2d", "batchnorm", "global_avg_pool", "reshape")
-
-
-@dataclass(frozen=True)
-class Head:
-    """The network's output: `index` of the layer whose activation produces it, that activation, and
-    whether the loss fuses it (takes that layer's pre-activation, the logits, and applies the
-    activation inside one stable node: softmax + cross-entropy, sigmoid + binary cross-entropy)."""
-    index: int
-    activation: str
-    fused: bool
-
-
-def output_head(layers: Sequence[Any], loss: str | None) -> Head:
-    """Works on config layer specs and on built layers alike (both have `type` and `activation`)."""
-    index, activation = len(layers) - 1, "linear"
-    for i in range(len(layers) - 1, -1, -1):
-        if layers[i].type not in PASS_THROUGH:
-            index, activation = i, getattr(layers[i], "activation", "linear")
-            break
-    fused = loss is not None and LOSS_OUTPUT.get(loss) == activation and index == len(layers) - 1
-    return Head(index, activation, fused)
-
-
-def head_problem(layers: Sequence[Any], loss: str) -> str | None:
-    """Why this model's output cannot go with this loss (None when it can)."""
-    head = output_head(layers, loss)
-    where = f"model.layers.{head.index}.activation"
-    required = LOSS_OUTPUT.get(loss)
-    if required and head.activation != required:
-        return f"loss {loss} needs a final {required} activation ({where}); received {head.activation!r}"
-    if required and not head.fused:
-        after = head.index + 1
-        return (f"{where}: the {required} of the output must be on the last layer, but model.layers.{after} "
-                f"({layers[after].type}) comes after it; move that layer before model.layers.{head.index}")
-    if loss in ("mse", "mae") and head.activation in ("softmax", "log_softmax"):
-        return f"loss {loss} is for regression; the final activation ({where}) is {head.activation!r}: use linear"
-    return None
-
-
 def union_tags(annotation: Any) -> set[str]:
     """The `type` tags of a discriminated union of config models (e.g. `union_tags(Layer)`)."""
     from typing import get_args  # noqa: PLC0415
@@ -489,18 +437,3 @@ def union_tags(annotation: Any) -> set[str]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return set(get_args(annotation.model_fields["type"].annotation))
     return {tag for arg in get_args(annotation) for tag in union_tags(arg)}
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a config *file*: the model's, plus what loading accepts before validation
-    (`loss: cross_entropy` / `optimizer: sgd` shorthands, `training.checkpoint: true|false`, and no
-    `name`: it defaults to the file's name)."""
-    schema = Config.model_json_schema()
-    properties = schema["properties"]
-    for key, union in (("loss", Loss), ("optimizer", Optimizer)):
-        properties[key] = {"anyOf": [properties[key], {"enum": sorted(union_tags(union))}],
-                           "description": f"a {key} section, or just its type"}
-    schema["required"] = [k for k in schema.get("required", []) if k != "name"]
-    checkpoint = schema["$defs"]["TrainingConfig"]["properties"]["checkpoint"]
-    checkpoint["anyOf"] = [*checkpoint.get("anyOf", []), {"type": "boolean"}]
-    return schema

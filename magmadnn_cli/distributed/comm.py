@@ -33,15 +33,16 @@ class Communicator:
         return [obj]
 
     # -- point to point (the search's master and workers) ---------------------------------------
+    # A single process has no peer: calling these on it is a programming error, not a missing feature.
     def send(self, obj: Any, dest: int) -> None:
-        raise NotImplementedError("one process has no other rank to send to")
+        raise RuntimeError("one process has no other rank to send to")
 
     def recv(self, source: int = 0) -> Any:
-        raise NotImplementedError("one process has no other rank to receive from")
+        raise RuntimeError("one process has no other rank to receive from")
 
     def recv_any(self) -> tuple[int, Any]:
         """The next message from any rank, with its sender."""
-        raise NotImplementedError("one process has no other rank to receive from")
+        raise RuntimeError("one process has no other rank to receive from")
 
     def barrier(self) -> None:
         pass

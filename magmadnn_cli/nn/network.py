@@ -11,7 +11,7 @@ import numpy as np
 from ..core import backend as B
 from ..errors import ShapeError
 from ..core.graph import Graph, Node, Parameter, Variable, get_activation, nn
-from ..config.schema import output_head
+from ..config.rules import output_head
 from .layers import Context, Layer, Shape, all_layers
 from .losses import Loss
 
@@ -113,7 +113,7 @@ class Network:
 
     # -- graphs -------------------------------------------------------------------------------
     def _build_graphs(self, ctx: Context) -> None:
-        """The head (see `config.schema.output_head`) decides the output: with a fused loss the last
+        """The head (see `config.rules.output_head`) decides the output: with a fused loss the last
         layer is built without its activation, the loss takes its logits, predictions apply it."""
         self.x = Variable("x")
         self.y = Variable("y")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn import schedules
-from ..config.schema import Config, output_head
+from ..config.rules import output_head
+from ..config.schema import Config
 from ..errors import DataError
 from ..nn.layers import LAYERS, Layer
 from ..nn.losses import LOSSES, Loss
