@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=200)
     args = parser.parse_args()
-    from magmadnn_cli.data.tables import read_csv  # noqa: PLC0415
+    from magmadnn_cli.data.tables import ReadSpec, read_csv  # noqa: PLC0415
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         mnist = folder / "mnist_5k.csv"
@@ -65,7 +65,7 @@ def main() -> None:
         print(f"{'file':<16} {'MB':>7} {'ours MB/s':>10} {'pyarrow MB/s':>13}")
         for path, repeats in ((mnist, 3), (wide, 1)):
             mb = path.stat().st_size / 1e6
-            ours = best_seconds(lambda: read_csv(path, "label", None), repeats)
+            ours = best_seconds(lambda: read_csv(path, ReadSpec("label")), repeats)
             ref = f"{mb / best_seconds(lambda: arrow(path), repeats):13.1f}" if arrow else f"{'(absent)':>13}"
             print(f"{path.name:<16} {mb:7.1f} {mb / ours:10.1f} {ref}")
         model = folder / "run"

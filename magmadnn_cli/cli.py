@@ -106,14 +106,32 @@ def tune(config: ConfigArg, set_: SetOpt = None,
              overwrite)
 
 
+StrictOpt = Annotated[bool, typer.Option("--strict", metavar="", help="refuse categories the model did not see in "
+                                         "training (default: all-zero one-hot, counted in a warning)")]
+
+
+def _warn(message: str) -> None:
+    err.print(f"warning: {message}", markup=False, highlight=False)
+
+
 @app.command()
-def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
-             data: Annotated[Path, typer.Argument(help="CSV (with the target column) or NPZ (x, y)")],
+def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
+             data: Annotated[Optional[Path], typer.Argument(help="CSV (with the target column), NPZ (x, y) or "
+                                                            "images; or none, with --split", show_default=False)] = None,
+             split: Annotated[Optional[str], typer.Option("--split", help="score the run's own held-out split: test, "
+                                                          "validation or train (rebuilt from its config and seed)",
+                                                          show_default=False)] = None,
              as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the metrics as JSON")] = False,
+             strict: StrictOpt = False,
              device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/MAE/R2)."""
     from .commands.predict import evaluate as run_evaluate
-    report = run_evaluate(model, data, device)
+    if (data is None) == (split is None):
+        raise MagmaError("give a data file to score, or --split test|validation|train to score the run's own split "
+                         "(one of them)")
+    if split is not None and split not in ("test", "validation", "train"):
+        raise MagmaError(f"--split: expected test, validation or train; received {split!r}")
+    report = run_evaluate(model, data, device, split, strict, _warn)
     if as_json:
         from .files import to_json
         print(to_json(report))
@@ -148,16 +166,20 @@ def _print_report(report: dict) -> None:
 
 @app.command()
 def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
-            data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns, or NPZ (x)")],
+            data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns (others are ignored), "
+                                                 "NPZ (x) or images; - for stdin")],
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write (- or none: stdout); "
                               "never a link, device or one of the inputs")] = None,
             proba: Annotated[bool, typer.Option("--proba", metavar="", help="add a prob_<label> column per class")] = False,
+            keep: Annotated[Optional[list[str]], typer.Option("--keep", "-k", help="copy this input column (e.g. an "
+                            "ID) to the output, before the predictions (repeatable)", show_default=False)] = None,
+            strict: StrictOpt = False,
             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
     """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
     from .commands.predict import predict as run_predict
     from .reporting import silence_stdout
     try:
-        rows = run_predict(model, data, output, proba, device)
+        rows = run_predict(model, data, output, proba, device, keep=tuple(keep or ()), strict=strict, warn=_warn)
     except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly, as `cat` does
         silence_stdout()
         raise typer.Exit(141) from None

@@ -3,6 +3,7 @@ so a crash or a full disk never leaves a half-written file under the final name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -133,3 +134,14 @@ def load_npz(path: Path, what: str, error: type[MagmaError] = MagmaError,
         raise error(f"{path}: corrupt {what} ({exc})") from exc
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise error(f"{path}: not a readable {what} ({type(exc).__name__}: {exc})") from exc
+
+
+def fingerprint(path: Path | None) -> str | None:
+    """sha256 of a regular file (None for streams, stdin and synthetic data)."""
+    if path is None or not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -50,10 +50,12 @@ CASES = {
     # data files
     "empty csv": (lambda t: (_config(t), _csv(t, "")), "train", "empty file"),
     "header only": (lambda t: (_config(t), _csv(t, HEADER)), "train", "no data rows"),
-    "missing value": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,,3,4,b\n")), "train", "blobs.csv:3: column 'f2' holds an empty cell"),
-    "non-numeric": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,x,3,4,b\n")), "train", "non-numeric value 'x'"),
+    "missing value refused": (lambda t: (_config(t, BLOBS_CONFIG.replace("  target: label", "  target: label\n  missing_values: error")),
+                                         _csv(t, HEADER + "1,2,3,4,a\n1,,3,4,b\n")), "train", "column 'f2', data row 2: a missing cell"),
+    "text in a number column": (lambda t: (_config(t, BLOBS_CONFIG.replace("  target: label", "  target: label\n  columns: {f2: number}")),
+                                           _csv(t, HEADER + "1,2,3,4,a\n1,x,3,4,b\n")), "train", "column 'f2', data row 2: 'x' is not a number"),
     "ragged row": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,2,3\n")), "train", "the row has 3 fields"),
-    "nan feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,nan,3,4,b\n")), "train", "non-finite value"),
+    "infinite feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value inf"),
     "inf feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value"),
     "one class": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n2,3,4,5,a\n" * 5)), "train", "single class"),
     "empty label": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,2,3,4,\n")), "train", "empty cell"),
@@ -263,7 +265,7 @@ def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
     model = _model(capsys, tmp_path)
     (tmp_path / "new.csv").write_text("f1,f2,f3,f4\n1,2,3,4\n1,2,x,4\n")
     code, _, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "-o", tmp_path / "p.csv")
-    assert code == 2 and "new.csv:3: column 'f3' holds a non-numeric value 'x'" in err
+    assert code == 2 and "new.csv: column 'f3', data row 2: 'x' is not a number" in err
     assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob(".p.csv.*"))
     (tmp_path / "lab.csv").write_text("f1,f2,f3,f4,label\n1,2,3,4,zebra\n")
     code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "lab.csv")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from magmadnn_cli.config.schema import DataConfig
-from magmadnn_cli.data.tables import prepare, read_table, sample_shape_of
+from magmadnn_cli.data.prepare import prepare, sample_shape_of
+from magmadnn_cli.data.tables import ReadSpec, read_table
 from magmadnn_cli.errors import DataError
 
 rng = np.random.default_rng(5)
@@ -29,7 +30,7 @@ def test_mnist_idx_pair(tmp_path, suffix):
     labels = rng.integers(0, 10, size=7)
     write_idx(tmp_path / f"train-images-idx3-ubyte{suffix}", images)
     write_idx(tmp_path / f"train-labels-idx1-ubyte{suffix}", labels)
-    t = read_table(tmp_path / f"train-images-idx3-ubyte{suffix}", None, None)
+    t = read_table(tmp_path / f"train-images-idx3-ubyte{suffix}", ReadSpec(None, None))
     assert t.x.shape == (7, 1, 28, 28) and t.x.dtype == np.float32
     np.testing.assert_array_equal(t.x[:, 0], images)
     np.testing.assert_array_equal(t.y, labels)
@@ -39,16 +40,16 @@ def test_mnist_idx_pair(tmp_path, suffix):
 def test_idx_problems(tmp_path):
     write_idx(tmp_path / "a-images-idx3-ubyte", rng.integers(0, 256, size=(2, 4, 4)))
     with pytest.raises(DataError, match="labels file a-labels-idx1-ubyte is not beside it"):
-        read_table(tmp_path / "a-images-idx3-ubyte", None, None)
+        read_table(tmp_path / "a-images-idx3-ubyte", ReadSpec(None, None))
     raw = (tmp_path / "a-images-idx3-ubyte").read_bytes()
     (tmp_path / "b-images-idx3-ubyte").write_bytes(raw[:-5])
     write_idx(tmp_path / "b-labels-idx1-ubyte", np.zeros(2))
     with pytest.raises(DataError, match="truncated or corrupt IDX file"):
-        read_table(tmp_path / "b-images-idx3-ubyte", None, None)
+        read_table(tmp_path / "b-images-idx3-ubyte", ReadSpec(None, None))
     (tmp_path / "c-images-idx3-ubyte").write_bytes(b"\x12\x34garbage")
     write_idx(tmp_path / "c-labels-idx1-ubyte", np.zeros(2))
     with pytest.raises(DataError, match="bad magic number"):
-        read_table(tmp_path / "c-images-idx3-ubyte", None, None)
+        read_table(tmp_path / "c-images-idx3-ubyte", ReadSpec(None, None))
 
 
 def test_cifar_binary_batches_folder(tmp_path):
@@ -59,13 +60,13 @@ def test_cifar_binary_batches_folder(tmp_path):
         (tmp_path / f"data_batch_{i}.bin").write_bytes(np.c_[y, x].astype(np.uint8).tobytes())
         labels.append(y)
         pixels.append(x)
-    t = read_table(tmp_path, None, None)
+    t = read_table(tmp_path, ReadSpec(None, None))
     assert t.x.shape == (6, 3, 32, 32)
     np.testing.assert_array_equal(t.y, np.concatenate(labels))
     np.testing.assert_array_equal(t.x.reshape(6, -1), np.concatenate(pixels))
     (tmp_path / "bad.bin").write_bytes(b"\x00" * 100)
     with pytest.raises(DataError, match="not a multiple of 3073"):
-        read_table(tmp_path / "bad.bin", None, None)
+        read_table(tmp_path / "bad.bin", ReadSpec(None, None))
 
 
 def test_cifar_python_batches_and_hostile_pickles(tmp_path):
@@ -73,7 +74,7 @@ def test_cifar_python_batches_and_hostile_pickles(tmp_path):
     batch = {b"batch_label": b"training batch 1 of 5", b"labels": [1, 2, 3, 4], b"data": x,
              b"filenames": [b"a.png"] * 4}
     (tmp_path / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=2))
-    t = read_table(tmp_path / "data_batch_1", None, None)
+    t = read_table(tmp_path / "data_batch_1", ReadSpec(None, None))
     assert t.x.shape == (4, 3, 32, 32) and list(t.y) == [1, 2, 3, 4]
     np.testing.assert_array_equal(t.x.reshape(4, -1), x)
 
@@ -84,7 +85,7 @@ def test_cifar_python_batches_and_hostile_pickles(tmp_path):
     (tmp_path / "evil").mkdir()
     (tmp_path / "evil" / "data_batch_1").write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}))
     with pytest.raises(DataError, match="refused to load builtins.print"):
-        read_table(tmp_path / "evil" / "data_batch_1", None, None)
+        read_table(tmp_path / "evil" / "data_batch_1", ReadSpec(None, None))
 
 
 def test_images_flow_through_prepare(tmp_path):

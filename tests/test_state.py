@@ -14,7 +14,7 @@ from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.commands.train import train
 from magmadnn_cli.core.graph import Graph, Parameter, Variable, get_activation, nn, ops
 from magmadnn_cli.core.graph.node import Op
-from magmadnn_cli.data.tables import Split
+from magmadnn_cli.data.prepare import Split
 from magmadnn_cli.distributed import SingleProcess
 from magmadnn_cli.distributed.data_parallel import DataParallel
 from magmadnn_cli.nn.layers import Dense, Layer

@@ -1,82 +1,99 @@
-"""`magmadnn evaluate` and `magmadnn predict`: from the model file alone, no config needed."""
+"""`magmadnn evaluate` and `magmadnn predict`: from the model file alone, no config needed. Input
+rows are read by the same readers as training (every format) and encoded by the model's own
+column encoding (categories, booleans, missing cells), normalization and target scaling."""
 
 from __future__ import annotations
 
 import csv
+import itertools
 import io
 import os
 import sys
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 import numpy as np
 
 from ..core import backend as B
-from ..data.csv_reader import CsvFormat, csv_header, detect, iter_csv_chunks, parse_rows
-from ..data.tables import CSV_SUFFIXES, Split, encode_targets, read_npz, read_table
-from ..errors import DataError
-from ..files import atomic_write
-from ..training.modelfile import SavedModel, load, restore
+from ..data.csv_reader import csv_header, first_row
+from ..data.prepare import Split, encode_features, encode_targets, prepare, unseen_note
+from ..data.tables import ReadSpec, Table, reader_for
+from ..errors import DataError, MagmaError
+from ..files import atomic_write, fingerprint
+from ..training.builder import task_of
 from ..training.evaluation import split_report
+from ..training.modelfile import SavedModel, load, restore
+
+Warn = Callable[[str], None]
 
 
-def _format(path: Path, saved: SavedModel) -> CsvFormat:
-    """This file's dialect (sniffed: it need not be the training file's), in the model's encoding."""
-    return detect(path, None, saved.config.data.encoding)
+def _spec(path: Path, saved: SavedModel, need_target: bool, keep: tuple[str, ...] = ()) -> ReadSpec:
+    """How to read `path` for this model: its feature columns, the training file's encoding; a model
+    trained on a headerless file (data.names) reads headerless files, unless the file's first row
+    is exactly those names."""
+    cfg = saved.config.data
+    spec = ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.floatx, None, keep)
+    if cfg.names and reader_for(path).name == "csv" and first_row(path, spec.csv_format(path)) != list(cfg.names):
+        spec = ReadSpec(spec.target, spec.features, need_target, cfg, B.floatx, tuple(cfg.names), keep)
+    return spec
 
 
-def _feature_columns(path: Path, saved: SavedModel, allow: set[str]) -> list[int]:
-    names = csv_header(path, _format(path, saved))
-    missing = [f for f in saved.features if f not in names]
-    extra = [n for n in names if n not in saved.features and n not in allow]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing the model's feature column(s) {', '.join(missing[:10])}"
-                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
-        if extra:
-            parts.append(f"unknown column(s) {', '.join(extra[:10])}")
-        raise DataError(f"{path}: columns do not match the model: {'; '.join(parts)}")
-    return [names.index(f) for f in saved.features]
+def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
+    if reader_for(path).name != "csv":
+        return []
+    known = set(saved.features) | {saved.config.data.target} | set(spec.keep)
+    return [n for n in csv_header(path, spec.csv_format(path)) if n not in known]
 
 
-def evaluate(model_path: Path, data_path: Path, device: str = "auto") -> dict[str, Any]:
+def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, dict[str, int]]:
+    """A table's rows as the network's normalized inputs; wrong widths named, expected vs got."""
+    x, unseen = encode_features(table, saved.encoder, strict)
+    width = int(np.prod(saved.sample_shape))
+    got = int(np.prod(x.shape[1:]))
+    if got != width:
+        raise DataError(f"{table.source}: samples of {got} values {tuple(x.shape[1:])}; the model expects {width} "
+                        f"{saved.sample_shape}")
+    return saved.normalizer(x.reshape((len(x),) + saved.sample_shape)), unseen
+
+
+def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,
+             strict: bool = False, warn: Warn | None = None) -> dict[str, Any]:
+    """Metrics of a model on a labelled file, or (`split`) on the held-out split of its own run."""
+    model_path = model_path / "model.npz" if model_path.is_dir() else model_path
     saved = load(model_path)
     B.select(device, saved.config.precision)
     network = restore(saved)
-    target = saved.config.data.target
-    if data_path.name.lower().endswith(CSV_SUFFIXES):
-        _feature_columns(data_path, saved, {target} if target else set())
-    table = read_table(data_path, target, saved.features, True, None, saved.config.data.encoding)
-    x = saved.normalizer(table.x.reshape((len(table.x),) + saved.sample_shape))
-    split = Split(x, encode_targets(table.y, saved.task, saved.classes, str(data_path)))
-    report = split_report(network, split, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size)
-    return {"model": str(model_path), "data": str(data_path), "rows": len(x), "task": saved.task, **report}
+    if split is not None:
+        data, source = _run_split(saved, model_path, split), f"{saved.config.data.train} ({split} split of the run)"
+    else:
+        spec = _spec(data_path, saved, True)
+        table = reader_for(data_path).read(data_path, spec)
+        x, unseen = _inputs(table, saved, strict)
+        if (note := unseen_note(unseen, str(data_path))) and warn:
+            warn(note)
+        data = Split(x, saved.targets(encode_targets(table.y, saved.task, saved.classes, str(data_path))))
+        source = str(data_path)
+    report = split_report(network, data, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size,
+                          targets=saved.targets)
+    return {"model": str(model_path), "data": source, "rows": len(data.x), "task": saved.task, **report}
 
 
-def _chunks(path: Path, saved: SavedModel, chunk_rows: int) -> Iterator[np.ndarray]:
-    """Input rows in chunks; the columns are checked before the first chunk is asked for."""
-    if path.name.lower().endswith(".npz"):
-        return iter([read_npz(path, need_target=False).x.reshape((-1,) + saved.sample_shape)])
-    target = saved.config.data.target
-    columns = _feature_columns(path, saved, {target} if target else set())
-    return _csv_chunks(path, saved, columns, chunk_rows)
-
-
-def _csv_chunks(path: Path, saved: SavedModel, columns: list[int], chunk_rows: int) -> Iterator[np.ndarray]:
-    fmt = _format(path, saved)
-    names = csv_header(path, fmt)
-    empty = True
-    for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt):
-        rows = parse_rows(lines, path, names, columns, first_line, fmt)
-        bad = ~np.isfinite(rows)
-        if bad.any():
-            r, c = np.argwhere(bad)[0]
-            raise DataError(f"{path}:{first_line + r}: column {saved.features[c]!r} is not finite ({rows[r, c]})")
-        empty = False
-        yield rows.reshape((-1,) + saved.sample_shape)
-    if empty:
-        raise DataError(f"{path}: the CSV has a header but no data rows")
+def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
+    """The run's own split, rebuilt from its saved config and seed; the data must be unchanged."""
+    cfg = saved.config.data
+    if cfg.synthetic is None:
+        recorded = saved.metrics.get("data_sha256")
+        if recorded is None:
+            raise MagmaError(f"{model_path}: the run recorded no fingerprint of its data (trained from a stream, or by "
+                             "an older magmadnn); evaluate it on a file: magmadnn evaluate MODEL DATA")
+        if fingerprint(cfg.train) != recorded:
+            raise DataError(f"{cfg.train}: the file changed since the run (sha256 differs), so its {split} split "
+                            "cannot be rebuilt; evaluate on a file instead: magmadnn evaluate MODEL DATA")
+    data = prepare(cfg, task_of(saved.config), saved.config.seed or 0)
+    chosen = {"train": data.train, "validation": data.validation, "test": data.test}[split]
+    if chosen is None:
+        raise MagmaError(f"{model_path}: the run had no {split} split (data.{split}_split is 0)")
+    return chosen
 
 
 def check_output(out: Path, inputs: tuple[Path, ...]) -> None:
@@ -97,22 +114,33 @@ def check_output(out: Path, inputs: tuple[Path, ...]) -> None:
 
 
 def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = False, device: str = "auto",
-            chunk_rows: int = 65536) -> int:
+            chunk_rows: int = 65536, keep: tuple[str, ...] = (), strict: bool = False,
+            warn: Warn | None = None) -> int:
     """Write predictions as CSV (to `out`, atomically, or to stdout for None or `-`); returns the row
-    count."""
+    count. `keep` columns are copied in front of the predictions."""
     out = None if out is not None and str(out) == "-" else out
     if out is not None:
         check_output(out, (model_path, data_path))
     saved = load(model_path)
+    if proba and saved.task == "regression":
+        raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     B.select(device, saved.config.precision)
     network = restore(saved)
-    labels = np.array(saved.classes, dtype=object)
-    batch = saved.config.training.eval_batch_size
-    header = ["prediction"] + ([f"prob_{c}" for c in saved.classes] if proba and saved.task != "regression" else [])
-    if saved.task == "regression" and network.output_shape[-1] > 1:
-        header = [f"prediction_{i}" for i in range(network.output_shape[-1])]
+    reader = reader_for(data_path)
+    if keep and reader.name != "csv":
+        raise DataError(f"{data_path}: --keep copies CSV columns; this is {reader.name} data")
+    spec = _spec(data_path, saved, False, tuple(keep))
+    header = list(keep) + _header(saved, network, proba)
+    chunks, unseen = reader.chunks(data_path, spec, chunk_rows), {}
+    first = next(chunks, None)  # the columns are checked before anything is written
+    if first is None:
+        raise DataError(f"{data_path}: no data rows")
+    chunks = itertools.chain([first], chunks)
+    extra = _extra_columns(data_path, spec, saved)
+    if extra and warn:
+        warn(f"{data_path}: ignoring {len(extra)} column(s) the model does not use: {', '.join(extra[:10])}"
+             + (" ..." if len(extra) > 10 else ""))
     count = 0
-    chunks = _chunks(data_path, saved, chunk_rows)
 
     def write(f: IO[bytes]) -> None:
         nonlocal count
@@ -120,11 +148,15 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         try:
             writer = csv.writer(text, lineterminator="\n")
             writer.writerow(header)
-            for x in chunks:
-                x = saved.normalizer(x)
-                out_rows = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch])))
-                                           for i in range(0, len(x), batch)])
-                writer.writerows(_rows(out_rows, saved.task, labels, proba))
+            for table in chunks:
+                x, seen = _inputs(table, saved, strict)
+                for name, n in seen.items():
+                    unseen[name] = unseen.get(name, 0) + n
+                outputs = _outputs(network, x, saved)
+                rows = _rows(outputs, saved, proba)
+                if keep:
+                    rows = np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1)
+                writer.writerows(rows.tolist())
                 count += len(x)
             text.flush()
         finally:
@@ -134,15 +166,33 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         write(sys.stdout.buffer)
     else:
         atomic_write(out, write)
+    if (note := unseen_note(unseen, str(data_path))) and warn:
+        warn(note)
     return count
 
 
-def _rows(outputs: np.ndarray, task: str, labels: np.ndarray, proba: bool) -> list[list[Any]]:
-    if task == "regression":
-        return outputs.reshape(len(outputs), -1).tolist()
-    probs = np.concatenate([1 - outputs, outputs], axis=1) if task == "binary" else outputs
-    predicted = labels[probs.argmax(axis=1)]
+def _header(saved: SavedModel, network: Any, proba: bool) -> list[str]:
+    if saved.task == "regression":
+        width = network.output_shape[-1]
+        return ["prediction"] if width == 1 else [f"prediction_{i}" for i in range(width)]
+    return ["prediction"] + ([f"prob_{c}" for c in saved.classes] if proba else [])
+
+
+def _outputs(network: Any, x: np.ndarray, saved: SavedModel) -> np.ndarray:
+    batch = saved.config.training.eval_batch_size
+    outputs = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch]))) for i in range(0, len(x), batch)])
+    return saved.targets.restore(outputs) if saved.task == "regression" else outputs
+
+
+def _rows(outputs: np.ndarray, saved: SavedModel, proba: bool) -> np.ndarray:
+    """Output rows as text: values to the precision the model computes in (7 significant digits for
+    float32), labels as the training data spells them, probabilities to 6 digits."""
+    if saved.task == "regression":
+        digits = "%.7g" if outputs.dtype == np.float32 else "%.15g"
+        return np.char.mod(digits, outputs.reshape(len(outputs), -1))
+    probs = np.concatenate([1 - outputs, outputs], axis=1) if saved.task == "binary" else outputs
+    labels = np.array([str(c) for c in saved.classes], dtype=object)
+    predicted = labels[probs.argmax(axis=1)][:, None]
     if not proba:
-        return [[p] for p in predicted]
-    rounded = np.round(probs.astype(np.float64), 6)
-    return [[p, *r] for p, r in zip(predicted, rounded.tolist())]
+        return predicted
+    return np.concatenate([predicted, np.char.mod("%.6g", np.round(probs.astype(np.float64), 6)).astype(object)], axis=1)

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from ..config.schema import Config
-from ..data.tables import sample_shape_of
+from ..data.prepare import sample_shape_of
 from ..nn.layers import all_layers
 from ..reporting import grid
 from ..training.builder import build_layers

@@ -17,11 +17,11 @@ import yaml
 from ..config.schema import Config
 from ..core import backend as B
 from ..data.augment import augment
-from ..data.tables import Prepared, prepare
+from ..data.prepare import Prepared, prepare
 from ..distributed import Communicator, SingleProcess
 from ..distributed.data_parallel import data_parallel
 from ..errors import MagmaError
-from ..files import write_json, write_text
+from ..files import fingerprint, write_json, write_text
 from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
 from ..training.builder import bias_warnings, build_network, build_optimizer, check_output_width, task_of
@@ -141,6 +141,8 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     reporter.info(f"{config.name}: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
+    for note in data.notes if comm.is_root else []:
+        reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
         reporter.warn(note)
     return Run(config, comm, device, task, data, network, trainer, stopper, saver)
@@ -170,12 +172,12 @@ SPLITS = ("train", "validation", "test")
 def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
     """The metrics of the trained network on every split (exact on any rank count)."""
     data, batch = run.data, run.config.training.eval_batch_size
-    final = {name: split_report(run.network, split, data.classes, run.task, run.comm, batch)
+    final = {name: split_report(run.network, split, data.classes, run.task, run.comm, batch, data.targets)
              for name, split in zip(SPLITS, (data.train, data.validation, data.test)) if split is not None}
     return {"name": run.config.name, "task": run.task, "device": run.device, "processes": run.comm.size,
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
-            "parameters": run.network.num_parameters, **final}
+            "parameters": run.network.num_parameters, "data_sha256": fingerprint(run.config.data.train), **final}
 
 
 def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
@@ -221,8 +223,7 @@ def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer) -> 
 
 def write_outputs(out_dir: Path, config: Config, network: Any, data: Prepared, task: str,
                   metrics: dict[str, Any], history: History) -> None:
-    save_model(out_dir / "model.npz", network, config, data.normalizer, data.classes, data.features, task,
-               {k: v for k, v in metrics.items() if not isinstance(v, dict)})
+    save_model(out_dir / "model.npz", network, config, data, task, {k: v for k, v in metrics.items() if not isinstance(v, dict)})
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "metrics.csv", history_csv(history))
     write_text(out_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -8,17 +8,13 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
+from .base import PositiveFloat, Strict, UnitFloat
+from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
 from .rules import head_problem, layer_names
 
 ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
 InitializerName = Literal["zeros", "ones", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
                           "he_uniform", "he_normal", "uniform", "normal"]
-UnitFloat = Annotated[float, Field(ge=0.0, lt=1.0)]
-PositiveFloat = Annotated[float, Field(gt=0.0)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 # -- initializers --------------------------------------------------------------------------------
@@ -259,49 +255,6 @@ Optimizer = Annotated[Union[SGDOptimizer, AdamOptimizer, AdamWOptimizer, Adagrad
                       Field(discriminator="type")]
 
 
-# -- data ----------------------------------------------------------------------------------------
-class SyntheticData(Strict):
-    samples: PositiveInt = 1000
-    features: PositiveInt = 20
-    classes: Annotated[int, Field(ge=2)] = 3
-    hidden: PositiveInt = 16
-    noise: Annotated[float, Field(ge=0.0)] = 0.1
-
-
-class DataConfig(Strict):
-    train: Path | None = Field(None, description="CSV (with header) or NPZ (arrays x, y); relative to the config file")
-    target: str | None = Field(None, description="CSV column holding the class or value")
-    features: list[str] | None = Field(None, description="CSV feature columns (default: all but the target)")
-    validation: Path | None = None
-    test: Path | None = None
-    validation_split: UnitFloat = 0.1
-    test_split: UnitFloat = 0.0
-    normalize: Literal["none", "minmax", "standard"] = "none"
-    scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
-    shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
-    delimiter: Literal[",", ";", "\t", "|"] | None = Field(None, description="CSV field separator (default: sniffed; tab for .tsv)")
-    encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
-
-    @field_validator("encoding")
-    @classmethod
-    def _known_encoding(cls, value: str) -> str:
-        import codecs  # noqa: PLC0415
-        try:
-            codecs.lookup(value)
-        except LookupError:
-            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1, cp1252)") from None
-        return value
-    synthetic: SyntheticData | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "DataConfig":
-        if (self.train is None) == (self.synthetic is None):
-            raise ValueError("give exactly one of data.train (a file) or data.synthetic")
-        if self.validation_split + self.test_split >= 1.0:
-            raise ValueError("validation_split + test_split must be below 1")
-        return self
-
-
 # -- training ------------------------------------------------------------------------------------
 class EarlyStopping(Strict):
     monitor: Literal["val_loss", "val_accuracy", "loss", "accuracy"] = "val_loss"
@@ -331,6 +284,9 @@ class TrainingConfig(Strict):
     early_stopping: EarlyStopping | None = None
     eval_batch_size: PositiveInt = 1024
     augment: Augmentation | None = None
+    class_weight: Union[Literal["balanced"], dict[Union[int, str], PositiveFloat], None] = Field(
+        None, description="weight each class's loss: balanced = rows / (classes x the class's rows), or "
+                          "{label: weight} (unlisted labels weigh 1); validation and test losses stay unweighted")
     checkpoint: Checkpointing | None = Field(default_factory=Checkpointing,
                                              description="null or false: no checkpoints (and Ctrl-C just stops)")
 
@@ -377,6 +333,8 @@ class SearchConfig(Strict):
     stop_when: float | None = None
     early_stop: Literal["none", "median", "halving"] = "none"
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    folds: Annotated[int, Field(ge=2, le=100)] | None = Field(
+        None, description="choose on K-fold cross-validated scores (stratified) instead of one validation split")
 
     @model_validator(mode="after")
     def _direction_is_known(self) -> "SearchConfig":

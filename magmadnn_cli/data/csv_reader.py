@@ -21,6 +21,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..errors import DataError
+from .columns import is_missing
 
 STDIN = "-"
 MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
@@ -34,6 +35,11 @@ _READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read o
 class CsvFormat:
     delimiter: str = ","
     encoding: str = "utf-8"
+    names: tuple[str, ...] | None = None  # given: the file has no header row, these are its columns
+
+
+class CellError(DataError):
+    """A cell that is not a number where numbers were parsed (the caller may read it as text)."""
 
 
 def is_stream(path: Path) -> bool:
@@ -113,14 +119,17 @@ def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line:
                      f"{exc.reason}); set data.encoding to the file's encoding, e.g. latin-1 or cp1252")
 
 
-def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8") -> CsvFormat:
+def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
+           names: list[str] | tuple[str, ...] | None = None) -> CsvFormat:
     """The delimiter: given, tab for .tsv, else the one of , ; tab | that splits the header into
-    the most fields and every sampled row into as many (quotes respected)."""
+    the most fields and every sampled row into as many (quotes respected). `names`: the file has no
+    header row."""
+    names = tuple(names) if names else None
     if delimiter is not None:
-        return CsvFormat(delimiter, encoding)
+        return CsvFormat(delimiter, encoding, names)
     name = path.name.lower()
     if ".tsv" in name:
-        return CsvFormat("\t", encoding)
+        return CsvFormat("\t", encoding, names)
     lines = _first_lines(path, encoding)
     best, fields = ",", 1
     for candidate in DELIMITERS:
@@ -130,7 +139,7 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8") ->
             continue
         if counts and counts[0] > fields and all(c == counts[0] for c in counts):
             best, fields = candidate, counts[0]
-    return CsvFormat(best, encoding)
+    return CsvFormat(best, encoding, names)
 
 
 def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
@@ -144,11 +153,24 @@ def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
         raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
     if not header or not any(h.strip() for h in header):
         raise DataError(f"{path}: empty file; expected a CSV with a header row")
+    if fmt.names is not None:
+        if len(header) != len(fmt.names):
+            raise DataError(f"{path}:1: the row has {len(header)} fields; data.names lists {len(fmt.names)} columns")
+        return list(fmt.names)
     names = [h.strip() for h in header]
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates[:20])}")
     return names
+
+
+def first_row(path: Path, fmt: CsvFormat) -> list[str]:
+    """The first line's fields, stripped (a header, or the first row of a headerless file)."""
+    lines = _first_lines(path, fmt.encoding, count=1)
+    try:
+        return [h.strip() for h in next(csv.reader(lines[:1], delimiter=fmt.delimiter), [])]
+    except csv.Error as exc:
+        raise DataError(f"{path}: cannot read the first CSV line: {exc}") from exc
 
 
 def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int) -> DataError:
@@ -160,7 +182,7 @@ def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int
         value, row, col = m.group(1), int(m.group(2)), int(m.group(3))
         name = names[col - 1] if 0 < col <= len(names) else f"#{col}"
         what = "an empty cell (missing value)" if value.strip() == "" else f"a non-numeric value {value!r}"
-        return DataError(f"{path}:{first_line + row}: column {name!r} holds {what}; expected a number")
+        return CellError(f"{path}:{first_line + row}: column {name!r} holds {what}; expected a number")
     return DataError(f"{path}: cannot parse the CSV: {text}")
 
 
@@ -184,6 +206,31 @@ def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int
                           quotechar='"' if quoted else None)
     except ValueError as exc:
         raise _column_error(path, exc, names, first_line) from exc
+
+
+def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
+                fmt: CsvFormat, dtype: Any, text: set[int]) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """The chosen columns of CSV lines as numbers (NaN where a cell is missing: blank, NA, ?, ...)
+    and, for the positions in `text` and any column holding a non-number, as text (missing: '')."""
+    if not text:
+        try:
+            return parse_rows(lines, path, names, columns, first_line, fmt, dtype), {}
+        except CellError:
+            pass  # missing or text cells in this chunk: read them as text, column by column
+    cells = parse_rows(lines, path, names, columns, first_line, fmt, str)
+    x = np.full(cells.shape, np.nan, dtype)
+    strings = {}
+    for j in range(len(columns)):
+        column = np.char.strip(cells[:, j])
+        missing = is_missing(column)
+        if j not in text:
+            try:
+                x[~missing, j] = column[~missing].astype(np.float64)
+                continue
+            except ValueError:
+                pass
+        strings[j] = np.where(missing, "", column)
+    return x, strings
 
 
 CHUNK_CHARS = 1 << 23  # characters of CSV text per chunk (8 Mi: bounded memory whatever the row width)
@@ -210,10 +257,11 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
     fmt = fmt or CsvFormat()
     limit = (B.host_memory_available() or 2**40) // 2
     read = 0
-    line_no = 2
+    line_no = 1 if fmt.names is not None else 2
     try:
         with _open_text(path, fmt.encoding) as f:
-            f.readline(MAX_LINE)
+            if fmt.names is None:
+                f.readline(MAX_LINE)
             while True:
                 lines = _read_lines(f, chunk_rows, chunk_chars)
                 long = next((i for i, line in enumerate(lines) if len(line) >= MAX_LINE and not line.endswith("\n")), None)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import __version__
 from ..config.schema import Checkpointing, Config
-from ..data.tables import Split
+from ..data.prepare import Split
 from ..distributed import Communicator
 from ..errors import MagmaError, ShapeError
 from ..files import atomic_write, load_npz

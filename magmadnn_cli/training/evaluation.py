@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..core import backend as B
-from ..data.tables import Split
+from ..data.prepare import Split, TargetScaler
 from ..distributed import Communicator, SingleProcess
 from .metrics import classification_report, predicted_classes, regression_report
 
@@ -37,12 +37,14 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
 
 
 def split_report(network: Any, split: Split, classes: list[Any], task: str, comm: Communicator | None = None,
-                 batch_size: int = 1024) -> dict[str, Any]:
-    """Loss plus the full metric set of one split."""
+                 batch_size: int = 1024, targets: TargetScaler | None = None) -> dict[str, Any]:
+    """Loss (of the scaled targets the network learns) plus the full metric set of one split
+    (regression metrics in the data's own units)."""
     result = evaluate(network, split, task, comm, batch_size)
     outputs = result.pop("outputs")
     if task == "regression":
-        result.update(regression_report(split.y, outputs))
+        restore = targets.restore if targets is not None else (lambda v: v)
+        result.update(regression_report(restore(split.y), restore(outputs)))
     else:
         truth = split.y.reshape(-1).astype(np.int64)
         result.update(classification_report(truth, predicted_classes(outputs, task), classes))

@@ -3,7 +3,9 @@
 Keys:
   format            "magmadnn-model"                 (0-d string array)
   format_version    1                                (0-d int array)
-  meta              JSON: config, classes, features, sample_shape, task, scale, metrics, version
+  meta              JSON: config, classes, features (the raw input columns), columns (their fitted
+                    encoding: kind, fill value, indicator, categories), target_scale (regression
+                    targets' shift and spread), sample_shape, task, scale, metrics, version
   norm/shift        per-feature shift of the input normalization (float32)
   norm/spread       per-feature divisor of the input normalization (float32)
   weights/<layer>/<weight>   e.g. weights/dense_0/kernel (inputs x units), weights/dense_0/bias (units,)
@@ -21,7 +23,8 @@ import numpy as np
 
 from .. import __version__
 from ..config.schema import Config
-from ..data.tables import Normalizer
+from ..data.columns import ColumnEncoder
+from ..data.prepare import Normalizer, TargetScaler
 from ..errors import ModelFileError
 from ..files import atomic_write, load_npz
 from ..nn.network import Network
@@ -40,11 +43,19 @@ class SavedModel:
     sample_shape: tuple[int, ...]
     task: str
     metrics: dict[str, Any]
+    encoder: ColumnEncoder
+    targets: TargetScaler
 
 
-def save(path: Path, network: Network, config: Config, normalizer: Normalizer, classes: list[Any],
-         features: list[str], task: str, metrics: dict[str, Any] | None = None) -> None:
-    meta = {"config": config.model_dump(mode="json"), "classes": classes, "features": features,
+def save(path: Path, network: Network, config: Config, data: Any, task: str,
+         metrics: dict[str, Any] | None = None) -> None:
+    """`data` is the run's Prepared: its normalizer, classes, features, column encoding and target
+    scaling are what predict needs besides the weights."""
+    normalizer = data.normalizer
+    meta = {"config": config.model_dump(mode="json"), "classes": data.classes, "features": data.features,
+            "columns": data.encoder.to_json() if data.encoder.columns else None,
+            "target_scale": {"shift": data.targets.shift.tolist(), "spread": data.targets.spread.tolist()}
+            if data.targets.active else None,
             "sample_shape": list(network.input_shape), "task": task, "scale": normalizer.scale,
             "metrics": metrics or {}, "magmadnn_version": __version__}
     arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
@@ -79,9 +90,13 @@ def load(path: Path) -> SavedModel:
         raise ModelFileError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})") from exc
     try:
         config = Config.model_validate(meta["config"])
+        columns, scale = meta.get("columns"), meta.get("target_scale")
+        encoder = ColumnEncoder.from_json(columns) if columns else ColumnEncoder([])
+        targets = TargetScaler(np.asarray(scale["shift"], np.float64), np.asarray(scale["spread"], np.float64)) \
+            if scale else TargetScaler()
         saved = SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],
                            meta["features"], tuple(int(n) for n in meta["sample_shape"]), meta["task"],
-                           meta.get("metrics", {}))
+                           meta.get("metrics", {}), encoder, targets)
     except Exception as exc:  # a model whose metadata does not fit the schema is corrupt, whatever broke
         raise ModelFileError(f"{path}: corrupt model metadata ({type(exc).__name__}: {exc})") from exc
     problem = _inconsistency(saved)
@@ -103,8 +118,13 @@ def _inconsistency(saved: SavedModel) -> str | None:
         return f"unknown task {saved.task!r}"
     if saved.task != "regression" and len(saved.classes) < 2:
         return f"a {saved.task} model needs at least 2 class labels; it has {len(saved.classes)}"
-    if len(saved.features) != width and saved.features:
+    if saved.encoder.columns:
+        if saved.encoder.width != width or [c.name for c in saved.encoder.columns] != saved.features:
+            return f"the column encoding gives {saved.encoder.width} values for samples of {width} values"
+    elif len(saved.features) != width and saved.features:
         return f"{len(saved.features)} feature names for samples of {width} values"
+    if saved.targets.active and not (np.all(np.isfinite(saved.targets.spread)) and np.all(saved.targets.spread > 0)):
+        return "the target scaling holds zeros, NaN or infinities"
     bad = [k for k, w in saved.weights.items() if w.dtype.kind not in "fiu" or not np.all(np.isfinite(w))]
     if bad:
         return f"weights {', '.join(bad[:5])} are not finite numbers (NaN or infinity): predictions would be NaN"

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..core.counter_random import derive_key
-from ..data.tables import Split
+from ..data.prepare import Split
 from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
 from ..nn.network import Network

@@ -1,0 +1,105 @@
+"""The `data:` section of the config: files, splits, column types, missing values and scaling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from .base import PositiveFloat, Strict, UnitFloat
+
+ColumnKind = Literal["number", "category", "boolean", "ignore"]
+MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
+
+
+class SyntheticData(Strict):
+    samples: PositiveInt = 1000
+    features: PositiveInt = 20
+    classes: Annotated[int, Field(ge=2)] = 3
+    hidden: PositiveInt = 16
+    noise: Annotated[float, Field(ge=0.0)] = 0.1
+
+
+class ColumnSpec(Strict):
+    """One feature column's type and missing-value handling (unset: inferred / data.missing_values)."""
+    type: ColumnKind | None = Field(None, description="number | category (one-hot) | boolean | ignore; "
+                                    "default: inferred from the training rows")
+    missing: MissingStrategy | None = Field(None, description="how missing cells are filled (default: "
+                                            "data.missing_values)")
+    fill_value: Union[float, str, None] = Field(None, description="the value for missing: constant")
+    indicator: bool | None = Field(None, description="add a 0/1 column <name>_missing (default: "
+                                   "data.missing_indicator)")
+
+    @model_validator(mode="after")
+    def _constant_needs_value(self) -> "ColumnSpec":
+        if self.missing == "constant" and self.fill_value is None:
+            raise ValueError("missing: constant needs a fill_value")
+        return self
+
+
+class DataConfig(Strict):
+    train: Path | None = Field(None, description="CSV (with header) or NPZ (arrays x, y); relative to the config file")
+    target: str | None = Field(None, description="CSV column holding the class or value")
+    features: list[str] | None = Field(None, description="CSV feature columns (default: all but the target "
+                                       "and the columns typed ignore)")
+    names: list[str] | None = Field(None, min_length=1, description="the CSV has no header row: these are its "
+                                    "column names, in order (e.g. UCI .data files)")
+    columns: dict[str, Union[ColumnKind, ColumnSpec]] = Field(
+        default_factory=dict, description="per column: a type (number, category, boolean, ignore) or "
+                                          "{type, missing, fill_value, indicator}; the rest are inferred")
+    missing_values: MissingStrategy = Field(
+        "auto", description="missing cells (blank, NA, N/A, NaN, null, None, ?): auto = median for numbers, "
+                            "most frequent for categories and booleans; error refuses them")
+    missing_indicator: bool = Field(False, description="add a 0/1 <name>_missing column for every column that "
+                                    "has missing training cells")
+    unseen_categories: Literal["ignore", "error"] = Field(
+        "ignore", description="a category not seen in training: ignore = an all-zero one-hot (counted in a "
+                              "warning); error = refuse the row")
+    validation: Path | None = None
+    test: Path | None = None
+    validation_split: UnitFloat = 0.1
+    test_split: UnitFloat = 0.0
+    stratify: bool = Field(True, description="classification splits and folds keep each class's share")
+    normalize: Literal["none", "minmax", "standard"] = "none"
+    target_normalize: Literal["auto", "standard", "none"] = Field(
+        "auto", description="regression targets: auto = standard (fitted on training rows, stored; predictions "
+                            "in the data's units)")
+    scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
+    shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
+    delimiter: Literal[",", ";", "\t", "|"] | None = Field(None, description="CSV field separator (default: sniffed; tab for .tsv)")
+    encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
+    synthetic: SyntheticData | None = None
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        import codecs  # noqa: PLC0415
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1, cp1252)") from None
+        return value
+
+    @field_validator("names")
+    @classmethod
+    def _names_unique(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            seen = {n for n in value if value.count(n) > 1}
+            if seen:
+                raise ValueError(f"duplicate column names: {', '.join(sorted(seen))}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DataConfig":
+        if (self.train is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of data.train (a file) or data.synthetic")
+        if self.validation_split + self.test_split >= 1.0:
+            raise ValueError("validation_split + test_split must be below 1")
+        if self.target is not None and self.target in self.columns:
+            raise ValueError(f"columns: {self.target!r} is the target; column types are for features")
+        return self
+
+    def column_spec(self, name: str) -> ColumnSpec:
+        spec = self.columns.get(name)
+        return ColumnSpec(type=spec) if isinstance(spec, str) else (spec or ColumnSpec())

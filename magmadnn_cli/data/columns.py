@@ -1,0 +1,282 @@
+"""Feature columns as people's files hold them: numbers, categories (one-hot), booleans and missing
+cells, typed (inferred or declared), fitted on the training rows only and stored with the model, so
+evaluate and predict encode new rows exactly as training did (scikit-learn's ColumnTransformer with
+SimpleImputer + MissingIndicator + OneHotEncoder, Ludwig's per-feature preprocessing)."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config.data import DataConfig
+from ..errors import DataError
+
+MISSING = ("", "na", "n/a", "nan", "-nan", "null", "none", "nil", "?", "#n/a")
+TRUE = ("true", "yes", "t", "y", "1", "1.0")
+FALSE = ("false", "no", "f", "n", "0", "0.0")
+
+
+def is_missing(cells: np.ndarray) -> np.ndarray:
+    """Which text cells are missing values (blank, NA, N/A, NaN, null, None, nil, ?, #N/A)."""
+    return np.isin(np.char.lower(np.char.strip(cells.astype(str))), MISSING)
+
+
+@dataclass
+class RawColumns:
+    """A table's feature cells before encoding: `x` holds the numbers (NaN where missing or text),
+    `text` the cells of text columns by position (missing cells as '')."""
+    x: np.ndarray
+    text: dict[int, np.ndarray] = field(default_factory=dict)
+    row_ids: np.ndarray | None = None  # each row's place among the file's data rows (default: its index)
+
+    def rows(self, index: np.ndarray) -> "RawColumns":
+        ids = self.row_ids[index] if self.row_ids is not None else np.asarray(index)
+        return RawColumns(self.x[index], {j: v[index] for j, v in self.text.items()}, ids)
+
+    def row(self, i: int) -> int:
+        """The 1-based data row number of row i (for messages)."""
+        return int(self.row_ids[i] if self.row_ids is not None else i) + 1
+
+    def cells(self, j: int) -> np.ndarray:
+        """Column j as text (numbers in their shortest form), missing cells as ''."""
+        if j in self.text:
+            return self.text[j]
+        return np.array(["" if np.isnan(v) else np.format_float_positional(v, trim="-") for v in self.x[:, j]])
+
+
+@dataclass
+class Column:
+    """One fitted feature column: its kind, the value that fills its missing cells, whether a 0/1
+    missing-indicator column follows it, and (categories) the one-hot vocabulary."""
+    name: str
+    kind: str                      # number | category | boolean
+    fill: Any = 0.0
+    indicator: bool = False
+    categories: list[str] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return (len(self.categories) if self.kind == "category" else 1) + int(self.indicator)
+
+    def output_names(self) -> list[str]:
+        names = [f"{self.name}={c}" for c in self.categories] if self.kind == "category" else [self.name]
+        return names + ([f"{self.name}_missing"] if self.indicator else [])
+
+
+@dataclass
+class ColumnEncoder:
+    """Raw feature columns -> one float matrix (numbers imputed, categories one-hot, booleans 0/1,
+    optional missing indicators). `unseen` decides what an unknown category does."""
+    columns: list[Column]
+    unseen: str = "ignore"
+
+    @property
+    def width(self) -> int:
+        return sum(c.width for c in self.columns)
+
+    @property
+    def identity(self) -> bool:
+        """Numbers only, no indicators: the encoding only fills missing cells."""
+        return all(c.kind == "number" and not c.indicator for c in self.columns)
+
+    def number_mask(self) -> np.ndarray:
+        """Which output columns are numbers (the ones input normalization scales)."""
+        return np.concatenate([[c.kind == "number"] + [False] * (c.width - 1) for c in self.columns]) \
+            if self.columns else np.zeros(0, bool)
+
+    def output_names(self) -> list[str]:
+        return [n for c in self.columns for n in c.output_names()]
+
+    def transform(self, raw: RawColumns, source: str, strict: bool = False) -> tuple[np.ndarray, dict[str, int]]:
+        """The encoded matrix (raw.x's dtype) and, per column, how many cells held a category not
+        seen in training (all-zero rows; an error when `strict` or unseen: error)."""
+        x = raw.x
+        if self.identity and not raw.text:
+            missing = np.isnan(x)
+            if missing.any():
+                fills = np.array([c.fill for c in self.columns], dtype=x.dtype)
+                x = np.where(missing, fills, x)
+            return x, {}
+        parts, unseen = [], {}
+        for j, col in enumerate(self.columns):
+            block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error")
+            parts.append(block)
+            if count:
+                unseen[col.name] = count
+        return np.concatenate(parts, axis=1) if parts else np.zeros((len(x), 0), x.dtype), unseen
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unseen": self.unseen, "columns": [asdict(c) for c in self.columns]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ColumnEncoder":
+        return cls([Column(**c) for c in data["columns"]], data.get("unseen", "ignore"))
+
+    @classmethod
+    def numbers(cls, names: list[str]) -> "ColumnEncoder":
+        """The encoding of an all-number table without missing cells (images, NPZ, old model files)."""
+        return cls([Column(n, "number") for n in names])
+
+
+def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool) -> tuple[np.ndarray, int]:
+    if col.kind == "number":
+        values = raw.x[:, j] if j not in raw.text else _numbers(raw, j, col.name, source)
+        missing = np.isnan(values)
+        block = np.where(missing, np.dtype(dtype).type(col.fill), values)[:, None].astype(dtype, copy=False)
+        return _with_indicator(block, missing, col.indicator), 0
+    cells = raw.cells(j)
+    missing = is_missing(cells)
+    if col.kind == "boolean":
+        flags = _booleans(np.where(missing, str(col.fill), cells), raw, col.name, source)
+        return _with_indicator(flags[:, None].astype(dtype), missing, col.indicator), 0
+    cells = np.where(missing, str(col.fill), canonical(cells))
+    index = {c: i for i, c in enumerate(col.categories)}
+    uniques, inverse = np.unique(cells, return_inverse=True)
+    codes = np.array([index.get(u, -1) for u in uniques], dtype=np.int64)[inverse.ravel()]
+    unknown = int((codes < 0).sum())
+    if unknown and strict:
+        row = int(np.flatnonzero(codes < 0)[0])
+        raise DataError(f"{source}: column {col.name!r}, data row {raw.row(row)}: category {str(cells[row])!r} was not in the "
+                        f"training data (known: {', '.join(col.categories[:12])}); unseen categories are refused "
+                        "(data.unseen_categories: ignore encodes them as all zeros)")
+    block = (codes[:, None] == np.arange(len(col.categories))[None, :]).astype(dtype)
+    return _with_indicator(block, missing, col.indicator), unknown
+
+
+def _with_indicator(block: np.ndarray, missing: np.ndarray, indicator: bool) -> np.ndarray:
+    return np.concatenate([block, missing[:, None].astype(block.dtype)], axis=1) if indicator else block
+
+
+def canonical(cells: np.ndarray) -> np.ndarray:
+    """Category values as one spelling: stripped, and numbers in their shortest form ('1.0' and
+    '01' are the category '1'), so a code column reads the same from any file."""
+    cells = np.char.strip(cells.astype(str))
+    uniques, inverse = np.unique(cells, return_inverse=True)
+    spelled = [_shortest(u) for u in uniques]
+    return np.array(spelled, dtype=object)[inverse.ravel()].astype(str) if len(cells) else cells
+
+
+def _shortest(text: str) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return np.format_float_positional(np.float32(value), trim="-") if np.isfinite(value) else text
+
+
+def _numbers(raw: RawColumns, j: int, name: str, source: str) -> np.ndarray:
+    cells = raw.text[j]
+    missing = is_missing(cells)
+    values = np.full(len(cells), np.nan)
+    try:
+        values[~missing] = np.char.strip(cells[~missing].astype(str)).astype(np.float64)
+    except ValueError:
+        bad = next(i for i in np.flatnonzero(~missing) if not _is_number(str(cells[i])))
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number "
+                        f"(the column holds numbers: typed so, or so in the training rows); fix the cell, or type "
+                        f"the column category (data.columns.{name}: category)") from None
+    return values
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _booleans(cells: np.ndarray, raw: RawColumns, name: str, source: str) -> np.ndarray:
+    lowered = np.char.lower(np.char.strip(cells.astype(str)))
+    true, false = np.isin(lowered, TRUE), np.isin(lowered, FALSE)
+    bad = np.flatnonzero(~(true | false))
+    if bad.size:
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(int(bad[0]))}: {str(cells[bad[0]])!r} is not a boolean "
+                        "(true/false, yes/no, t/f, y/n, 1/0); type the column category instead")
+    return true
+
+
+# -- fitting -------------------------------------------------------------------------------------
+def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
+    """Type, fill and vocabulary of every column from the training rows; returns the encoder and
+    what was imputed by default (one line per strategy, for the run log)."""
+    columns, imputed, inferred = [], {}, []
+    medians = _medians(raw.x)
+    for j, name in enumerate(names):
+        spec = cfg.column_spec(name)
+        kind = spec.type or _inferred(raw, j)
+        cells_missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
+        strategy = spec.missing or cfg.missing_values
+        if cells_missing.any() and strategy == "error":
+            row = raw.row(int(np.flatnonzero(cells_missing)[0]))
+            raise DataError(f"{source}: column {name!r}, data row {row}: a missing cell, and data.missing_values is "
+                            "error; fill the data, or choose median, mean, most_frequent or constant")
+        column = Column(name, kind, indicator=bool(spec.indicator if spec.indicator is not None
+                                                   else cfg.missing_indicator and cells_missing.any()))
+        column.fill = _fill(column, raw, j, cells_missing, strategy, spec.fill_value, source) \
+            if kind != "number" or strategy not in ("auto", "median") or j in raw.text else medians[j]
+        if kind == "category":
+            present = canonical(raw.cells(j)[~cells_missing])
+            column.categories = sorted(set(present.tolist()) | ({str(column.fill)} if cells_missing.any() else set()))
+        if cells_missing.any() and spec.missing is None and strategy == "auto":
+            imputed.setdefault("median" if kind == "number" else "most frequent value", []).append(
+                f"{name} ({int(cells_missing.sum())})")
+        if spec.type is None and kind != "number":
+            inferred.append(f"{name} ({kind}" + (f", {len(column.categories)} values)" if kind == "category" else ")"))
+        columns.append(column)
+    notes = [f"text columns read as categories (one-hot) or booleans: {', '.join(inferred)}; set "
+             "data.columns.<name> to type them yourself"] if inferred else []
+    notes += [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
+             "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
+    return ColumnEncoder(columns, cfg.unseen_categories), notes
+
+
+def _medians(x: np.ndarray) -> list[float]:
+    """Every column's median over its present cells (0 where none is present), in one pass."""
+    if not len(x):
+        return [0.0] * x.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing column
+        values = np.nanmedian(x, axis=0) if np.isnan(x).any() else np.median(x, axis=0)
+    return [float(v) if np.isfinite(v) else 0.0 for v in values]
+
+
+def _inferred(raw: RawColumns, j: int) -> str:
+    """number unless a cell is text; boolean when every text value is true/false, yes/no, ..."""
+    if j not in raw.text:
+        return "number"
+    cells = raw.text[j]
+    present = np.unique(np.char.lower(np.char.strip(cells[~is_missing(cells)].astype(str))))
+    return "boolean" if len(present) and np.isin(present, TRUE + FALSE).all() else "category"
+
+
+def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
+          source: str) -> Any:
+    """The value for missing cells, from the training rows' present ones."""
+    if strategy == "constant":
+        if column.kind == "number" and not _is_number(str(constant)):
+            raise DataError(f"data.columns.{column.name}.fill_value: {constant!r} is not a number (the column is "
+                            "typed number)")
+        return float(constant) if column.kind == "number" else _shortest(str(constant))
+    if column.kind == "number":
+        values = raw.x[:, j] if j not in raw.text else _numbers(raw, j, column.name, source)
+        present = values[~np.isnan(values)]
+        if strategy == "mean" and present.size:
+            return float(present.mean())
+        if strategy == "most_frequent" and present.size:
+            uniques, counts = np.unique(present, return_counts=True)
+            return float(uniques[counts.argmax()])
+        return float(np.median(present)) if present.size else 0.0
+    if strategy in ("mean", "median"):
+        raise DataError(f"data.columns.{column.name}: missing: {strategy} needs numbers; the column is a "
+                        f"{column.kind}: use most_frequent or constant")
+    cells = raw.cells(j)
+    if column.kind == "boolean":
+        flags = _booleans(np.where(missing, "false", cells), raw, column.name, source)[~missing]
+        return "true" if flags.sum() * 2 >= len(flags) and len(flags) else "false"
+    counts = Counter(canonical(cells[~missing]).tolist())
+    return min(counts, key=lambda c: (-counts[c], c)) if counts else "missing"

@@ -1,0 +1,251 @@
+"""From a read table to training data: seeded (stratified) splits and folds, feature columns encoded
+and inputs normalized with statistics of the training rows only, labels encoded, regression targets
+standardized. Everything fitted here is stored with the model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config.data import DataConfig
+from ..core import backend as B
+from ..errors import DataError
+from .columns import ColumnEncoder, fit
+from .tables import ReadSpec, Table, read_table, synthetic
+
+
+@dataclass
+class Normalizer:
+    """x -> (x * scale - shift) / spread per encoded column, fitted on the training split; one-hot,
+    boolean and indicator columns are left as they are."""
+    scale: float = 1.0
+    shift: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    spread: np.ndarray = field(default_factory=lambda: np.ones(0, np.float32))
+
+    @classmethod
+    def fit(cls, x: np.ndarray, method: str, scale: float | None, numbers: np.ndarray | None = None) -> "Normalizer":
+        s = float(scale or 1.0)
+        flat = x.reshape(len(x), -1).astype(np.float64) * s
+        width = flat.shape[1]
+        shift, spread = np.zeros(width), np.ones(width)
+        if method == "minmax":
+            low, high = flat.min(axis=0), flat.max(axis=0)
+            shift, spread = low, np.where(high > low, high - low, 1.0)
+        elif method == "standard":
+            std = flat.std(axis=0)
+            shift, spread = flat.mean(axis=0), np.where(std > 0, std, 1.0)
+        if numbers is not None and not numbers.all():  # other columns: (x * s - 0) / s = x
+            shift, spread = np.where(numbers, shift, 0.0), np.where(numbers, spread, s)
+        return cls(s, shift.astype(np.float32), spread.astype(np.float32))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        dtype = x.dtype if x.dtype.kind == "f" else B.floatx
+        flat = x.reshape(len(x), -1).astype(dtype, copy=False)
+        if self.scale != 1.0:
+            flat = flat * dtype.type(self.scale)
+        out = (flat - self.shift.astype(dtype)) / self.spread.astype(dtype)
+        return out.reshape(x.shape).astype(dtype, copy=False)
+
+
+@dataclass
+class TargetScaler:
+    """Regression targets y -> (y - shift) / spread (fitted on training rows); `restore` maps
+    outputs back to the data's units. The identity for classification."""
+    shift: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    spread: np.ndarray = field(default_factory=lambda: np.ones(0))
+
+    @classmethod
+    def fit(cls, y: np.ndarray) -> "TargetScaler":
+        std = y.std(axis=0, dtype=np.float64)
+        return cls(y.mean(axis=0, dtype=np.float64), np.where(std > 0, std, 1.0))
+
+    @property
+    def active(self) -> bool:
+        return self.shift.size > 0
+
+    def __call__(self, y: np.ndarray) -> np.ndarray:
+        return ((y - self.shift) / self.spread).astype(y.dtype) if self.active else y
+
+    def restore(self, out: np.ndarray) -> np.ndarray:
+        return (out * self.spread + self.shift).astype(out.dtype) if self.active else out
+
+
+@dataclass
+class Split:
+    x: np.ndarray
+    y: np.ndarray  # class indices (classification), 0/1 column (binary), or values (regression, scaled)
+
+
+@dataclass
+class Prepared:
+    train: Split
+    validation: Split | None
+    test: Split | None
+    classes: list[Any]          # labels as in the data ([] for regression)
+    features: list[str]         # the raw feature columns a model file's user must give
+    sample_shape: tuple[int, ...]
+    normalizer: Normalizer
+    source: str
+    encoder: ColumnEncoder = field(default_factory=lambda: ColumnEncoder([]))
+    targets: TargetScaler = field(default_factory=TargetScaler)
+    notes: list[str] = field(default_factory=list)   # what was inferred or imputed, said once
+
+
+def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) -> np.ndarray:
+    if task == "regression":
+        try:
+            values = np.asarray(y, dtype=B.floatx)
+        except ValueError as exc:
+            raise DataError(f"{source}: regression targets must be numbers ({exc})") from exc
+        bad = ~np.isfinite(values.reshape(len(values), -1))
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            raise DataError(f"{source}: the target of data row {row + 1} is {values.reshape(len(values), -1)[row]} "
+                            f"({int(bad.any(axis=1).sum())} non-finite target(s) in all): the loss would be NaN; "
+                            "drop or fill those rows")
+        return values.reshape(len(values), -1)
+    lookup = {str(label): i for i, label in enumerate(classes)}
+    values, inverse = np.unique(y, return_inverse=True)
+    unknown = [str(v) for v in values if str(v) not in lookup]
+    if unknown:
+        raise DataError(f"{source}: labels {', '.join(unknown[:10])} do not occur in the training data "
+                        f"(known: {', '.join(map(str, classes))})")
+    idx = np.array([lookup[str(v)] for v in values], dtype=np.int64)[inverse.ravel()]
+    return idx.astype(B.floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
+
+
+def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
+    if task == "regression":
+        return []
+    labels = [v.item() if hasattr(v, "item") else v for v in np.unique(y)]
+    if len(labels) < 2:
+        raise DataError(f"{source}: the target has a single class ({labels[0]!r}); need at least 2 to learn")
+    if task == "binary" and len(labels) != 2:
+        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)}")
+    return labels
+
+
+# -- splits and folds ----------------------------------------------------------------------------
+def stratified_order(n: int, seed: int, codes: np.ndarray | None) -> np.ndarray:
+    """A seeded permutation of the rows; with class codes, reordered so that every prefix (and every
+    K-th row) holds each class in its share: rows sorted stably by their rank within their class
+    over the class's size."""
+    order = np.random.default_rng(seed).permutation(n)
+    if codes is None:
+        return order
+    c = codes[order]
+    counts = np.bincount(c)
+    rank = np.empty(n, np.int64)
+    sorted_rows = np.argsort(c, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank[sorted_rows] = np.arange(n) - np.repeat(starts, counts)
+    quantile = (rank + 0.5) / counts[c]
+    return order[np.argsort(quantile, kind="stable")]
+
+
+def split_rows(n: int, cfg: DataConfig, seed: int, codes: np.ndarray | None,
+               fold: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """Row indices of the train, validation and test splits. With `fold` = (k, K): the test split
+    is the k-th of K folds (every K-th row of the stratified order) and data.test_split is unused."""
+    order = stratified_order(n, seed, codes)
+    n_val = int(round(cfg.validation_split * n)) if cfg.validation is None else 0
+    if fold is not None:
+        k, folds = fold
+        held = np.arange(n) % folds == k
+        test, rest = order[held], order[~held]
+        return {"test": test, "validation": rest[:n_val], "train": rest[n_val:]}
+    n_test = int(round(cfg.test_split * n)) if cfg.test is None else 0
+    return {"test": order[:n_test], "validation": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
+
+
+# -- preparing -----------------------------------------------------------------------------------
+def encode_features(table: Table, encoder: ColumnEncoder, strict: bool = False) -> tuple[np.ndarray, dict[str, int]]:
+    """The table's encoded features (images and NPZ arrays pass through, refused if any cell is NaN)."""
+    if table.x.ndim > 2 or encoder.width == 0:
+        if np.isnan(table.x).any():
+            raise DataError(f"{table.source}: the arrays hold NaN (missing values); image and NPZ data must be complete")
+        return table.x, {}
+    if encoder.identity and len(encoder.columns) != table.x.shape[1]:
+        raise DataError(f"{table.source}: {table.x.shape[1]} feature columns; the model expects {len(encoder.columns)}")
+    return encoder.transform(table.raw, table.source, strict)
+
+
+def unseen_note(unseen: dict[str, int], source: str) -> str | None:
+    if not unseen:
+        return None
+    listed = ", ".join(f"{name} ({count})" for name, count in unseen.items())
+    return (f"{source}: categories not seen in training, encoded as all zeros: {listed} "
+            "(data.unseen_categories: error, or --strict, refuses them)")
+
+
+def reshaped(x: np.ndarray, shape: list[int] | None, source: str) -> np.ndarray:
+    """Rows reshaped to `data.shape` (e.g. 784 pixel columns -> (1, 28, 28))."""
+    if not shape:
+        return x
+    width = int(np.prod(x.shape[1:]))
+    if int(np.prod(shape)) != width:
+        raise DataError(f"data.shape: {shape} holds {int(np.prod(shape))} values per sample; "
+                        f"{source} has {width} feature values per row")
+    return x.reshape((len(x), *shape))
+
+
+def _read(cfg: DataConfig, seed: int) -> Table:
+    table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, ReadSpec.of(cfg))
+    if table.y is None:
+        raise DataError(f"{table.source}: no targets")
+    return table
+
+
+def fit_encoder(table: Table, rows: np.ndarray, cfg: DataConfig) -> tuple[ColumnEncoder, list[str]]:
+    if table.x.ndim > 2:
+        return ColumnEncoder([]), []
+    return fit(table.raw.rows(rows), table.features, cfg, table.source)
+
+
+def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None = None) -> Prepared:
+    """Read the configured data, split it (seeded, stratified for classes; or fold k of K), encode the
+    columns, labels and targets and fit the normalizers, on the training rows only."""
+    table = _read(cfg, seed)
+    classes = class_labels(table.y, task, table.source)
+    labels = encode_targets(table.y, task, classes, table.source)
+    codes = labels.reshape(-1).astype(np.int64) if task != "regression" and cfg.stratify else None
+    parts = split_rows(len(labels), cfg, seed, codes, fold)
+    if len(parts["train"]) == 0:
+        raise DataError(f"{table.source}: no training rows left after the validation/test split")
+    encoder, notes = fit_encoder(table, parts["train"], cfg)
+    x, _ = encode_features(table, encoder)
+    x = reshaped(x, cfg.shape, table.source)
+    normalizer = Normalizer.fit(x[parts["train"]], cfg.normalize, cfg.scale,
+                                encoder.number_mask() if encoder.columns else None)
+    scale_targets = task == "regression" and cfg.target_normalize != "none"
+    targets = TargetScaler.fit(labels[parts["train"]]) if scale_targets else TargetScaler()
+    splits: dict[str, Split | None] = {"train": Split(normalizer(x[parts["train"]]), targets(labels[parts["train"]]))}
+    for name in ("validation", "test"):
+        path = getattr(cfg, name) if fold is None else None
+        if path is not None:
+            other = read_table(path, ReadSpec.of(cfg, features=table.features))
+            ox, unseen = encode_features(other, encoder)
+            ox = reshaped(ox, cfg.shape, str(path))
+            if ox.shape[1:] != x.shape[1:]:
+                raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
+            notes += [n for n in [unseen_note(unseen, str(path))] if n]
+            splits[name] = Split(normalizer(ox), targets(encode_targets(other.y, task, classes, str(path))))
+        elif len(parts[name]):
+            splits[name] = Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
+        else:
+            splits[name] = None
+    return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
+                    tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes)
+
+
+def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
+    """The per-sample input shape after column encoding (categories widen a row)."""
+    if cfg.shape:
+        return tuple(cfg.shape)
+    if cfg.synthetic is not None:
+        return (cfg.synthetic.features,)
+    table = read_table(cfg.train, ReadSpec.of(cfg, need_target=False))
+    encoder, _ = fit_encoder(table, np.arange(len(table.x)), cfg)
+    return tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)
