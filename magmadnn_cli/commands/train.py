@@ -17,7 +17,7 @@ import yaml
 from ..config.schema import Config
 from ..core import backend as B
 from ..data.augment import augment
-from ..data.prepare import Prepared, prepare
+from ..data.prepare import Prepared, class_weights, prepare
 from ..distributed import Communicator, SingleProcess
 from ..distributed.data_parallel import data_parallel
 from ..errors import MagmaError
@@ -120,6 +120,9 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     data = prepare(config.data, task, seed)
     network = build_network(config, data.sample_shape, seed)
     check_run(config, network, data)
+    weights = class_weights(config.training.class_weight, data.classes, data.train.y)
+    if weights is not None:
+        network.class_weights = B.to_device(weights.astype(B.floatx))
     if init_from is not None:
         try:
             network.load_state_dict(load_model(init_from).weights)

@@ -381,6 +381,13 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
+    def _class_weight_needs_classes(self) -> "Config":
+        if self.training.class_weight is not None and self.loss.type not in ("cross_entropy", "binary_cross_entropy"):
+            raise ValueError(f"training.class_weight weighs classes; loss {self.loss.type} is a regression loss: "
+                             "remove class_weight")
+        return self
+
+    @model_validator(mode="after")
     def _loss_matches_output(self) -> "Config":
         problem = head_problem(self.model.layers, self.loss.type)
         if problem:

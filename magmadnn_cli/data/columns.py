@@ -41,6 +41,11 @@ class RawColumns:
         """The 1-based data row number of row i (for messages)."""
         return int(self.row_ids[i] if self.row_ids is not None else i) + 1
 
+    def first(self, mask: np.ndarray) -> int:
+        """Of the rows in `mask`, the one that comes first in the file."""
+        rows = np.flatnonzero(mask)
+        return int(rows[np.argmin(self.row_ids[rows])] if self.row_ids is not None else rows[0])
+
     def cells(self, j: int) -> np.ndarray:
         """Column j as text (numbers in their shortest form), missing cells as ''."""
         if j in self.text:
@@ -139,7 +144,7 @@ def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, stric
     codes = np.array([index.get(u, -1) for u in uniques], dtype=np.int64)[inverse.ravel()]
     unknown = int((codes < 0).sum())
     if unknown and strict:
-        row = int(np.flatnonzero(codes < 0)[0])
+        row = raw.first(codes < 0)
         raise DataError(f"{source}: column {col.name!r}, data row {raw.row(row)}: category {str(cells[row])!r} was not in the "
                         f"training data (known: {', '.join(col.categories[:12])}); unseen categories are refused "
                         "(data.unseen_categories: ignore encodes them as all zeros)")
@@ -175,7 +180,8 @@ def _numbers(raw: RawColumns, j: int, name: str, source: str) -> np.ndarray:
     try:
         values[~missing] = np.char.strip(cells[~missing].astype(str)).astype(np.float64)
     except ValueError:
-        bad = next(i for i in np.flatnonzero(~missing) if not _is_number(str(cells[i])))
+        texts = [u for u in np.unique(cells[~missing]) if not _is_number(str(u))]
+        bad = raw.first(np.isin(cells, texts) & ~missing)
         raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number "
                         f"(the column holds numbers: typed so, or so in the training rows); fix the cell, or type "
                         f"the column category (data.columns.{name}: category)") from None
@@ -193,9 +199,9 @@ def _is_number(text: str) -> bool:
 def _booleans(cells: np.ndarray, raw: RawColumns, name: str, source: str) -> np.ndarray:
     lowered = np.char.lower(np.char.strip(cells.astype(str)))
     true, false = np.isin(lowered, TRUE), np.isin(lowered, FALSE)
-    bad = np.flatnonzero(~(true | false))
-    if bad.size:
-        raise DataError(f"{source}: column {name!r}, data row {raw.row(int(bad[0]))}: {str(cells[bad[0]])!r} is not a boolean "
+    if not (true | false).all():
+        bad = raw.first(~(true | false))
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a boolean "
                         "(true/false, yes/no, t/f, y/n, 1/0); type the column category instead")
     return true
 
@@ -212,7 +218,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
         cells_missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
         strategy = spec.missing or cfg.missing_values
         if cells_missing.any() and strategy == "error":
-            row = raw.row(int(np.flatnonzero(cells_missing)[0]))
+            row = raw.row(raw.first(cells_missing))
             raise DataError(f"{source}: column {name!r}, data row {row}: a missing cell, and data.missing_values is "
                             "error; fill the data, or choose median, mean, most_frequent or constant")
         column = Column(name, kind, indicator=bool(spec.indicator if spec.indicator is not None

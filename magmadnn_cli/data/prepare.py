@@ -127,6 +127,25 @@ def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     return labels
 
 
+def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray) -> np.ndarray | None:
+    """Per-class loss weights: `balanced` = rows / (classes x the class's training rows), as
+    scikit-learn's class_weight='balanced'; a mapping {label: weight} (unlisted labels: 1)."""
+    if spec is None:
+        return None
+    if spec == "balanced":
+        counts = np.bincount(train_y.reshape(-1).astype(np.int64), minlength=len(classes))
+        return len(train_y) / (len(classes) * np.maximum(counts, 1))
+    known = {str(c): i for i, c in enumerate(classes)}
+    unknown = [str(k) for k in spec if str(k) not in known]
+    if unknown:
+        raise DataError(f"training.class_weight: no class {unknown[0]!r} in the data; the classes are "
+                        f"{', '.join(map(str, classes[:20]))}")
+    weights = np.ones(len(classes))
+    for label, weight in spec.items():
+        weights[known[str(label)]] = weight
+    return weights
+
+
 # -- splits and folds ----------------------------------------------------------------------------
 def stratified_order(n: int, seed: int, codes: np.ndarray | None) -> np.ndarray:
     """A seeded permutation of the rows; with class codes, reordered so that every prefix (and every

@@ -27,6 +27,7 @@ class Network:
         self.layers = list(layers)
         self.input_shape = tuple(input_shape)
         self.loss = loss
+        self.class_weights: Array | None = None  # per-class loss weights while training (training.class_weight)
         self.mode = nn.Mode()
         shape = self.input_shape
         self.activation_size = 0  # floats of layer outputs per sample (for memory estimates)
@@ -150,6 +151,7 @@ class Network:
         self._check_input(x)
         self.mode.training = True
         self.mode.set_batch(key, B.xp.arange(len(x)) if positions is None else positions)
+        self.loss_node.weights = self.class_weights
         (loss,) = self.train_graph.forward({self.x: x, self.y: y})
         self.train_graph.backward(scale=scale)
         return loss
@@ -157,6 +159,7 @@ class Network:
         """Eval-mode loss and predictions for one batch."""
         self._check_input(x)
         self.mode.training = False
+        self.loss_node.weights = None  # validation and test losses are unweighted
         loss, out = self.eval_graph.forward({self.x: x, self.y: y})
         return loss, out
 

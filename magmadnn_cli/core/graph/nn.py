@@ -124,8 +124,16 @@ class Dropout(Op):
 
 
 class SoftmaxCrossEntropy(Op):
-    """mean_i -log softmax(z_i)[y_i], fused and stable; gradient (softmax(z) - onehot(y)) / N.
-    Targets are class indices of shape (N,) or one-hot/probability rows of shape (N, C)."""
+    """mean_i w_i * -log softmax(z_i)[y_i], fused and stable; gradient w_i (softmax(z) - onehot(y)) / N.
+    Targets are class indices of shape (N,) or one-hot/probability rows of shape (N, C). `weights`
+    (per class, set by the network while training; None: all 1) weigh each row by its class."""
+
+    weights: Array | None = None
+
+    def _row_weights(self, y: Array) -> Array | None:
+        if self.weights is None:
+            return None
+        return self.weights[y] if y.ndim == 1 else y @ self.weights
 
     def forward(self, z: Array, y: Array) -> Array:
         xp = B.array_module(z)
@@ -135,9 +143,9 @@ class SoftmaxCrossEntropy(Op):
         self.p = e / s
         logp = shifted - xp.log(s)
         n = z.shape[0]
-        if y.ndim == 1:
-            return -logp[xp.arange(n), y].sum() / max(n, 1)
-        return -(y * logp).sum() / max(n, 1)
+        rows = -logp[xp.arange(n), y] if y.ndim == 1 else -(y * logp).sum(axis=1)
+        w = self._row_weights(y)
+        return (rows if w is None else rows * w).sum() / max(n, 1)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         z, y = (i.value for i in self.inputs)
@@ -148,35 +156,45 @@ class SoftmaxCrossEntropy(Op):
             d[xp.arange(n), y] -= 1.0
         else:
             d -= y
+        w = self._row_weights(y)
+        if w is not None:
+            d *= w[:, None]
         return d * (g / max(n, 1)), None
 
 
 class BinaryCrossEntropy(Op):
-    """mean -[y log p + (1-y) log(1-p)]. From logits z (p = sigmoid(z), computed stably as
-    max(z,0) - z y + log(1 + exp(-|z|)), gradient (p - y)/N) or from probabilities p (clipped)."""
+    """mean w(y) * -[y log p + (1-y) log(1-p)]. From logits z (p = sigmoid(z), computed stably as
+    max(z,0) - z y + log(1 + exp(-|z|)), gradient (p - y)/N) or from probabilities p (clipped).
+    `weights` = (w0, w1) per class while training (None: 1)."""
 
     EPS = 1e-7
+    weights: Array | None = None
 
     def __init__(self, pred: Node, target: Node, from_logits: bool = True) -> None:
         super().__init__(pred, target)
         self.from_logits = from_logits
 
+    def _weighted(self, values: Array, y: Array) -> Array:
+        return values if self.weights is None else values * (self.weights[0] + (self.weights[1] - self.weights[0]) * y)
+
     def forward(self, z: Array, y: Array) -> Array:
         xp = B.array_module(z)
         if self.from_logits:
-            return (xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))).sum() / max(z.size, 1)
-        p = xp.clip(z, self.EPS, 1 - self.EPS)
-        return -(y * xp.log(p) + (1 - y) * xp.log(1 - p)).sum() / max(z.size, 1)
+            rows = xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))
+        else:
+            p = xp.clip(z, self.EPS, 1 - self.EPS)
+            rows = -(y * xp.log(p) + (1 - y) * xp.log(1 - p))
+        return self._weighted(rows, y).sum() / max(z.size, 1)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         z, y = (i.value for i in self.inputs)
         xp = B.array_module(z)
         if self.from_logits:
             p = 0.5 * (1 + xp.tanh(0.5 * z))
-            return (p - y) * (g / max(z.size, 1)), None
+            return self._weighted(p - y, y) * (g / max(z.size, 1)), None
         p = xp.clip(z, self.EPS, 1 - self.EPS)
         inside = (z > self.EPS) & (z < 1 - self.EPS)
-        return (p - y) / (p * (1 - p)) * inside * (g / max(z.size, 1)), None
+        return self._weighted((p - y) / (p * (1 - p)) * inside, y) * (g / max(z.size, 1)), None
 
 
 class MeanSquaredError(Op):

@@ -1,0 +1,191 @@
+"""Messy tables: text categories, booleans and missing cells, typed (inferred or declared), fitted on
+training rows only, stored in the model and applied by evaluate and predict; regression targets
+standardized and returned in the data's units."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from magmadnn_cli.config.data import DataConfig
+from magmadnn_cli.data.columns import RawColumns, fit
+from magmadnn_cli.data.prepare import prepare
+from magmadnn_cli.errors import DataError
+
+MESSY = """\
+size,color,member,weight,label
+1.0,green,yes,10,small
+NA,red,no,,small
+3.0,green,,30,big
+4.0,?,yes,40,big
+5.0,blue,no,n/a,big
+"""
+
+
+def _cfg(tmp_path, text=MESSY, **data):
+    (tmp_path / "m.csv").write_text(text)
+    return DataConfig(train=tmp_path / "m.csv", target="label", validation_split=0.0, **data)
+
+
+def _columns(prepared):
+    return {c.name: c for c in prepared.encoder.columns}
+
+
+def test_types_are_inferred_and_missing_cells_filled_from_training_rows(tmp_path):
+    data = prepare(_cfg(tmp_path), "classification", 0)
+    cols = _columns(data)
+    assert [cols[n].kind for n in ("size", "color", "member", "weight")] == ["number", "category", "boolean", "number"]
+    assert cols["size"].fill == np.median([1, 3, 4, 5])          # NA: the median of the present cells
+    assert cols["weight"].fill == np.median([10, 30, 40])        # blank and n/a both missing
+    assert cols["color"].categories == ["blue", "green", "red"]  # '?' is missing, filled with the mode
+    assert cols["color"].fill == "green"
+    assert cols["member"].fill in ("true", "false")
+    # encoded width: size 1 + color 3 + member 1 + weight 1
+    assert data.sample_shape == (6,)
+    x = data.train.x
+    assert np.isfinite(x).all()
+    # rows in the data's order are recovered through the split permutation: find the row with size 2
+    # (impossible: size NA was filled with the median 3.5) -> exactly two rows have size 3.5? no: one
+    assert sum(np.isclose(data.normalizer.shift[0] + x[:, 0] * data.normalizer.spread[0], 3.5)) == 1
+    assert any("text columns read as categories" in n and "color (category, 3 values)" in n for n in data.notes)
+    assert any("median: size (1), weight (2)" in n for n in data.notes)
+
+
+def test_one_hot_columns_are_not_normalized(tmp_path):
+    data = prepare(_cfg(tmp_path, normalize="standard"), "classification", 0)
+    onehot = data.train.x[:, 1:4]
+    assert set(np.unique(onehot)) <= {0.0, 1.0} and (onehot.sum(axis=1) == 1).all()
+    assert abs(data.train.x[:, 0].mean()) < 1e-6                 # the number column is standardized
+
+
+@pytest.mark.parametrize("strategy,expected", [("mean", (1 + 3 + 4 + 5) / 4), ("median", 3.5),
+                                               ("most_frequent", 1.0), ("constant", -1.0)])
+def test_missing_value_strategies(tmp_path, strategy, expected):
+    spec = {"missing": strategy} | ({"fill_value": -1} if strategy == "constant" else {})
+    data = prepare(_cfg(tmp_path, columns={"size": spec}), "classification", 0)
+    assert _columns(data)["size"].fill == pytest.approx(expected)
+
+
+def test_missing_indicator_adds_a_column_for_columns_with_missing_cells(tmp_path):
+    data = prepare(_cfg(tmp_path, missing_indicator=True), "classification", 0)
+    names = data.encoder.output_names()
+    assert "size_missing" in names and "weight_missing" in names and "color_missing" in names
+    column = names.index("weight_missing")
+    assert data.train.x[:, column].sum() == 2                     # blank and n/a
+
+
+def test_missing_values_error_names_the_column_and_row(tmp_path):
+    with pytest.raises(DataError, match=r"column 'size', data row 2: a missing cell"):
+        prepare(_cfg(tmp_path, missing_values="error"), "classification", 0)
+
+
+def test_declared_types_override_inference(tmp_path):
+    data = prepare(_cfg(tmp_path, columns={"weight": "category", "member": "ignore"}), "classification", 0)
+    cols = _columns(data)
+    assert "member" not in cols and cols["weight"].kind == "category"
+    assert cols["weight"].categories == ["10", "30", "40"]      # numbers spelled shortest
+    with pytest.raises(DataError, match=r"column 'color', data row 1: 'green' is not a number"):
+        prepare(_cfg(tmp_path, columns={"color": "number"}), "classification", 0)
+
+
+def test_fit_uses_training_rows_only():
+    raw = RawColumns(np.array([[1.0], [np.nan], [100.0]], np.float32), {})
+    cfg = DataConfig(train="x.csv", target="y")
+    encoder, _ = fit(raw.rows(np.array([0, 1])), ["a"], cfg, "x.csv")
+    assert encoder.columns[0].fill == 1.0                          # not the median with the 100 row
+
+
+def _run(capsys, tmp_path, csv_text, extra_data="", loss="cross_entropy", head="3, activation: softmax", epochs=60):
+    (tmp_path / "train.csv").write_text(csv_text)
+    (tmp_path / "c.yaml").write_text(f"""\
+name: messy
+seed: 0
+device: cpu
+data: {{train: train.csv, target: label, validation_split: 0.0, normalize: standard{extra_data}}}
+model: {{layers: [{{type: dense, units: 16, activation: relu}}, {{type: dense, units: {head}}}]}}
+loss: {loss}
+optimizer: {{type: adam, learning_rate: 0.02}}
+training: {{epochs: {epochs}, batch_size: 16, checkpoint: false}}
+""")
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    return tmp_path / "run" / "model.npz"
+
+
+def _color_data(n=90, seed=0):
+    """The label is the color (a category); size is noise with missing cells."""
+    rng = np.random.default_rng(seed)
+    colors = np.array(["red", "green", "blue"])[np.arange(n) % 3]
+    sizes = [("NA" if i % 7 == 0 else f"{rng.normal():.3f}") for i in range(n)]
+    labels = {"red": "warm", "green": "plant", "blue": "cold"}
+    return "size,color,label\n" + "".join(f"{s},{c},{labels[c]}\n" for s, c in zip(sizes, colors))
+
+
+def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_path):
+    model = _run(capsys, tmp_path, _color_data())
+    (tmp_path / "new.csv").write_text("id,color,size,extra\n7,blue,,x\n8,red,0.5,y\n9,purple,1,z\n")
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--keep", "id")
+    assert code == 0, err
+    rows = [line.split(",") for line in out.splitlines()]
+    assert rows[0] == ["id", "prediction"] and rows[1] == ["7", "cold"] and rows[2] == ["8", "warm"]
+    assert "ignoring 1 column(s) the model does not use: extra" in err
+    assert "categories not seen in training, encoded as all zeros: color (1)" in err
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict", "-o", tmp_path / "p.csv")
+    assert code == 2 and "column 'color', data row 3: category 'purple' was not in the training data" in err
+    assert not (tmp_path / "p.csv").exists()
+    code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--json")
+    assert code == 0 and json.loads(out)["accuracy"] == 1.0
+
+
+def test_regression_targets_are_standardized_and_predicted_in_data_units(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 2))
+    price = 250_000 + 40_000 * x[:, 0] - 25_000 * x[:, 1]         # house prices: large targets
+    text = "a,b,label\n" + "".join(f"{a:.4f},{b:.4f},{p:.2f}\n" for (a, b), p in zip(x, price))
+    model = _run(capsys, tmp_path, text, loss="mse", head="1", epochs=80)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["train"]["r2"] > 0.99                           # R2 -8 before scaling
+    with np.load(model, allow_pickle=False) as f:
+        meta = json.loads(str(f["meta"]))
+    assert meta["target_scale"]["shift"][0] == pytest.approx(price.mean(), rel=1e-6)
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "train.csv")
+    predicted = np.array([float(v) for v in out.splitlines()[1:]])
+    assert np.abs(predicted - price).mean() < 0.05 * price.std()   # in dollars, not standard units
+    assert all(len(v.split(".")[-1]) <= 7 for v in out.splitlines()[1:])  # no 222.18209838867188
+    code, _, err = run_cli(capsys, "predict", model, tmp_path / "train.csv", "--proba")
+    assert code == 2 and "--proba gives class probabilities; this is a regression model" in err
+
+
+def test_target_normalize_none_keeps_raw_targets(tmp_path):
+    text = "a,label\n" + "".join(f"{i},{1000 + 10 * i}\n" for i in range(20))
+    (tmp_path / "m.csv").write_text(text)
+    cfg = DataConfig(train=tmp_path / "m.csv", target="label", validation_split=0.0)
+    assert abs(prepare(cfg, "regression", 0).train.y.mean()) < 1e-5
+    raw = prepare(cfg.model_copy(update={"target_normalize": "none"}), "regression", 0)
+    assert raw.train.y.mean() == pytest.approx(1095.0)
+
+
+def test_headerless_file_with_names(capsys, tmp_path):
+    rows = _color_data().splitlines()[1:]
+    (tmp_path / "h.data").write_text("\n".join(rows) + "\n")
+    (tmp_path / "c.yaml").write_text("""\
+name: headerless
+seed: 0
+device: cpu
+data: {train: h.data, names: [size, color, label], target: label, validation_split: 0.0}
+model: {layers: [{type: dense, units: 3, activation: softmax}]}
+loss: cross_entropy
+optimizer: {type: adam, learning_rate: 0.05}
+training: {epochs: 40, checkpoint: false}
+""")
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    model = tmp_path / "run" / "model.npz"
+    code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "h.data", "--json")
+    assert code == 0 and json.loads(out)["rows"] == 90 and json.loads(out)["accuracy"] == 1.0
+    (tmp_path / "with_header.csv").write_text(_color_data())      # a headed export of the same rows
+    code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "with_header.csv", "--json")
+    assert code == 0 and json.loads(out)["rows"] == 90
