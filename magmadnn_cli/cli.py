@@ -78,12 +78,21 @@ def train(config: ConfigArg, set_: SetOpt = None,
                                "(without it, a re-run writes runs/<name>-2, ... and an --out holding a run is refused)")] = False,
           processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                                help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None,
-          oversubscribe: OversubscribeOpt = False) -> None:
+          oversubscribe: OversubscribeOpt = False,
+          folds: Annotated[Optional[int], typer.Option("--folds", "-k", min=2, max=100, help="K-fold cross-validation "
+                           "(stratified): mean and std of every metric over the held-out folds; writes no model",
+                           show_default=False)] = None) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
     checkpoints (resume with --resume RUN_DIR)."""
     from .reporting import make_reporter
     from .commands.train import train as run_train
+    if folds is not None and (resume is not None or init_from is not None):
+        raise MagmaError("--folds runs a cross-validation from scratch; it takes neither --resume nor --init-from")
     cfg, comm = _config_on_ranks(config, set_, processes, oversubscribe=oversubscribe)
+    if folds is not None:
+        from .commands.crossval import train_folds
+        train_folds(cfg, folds, out_dir, make_reporter(quiet, comm.rank), comm, overwrite)
+        return
     run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume, overwrite=overwrite)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..data.csv_reader import csv_header, first_row
-from ..data.prepare import Split, encode_features, encode_targets, prepare, unseen_note
+from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.tables import ReadSpec, Table, reader_for
 from ..errors import DataError, MagmaError
 from ..files import atomic_write, fingerprint
@@ -71,7 +71,8 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
         x, unseen = _inputs(table, saved, strict)
         if (note := unseen_note(unseen, str(data_path))) and warn:
             warn(note)
-        data = Split(x, saved.targets(encode_targets(table.y, saved.task, saved.classes, str(data_path))))
+        y = map_labels(table.y, saved.config.data.label_map)
+        data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path))))
         source = str(data_path)
     report = split_report(network, data, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size,
                           targets=saved.targets)

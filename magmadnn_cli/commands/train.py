@@ -71,7 +71,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if config.seed is None:  # drawn once for all ranks, or the resumed run's
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
-    out_dir = _output_folder(out_dir, ckpt, config, comm, overwrite, reporter)
+    out_dir = output_folder(out_dir, ckpt, config, comm, overwrite, reporter)
     with locked(comm, out_dir, "run"):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if ckpt is not None:
@@ -92,7 +92,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     return RunResult(out_dir, metrics, history)
 
 
-def _output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
+def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
                    overwrite: bool, reporter: Reporter) -> Path:
     """--out, the resumed run's folder, or runs/<name> (its next free version when it holds a run). A
     resume continues in the checkpoint's own run folder (or any folder, for a checkpoint kept
@@ -108,16 +108,17 @@ def _output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, 
 
 
 def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
-          init_from: Path | None = None) -> Run:
-    """Select the device, read and split the data, build the network, optimizer and trainer, and make
-    every check a run makes before its first step (`validate` runs exactly this)."""
+          init_from: Path | None = None, fold: tuple[int, int] | None = None) -> Run:
+    """Select the device, read and split the data (fold k of K: its test split), build the network,
+    optimizer and trainer, and make every check a run makes before its first step (`validate` runs
+    exactly this)."""
     reporter = reporter or Reporter()
     seed = config.seed if config.seed is not None else 0
     device = B.select(config.device, config.precision, config.memory)
     if device == "gpu":
         B.use_gpu_device(comm.local_rank)
     task = task_of(config)
-    data = prepare(config.data, task, seed)
+    data = prepare(config.data, task, seed, fold)
     network = build_network(config, data.sample_shape, seed)
     check_run(config, network, data)
     weights = class_weights(config.training.class_weight, data.classes, data.train.y)

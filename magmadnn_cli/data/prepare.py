@@ -116,6 +116,21 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
     return idx.astype(B.floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
 
 
+def map_labels(y: np.ndarray | None, mapping: dict[Any, Any]) -> np.ndarray | None:
+    """Targets with data.label_map applied (labels compared as spelled); types re-inferred."""
+    if not mapping or y is None:
+        return y
+    lookup = {str(k): str(v) for k, v in mapping.items()}
+    uniques, inverse = np.unique(y.astype(str), return_inverse=True)
+    mapped = np.array([lookup.get(u, u) for u in uniques])[inverse.ravel()]
+    for kind in (np.int64, np.float64):
+        try:
+            return mapped.astype(kind)
+        except (ValueError, OverflowError):
+            continue
+    return mapped
+
+
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     if task == "regression":
         return []
@@ -214,6 +229,7 @@ def _read(cfg: DataConfig, seed: int) -> Table:
     table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, ReadSpec.of(cfg))
     if table.y is None:
         raise DataError(f"{table.source}: no targets")
+    table.y = map_labels(table.y, cfg.label_map)
     return table
 
 
@@ -250,7 +266,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             if ox.shape[1:] != x.shape[1:]:
                 raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
             notes += [n for n in [unseen_note(unseen, str(path))] if n]
-            splits[name] = Split(normalizer(ox), targets(encode_targets(other.y, task, classes, str(path))))
+            oy = map_labels(other.y, cfg.label_map)
+            splits[name] = Split(normalizer(ox), targets(encode_targets(oy, task, classes, str(path))))
         elif len(parts[name]):
             splits[name] = Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
         else:

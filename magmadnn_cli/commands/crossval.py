@@ -1,0 +1,114 @@
+"""`magmadnn train CONFIG --folds K`: stratified K-fold cross-validation (Ludwig's `experiment
+--k_fold`, scikit-learn's `cross_validate`). Fold k holds out every K-th row of the stratified
+order as its test split and trains on the rest (data.validation_split of them kept for
+validation); the report is each metric's mean and standard deviation over the folds. Under MPI
+the folds are dealt to the ranks (fold k on rank k mod N), each training alone."""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..config.schema import Config
+from ..distributed import Communicator, SingleProcess
+from ..errors import MagmaError
+from ..files import fingerprint, write_json, write_text
+from ..reporting import Reporter, metrics_table
+from .run_dir import locked
+
+SPLITS = ("train", "validation", "test")
+
+
+def fold_metrics(config: Config, k: int, folds: int) -> dict[str, Any]:
+    """Train on every fold but k and report each split's metrics (fold k is the test split)."""
+    from .train import build, report  # noqa: PLC0415 (train imports this module's neighbours)
+    started = time.perf_counter()
+    run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
+    history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper)
+    run.trainer.check_weights()
+    return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per split and metric: the mean and the standard deviation (numpy's, ddof 0) over the folds."""
+    out: dict[str, dict[str, dict[str, float]]] = {"mean": {}, "std": {}}
+    for split in SPLITS:
+        keys = [k for k, v in results[0].get(split, {}).items() if isinstance(v, (int, float))]
+        for key in keys:
+            values = np.array([r[split][key] for r in results if r.get(split) and r[split].get(key) is not None],
+                              dtype=np.float64)
+            if values.size:
+                out["mean"].setdefault(split, {})[key] = float(values.mean())
+                out["std"].setdefault(split, {})[key] = float(values.std())
+    return out
+
+
+def train_folds(config: Config, folds: int, out_dir: Path | None = None, reporter: Reporter | None = None,
+                comm: Communicator | None = None, overwrite: bool = False) -> tuple[Path, dict[str, Any]]:
+    """`train --folds K`: the seed (drawn once for all ranks if unset) and the run folder chosen as
+    `train` chooses them, then `cross_validate`."""
+    from .train import output_folder  # noqa: PLC0415
+    comm, reporter = comm or SingleProcess(), reporter or Reporter()
+    if config.seed is None:
+        config = config.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
+    out_dir = output_folder(out_dir, None, config, comm, overwrite, reporter)
+    return out_dir, cross_validate(config, folds, out_dir, reporter, comm)
+
+
+def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter,
+                   comm: Communicator | None = None) -> dict[str, Any]:
+    """Run the K folds (dealt over the ranks), write metrics.json (per fold, mean, std), metrics.csv
+    (one row per fold) and config.yaml to `out_dir`; return the metrics (on every rank)."""
+    comm = comm or SingleProcess()
+    if config.data.validation is not None or config.data.test is not None:
+        raise MagmaError("--folds splits data.train into folds; data.validation / data.test files are not used by "
+                         "cross-validation: remove them (or train without --folds)")
+    started = time.perf_counter()
+    reporter.info(f"{config.name}: {folds}-fold cross-validation ({'stratified' if config.data.stratify else 'shuffled'}, "
+                  f"seed {config.seed}), {comm.size} process(es)"
+                  + ("; data.test_split is not used: each fold holds out 1/K of the rows" if config.data.test_split else ""))
+    with locked(comm, out_dir, "run"):
+        mine = {}
+        for k in range(comm.rank, folds, comm.size):
+            mine[k] = fold_metrics(config, k, folds)
+            _say(reporter, mine[k], folds)
+        gathered = {k: r for part in comm.allgather(mine) for k, r in part.items()}
+        results = [gathered[k] for k in range(folds)]
+        metrics = {"name": config.name, "folds": folds, "processes": comm.size,
+                   "wall_time_s": round(time.perf_counter() - started, 3),
+                   "data_sha256": fingerprint(config.data.train), **summarize(results), "per_fold": results}
+        if comm.is_root:
+            _write(out_dir, config, metrics)
+            rows = {f"{split} {stat}": metrics[stat][split] for split in ("test", "train")
+                    for stat in ("mean", "std") if split in metrics[stat]}
+            reporter.table(metrics_table(f"{config.name} — {folds}-fold cross-validation (test = the held-out fold)", rows))
+            reporter.info(f"wrote {out_dir}/metrics.json, metrics.csv, config.yaml (no model: train without --folds "
+                          "for one)")
+        comm.barrier()
+    return metrics
+
+
+def _say(reporter: Reporter, result: dict[str, Any], folds: int) -> None:
+    test = result["test"]
+    shown = " ".join(f"{k}={test[k]:.4f}" for k in ("accuracy", "mcc", "r2", "loss") if k in test)
+    reporter.info(f"fold {result['fold']}/{folds}: held-out {shown} ({result['epochs_run']} epochs, "
+                  f"{result['wall_time_s']:.1f} s)")
+
+
+def _write(out_dir: Path, config: Config, metrics: dict[str, Any]) -> None:
+    write_json(out_dir / "metrics.json", metrics)
+    columns = ["fold"] + [f"{split}_{k}" for split in SPLITS for k in metrics["mean"].get(split, {})]
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    for r in metrics["per_fold"]:
+        writer.writerow([r["fold"]] + [r.get(c.split("_", 1)[0], {}).get(c.split("_", 1)[1], "") for c in columns[1:]])
+    write_text(out_dir / "metrics.csv", text.getvalue())
+    write_text(out_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
