@@ -26,14 +26,15 @@ from .run_dir import locked
 SPLITS = ("train", "validation", "test")
 
 
-def fold_metrics(config: Config, k: int, folds: int) -> dict[str, Any]:
-    """Train on every fold but k and report each split's metrics (fold k is the test split)."""
+def fold_metrics(config: Config, k: int, folds: int) -> tuple[dict[str, Any], list[str]]:
+    """Train on every fold but k and report each split's metrics (fold k is the test split), with
+    what the data preparation noted (types inferred, cells imputed)."""
     from .train import build, report  # noqa: PLC0415 (train imports this module's neighbours)
     started = time.perf_counter()
     run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
     history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper)
     run.trainer.check_weights()
-    return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}
+    return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}, run.data.notes
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -77,7 +78,9 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
     with locked(comm, out_dir, "run"):
         mine = {}
         for k in range(comm.rank, folds, comm.size):
-            mine[k] = fold_metrics(config, k, folds)
+            mine[k], notes = fold_metrics(config, k, folds)
+            for note in notes if k == comm.rank else []:  # said once (fold 1's training rows)
+                reporter.info(note)
             _say(reporter, mine[k], folds)
         gathered = {k: r for part in comm.allgather(mine) for k, r in part.items()}
         results = [gathered[k] for k in range(folds)]
