@@ -105,3 +105,24 @@ def test_the_raw_uci_cleveland_file_trains_by_its_config(capsys, tmp_path):
     metrics = json.loads((tmp_path / "cv" / "metrics.json").read_text())
     assert metrics["mean"]["test"]["accuracy"] >= 0.80 and metrics["mean"]["test"]["mcc"] >= 0.60
     assert "missing cells filled" in out + err
+
+
+def test_search_folds_scores_trials_by_cross_validation(capsys, tmp_path):
+    base = (ROOT / "configs" / "iris.yaml").read_text().replace("../datasets/iris.csv", str(ROOT / "datasets" / "iris.csv"))
+    (tmp_path / "s.yaml").write_text(base + "search: {method: grid, folds: 3, space: {optimizer.learning_rate: "
+                                            "[0.001, 0.05]}}\n")
+    code, _, err = run_cli(capsys, "tune", tmp_path / "s.yaml", "--out", tmp_path / "search", "-q",
+                           "--set", "training.epochs=8")
+    assert code == 0, err
+    trials = (tmp_path / "search" / "trials.csv").read_text().splitlines()
+    assert "cv_std_accuracy" in trials[0] and len(trials) == 3
+    header = trials[0].split(",")
+    for line in trials[1:]:  # each trial's objective is the mean held-out accuracy of its folds
+        row = dict(zip(header, line.split(",")))
+        folds = json.loads((tmp_path / "search" / "trials" / row["trial"] / "metrics.json").read_text())
+        assert float(row["val_accuracy"]) == pytest.approx(folds["mean"]["test"]["accuracy"])
+        assert folds["folds"] == 3
+    assert (tmp_path / "search" / "model.npz").exists()
+    code, out, err = run_cli(capsys, "train", tmp_path / "search" / "best_config.yaml", "--folds", "3", "--out",
+                             tmp_path / "again", "-q")
+    assert code == 0, err

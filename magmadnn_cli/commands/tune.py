@@ -135,6 +135,10 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
     try:
         config = trial_config(base, overrides)
         search = SearchConfig.model_validate(base["search"])
+        if search.folds:
+            result.update(_cross_validated(config, search.folds, out_dir / "trials" / str(index)))
+            result["time_s"] = round(time.perf_counter() - started, 3)
+            return result
         run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=prune, checkpoints=False,
                     overwrite=True)  # a trial killed before it was journaled runs again
     except ValidationError as exc:
@@ -151,6 +155,17 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
                       status="pruned" if run.history.pruned else "ok")
     result["time_s"] = round(time.perf_counter() - started, 3)
     return result
+
+
+def _cross_validated(config: Config, folds: int, out_dir: Path) -> dict[str, Any]:
+    """A trial scored by K-fold cross-validation: its validation metrics are the held-out folds'
+    means (no pruning: every fold runs its budget)."""
+    from .crossval import train_folds  # noqa: PLC0415
+    _, metrics = train_folds(config, folds, out_dir, overwrite=True)
+    mean, std = metrics["mean"]["test"], metrics["std"]["test"]
+    epochs = [f["epochs_run"] for f in metrics["per_fold"]]
+    return {"val_accuracy": mean.get("accuracy"), "val_loss": mean.get("loss"), "cv_std_accuracy": std.get("accuracy"),
+            "epochs": round(sum(epochs) / len(epochs), 1), "curve": [], "status": "ok"}
 
 
 def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: Communicator | None = None,
@@ -320,7 +335,8 @@ def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> None:
 
 def write_results(results: list[dict], base: dict, out_dir: Path, search: SearchConfig, reporter: Reporter) -> None:
     params = list(dict.fromkeys(k for r in results for k in r if k.startswith("param:")))
-    columns = ["trial", "status", *params, "val_accuracy", "val_loss", "objective", "epochs", "time_s", "reason"]
+    columns = ["trial", "status", *params, "val_accuracy", "val_loss", *(["cv_std_accuracy"] if search.folds else []),
+               "objective", "epochs", "time_s", "reason"]
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
@@ -337,7 +353,13 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
     best_config = trial_config(base, overrides).model_dump(mode="json")
     write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
-    best_model = (out_dir / "trials" / str(best["trial"]) / "model.npz").read_bytes()
+    best_dir = out_dir / "trials" / str(best["trial"])
+    if search.folds:  # cross-validated trials keep no model: the best config is trained once, as train would
+        from .train import train  # noqa: PLC0415
+        reporter.info(f"training the best config (trial {best['trial']}) for the search's model.npz")
+        train(trial_config(base, overrides), best_dir / "model", comm=SingleProcess(), checkpoints=False, overwrite=True)
+        best_dir = best_dir / "model"
+    best_model = (best_dir / "model.npz").read_bytes()
     atomic_write(out_dir / "model.npz", lambda f: f.write(best_model))
     reporter.table(trials_table(results, search))
     reporter.info(f"best: trial {best['trial']} objective={objective_value(search, best):.4f} "
