@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import BLOBS_CONFIG, run_cli
+from magmadnn_cli.config.data import DataConfig
 
 
 def _rows(n=60, seed=0, labels=("cat", "dog", "eel")):
@@ -109,3 +110,39 @@ def test_header_checks_are_linear_in_the_column_count(tmp_path):
     start = time.perf_counter()
     assert csv_header(path, detect(path)) == names
     assert time.perf_counter() - start < 1.0
+
+
+FAST_CASES = {
+    "plain": lambda p: _write(p),
+    "quoted": lambda p: _write(p, quote_all=True),
+    "bom": lambda p: _write(p, bom=True),
+    "semicolons": lambda p: _write(p, delimiter=";"),
+    "latin1": lambda p: _write(p, encoding="latin-1", labels=("café", "thé", "eau")),
+    "missing cells": lambda p: p.write_text("f1,f2,label\n1.5,NA,a\n,2.25,b\n?,nan,a\n0.1,1e-3,b\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAST_CASES))
+def test_pyarrow_and_the_line_reader_give_identical_tables(case, tmp_path, monkeypatch):
+    """pyarrow reads the numeric files (the line reader is never asked), the line reader reads them
+    the same: values, missing cells and labels as spelled."""
+    pytest.importorskip("pyarrow")
+    from magmadnn_cli.data import tables
+    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    path = tmp_path / "d.csv"
+    FAST_CASES[case](path)
+    spec = ReadSpec("label", None, True, DataConfig(train=path, target="label", encoding="latin-1" if case == "latin1" else "utf-8"))
+    slow = read_csv(path, spec, fast=False)
+    with monkeypatch.context() as m:
+        m.setattr(tables, "csv_chunks", lambda *a, **k: pytest.fail("the line reader was used"))
+        fast = read_csv(path, spec)
+    np.testing.assert_array_equal(fast.x, slow.x)
+    assert fast.x.dtype == slow.x.dtype and fast.features == slow.features
+    assert fast.y.tolist() == slow.y.tolist()
+
+
+def test_text_columns_fall_back_to_the_line_reader(tmp_path):
+    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    (tmp_path / "d.csv").write_text("f1,color,label\n1,red,a\n2,blue,b\n")
+    table = read_csv(tmp_path / "d.csv", ReadSpec("label"))
+    assert table.raw.text[1].tolist() == ["red", "blue"]

@@ -52,7 +52,7 @@ def is_stream(path: Path) -> bool:
         return False
 
 
-def _stream_bytes(path: Path) -> bytes:
+def stream_bytes(path: Path) -> bytes:
     """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
     them; bounded by half the memory available."""
     key = str(path)
@@ -78,7 +78,7 @@ def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
     encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
     suffix = path.suffix.lower()
     if is_stream(path):
-        raw: Any = io.BytesIO(_stream_bytes(path))
+        raw: Any = io.BytesIO(stream_bytes(path))
         if suffix in DECOMPRESSORS:
             raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
         return io.TextIOWrapper(raw, encoding=encoding, newline="")

@@ -15,6 +15,7 @@ from ..config.data import DataConfig, SyntheticData
 from ..core import backend as B
 from ..errors import DataError
 from ..files import load_npz
+from .arrow_csv import read_numeric
 from .columns import RawColumns
 from .csv_reader import STDIN, CsvFormat, check_file, csv_header, detect, is_stream, iter_csv_chunks, parse_cells, \
     parse_rows
@@ -114,7 +115,18 @@ def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536) -> Iterator[
         done += len(x)
 
 
-def read_csv(path: Path, spec: ReadSpec) -> Table:
+def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
+    """The whole file: numeric feature columns through pyarrow when it takes them, else (text
+    columns, anything unusual, or `fast` off) the line reader, chunk by chunk."""
+    if fast and not spec.keep:
+        fmt = spec.csv_format(path)
+        _, wanted = _csv_columns(path, spec, fmt)
+        target = spec.target if spec.need_target else None
+        arrow = read_numeric(path, fmt, wanted, target, spec.dtype or B.floatx) if not spec.text_columns(wanted) else None
+        if arrow is not None:
+            x, y = arrow
+            _check_finite(x, path, wanted)
+            return Table(RawColumns(x), _typed_labels(y) if y is not None else None, wanted, str(path))
     parts = list(csv_chunks(path, spec))
     if not parts:
         raise DataError(f"{path}: the CSV has a header but no data rows")
