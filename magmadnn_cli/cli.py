@@ -223,6 +223,33 @@ def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning cur
 
 
 @app.command()
+def bench(layers: Annotated[str, typer.Option(help="hidden-layer counts L to time, comma-separated")] = "1,2,3,4",
+          samples: Annotated[int, typer.Option(min=1, help="MNIST-shaped training rows")] = 60000,
+          epochs: Annotated[int, typer.Option(min=1, help="epochs per depth")] = 5,
+          device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto",
+          as_json: Annotated[bool, typer.Option("--json", metavar="", help="print a JSON list of per-depth records")] = False) -> None:
+    """The MagmaDNN paper's benchmark: 784 -> L x 528 sigmoid -> 10, batch 100, SGD, whole epochs;
+    ours beside the GEMM-only floor and PyTorch eager (when installed) on the same device."""
+    from .commands.bench import bench as run_bench
+    from .reporting import bench_table
+    try:
+        depths = [int(v) for v in layers.split(",") if v.strip()]
+    except ValueError:
+        raise MagmaError(f"--layers: expected comma-separated whole numbers like 1,2,3,4; received {layers!r}") from None
+    if not depths or min(depths) < 0 or max(depths) > 64:
+        raise MagmaError(f"--layers: expected depths from 0 to 64; received {layers!r}")
+    if device not in ("auto", "cpu", "gpu"):
+        raise MagmaError(f"--device: expected auto, cpu or gpu; received {device!r}")
+    say = None if as_json else (lambda r: err.print(f"L={r['layers']}: {r['seconds']:.3f} s", markup=False, highlight=False))
+    records = run_bench(depths, samples, epochs, device, say)
+    if as_json:
+        from .files import to_json
+        print(to_json(records))
+        return
+    out.print(bench_table(records))
+
+
+@app.command()
 def schema() -> None:
     """The JSON Schema of the config file (for editor completion and checks)."""
     from .config.json_schema import json_schema

@@ -158,3 +158,20 @@ def grid(title: str, columns: list[str], rows: list[list[str]], left: int = 1) -
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # cells hold user text (names, labels): never markup
     return table
+
+
+def bench_table(records: list[dict[str, Any]]) -> Table:
+    """`magmadnn bench`'s records: seconds per depth, against PyTorch and the GEMM floor."""
+    first = records[0]
+    title = (f"MagmaDNN paper MLP: {first['samples']:,} rows x {first['epochs']} epochs, batch {first['batch']}, "
+             f"device {first['device']}")
+
+    def secs(v: Any) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    rows = [[str(r["layers"]), secs(r["seconds"]), secs(r["torch_seconds"]),
+             "-" if r["torch_seconds"] is None else f"{r['seconds'] / r['torch_seconds']:.2f}",
+             secs(r["floor_seconds"]), f"{r['seconds'] / r['floor_seconds']:.2f}", secs(r["delta_per_layer_s"])]
+            for r in records]
+    return grid(title, ["L", "ours s", "PyTorch s", "ours/PyTorch", "GEMM floor s", "ours/floor", "delta/layer s"],
+                rows)

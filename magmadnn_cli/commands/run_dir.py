@@ -41,6 +41,7 @@ def classify(folder: Path) -> str:
         names = {p.name for p in folder.iterdir()} - {LOCK}
     except OSError as exc:
         raise MagmaError(f"{folder}: cannot read the folder: {exc.strerror or exc}") from exc
+    names = {n for n in names if not (n.startswith(f".{MARKER}.") and n.endswith(".tmp"))}  # a marker killed mid-write
     if not names:
         return "empty"
     if MARKER in names:

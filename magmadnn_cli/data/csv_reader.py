@@ -155,7 +155,9 @@ def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
         raise DataError(f"{path}: empty file; expected a CSV with a header row")
     if fmt.names is not None:
         if len(header) != len(fmt.names):
-            raise DataError(f"{path}:1: the row has {len(header)} fields; data.names lists {len(fmt.names)} columns")
+            shown = ", ".join(fmt.names[:8]) + (", ..." if len(fmt.names) > 8 else "")
+            raise DataError(f"{path}:1: the row has {len(header)} fields; data.names lists {len(fmt.names)} columns "
+                            f"({shown}): give rows of those columns, with or without a header row")
         return list(fmt.names)
     names = [h.strip() for h in header]
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
