@@ -146,3 +146,28 @@ def test_text_columns_fall_back_to_the_line_reader(tmp_path):
     (tmp_path / "d.csv").write_text("f1,color,label\n1,red,a\n2,blue,b\n")
     table = read_csv(tmp_path / "d.csv", ReadSpec("label"))
     assert table.raw.text[1].tolist() == ["red", "blue"]
+
+
+def test_quoted_fields_may_hold_line_breaks(capsys, tmp_path):
+    """RFC 4180: a quoted field spans lines. Both readers take it: pyarrow (numeric features, a
+    multi-line label) and the line reader (a multi-line category), and predict reads it back."""
+    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    rows = [(i % 3 * 3.0 + 0.01 * i, ("blue", "dark\nred", "green")[i % 3], ("dog", "big\ncat", "eel")[i % 3])
+            for i in range(60)]
+    text = "size,color,label\n" + "".join(f'{s},"{c}","{lab}"\n' for s, c, lab in rows)
+    (tmp_path / "m.csv").write_text(text)
+    fast = read_csv(tmp_path / "m.csv", ReadSpec("label", ["size"]))
+    slow = read_csv(tmp_path / "m.csv", ReadSpec("label", ["size"]), fast=False)
+    assert fast.y.tolist() == slow.y.tolist() == [lab for _, _, lab in rows]
+    np.testing.assert_array_equal(fast.x, slow.x)
+    both = read_csv(tmp_path / "m.csv", ReadSpec("label"))
+    assert both.raw.text[1].tolist()[:2] == ["blue", "dark\nred"]
+    (tmp_path / "c.yaml").write_text(BLOBS_CONFIG.replace("blobs.csv", "m.csv"))
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "m.csv", "-o",
+                             tmp_path / "p.csv")
+    assert code == 0, err
+    import csv as _csv
+    predicted = [r[0] for r in _csv.reader((tmp_path / "p.csv").open())][1:]
+    assert predicted == [lab for _, _, lab in rows]

@@ -54,7 +54,7 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
             source,
             read_options=pacsv.ReadOptions(encoding=codecs.lookup(fmt.encoding).name, block_size=1 << 24,
                                            column_names=list(fmt.names) if fmt.names else None),
-            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter),
+            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 include_columns=wanted, null_values=NULLS, strings_can_be_null=False,
                 column_types={**{f: kind for f in features}, **({target: pa.string()} if target else {})}))

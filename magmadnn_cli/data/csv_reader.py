@@ -239,12 +239,19 @@ CHUNK_CHARS = 1 << 23  # characters of CSV text per chunk (8 Mi: bounded memory 
 
 
 def _read_lines(f: TextIO, chunk_rows: int, chunk_chars: int) -> list[str]:
-    """Up to `chunk_rows` lines, stopping once they hold `chunk_chars` characters."""
+    """Up to `chunk_rows` records, stopping once they hold `chunk_chars` characters. A record whose
+    quotes are open at the line's end (RFC 4180: a quoted field may hold line breaks) takes the
+    next lines until they close (bounded by MAX_LINE characters in all)."""
     lines, size = [], 0
     while len(lines) < chunk_rows and size < chunk_chars:
         line = f.readline(MAX_LINE)
         if not line:
             break
+        while line.count('"') % 2 and len(line) < MAX_LINE and line.endswith("\n"):
+            more = f.readline(MAX_LINE)
+            if not more:
+                break
+            line += more
         lines.append(line)
         size += len(line)
     return lines
@@ -271,6 +278,7 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
                     raise DataError(f"{path}:{line_no + long}: a line longer than {MAX_LINE:,} characters; not a CSV "
                                     "of rows (a binary or corrupt file?)")
                 read += sum(map(len, lines))
+                physical = sum(line.count("\n") for line in lines)
                 if read > limit:
                     raise DataError(f"{path}: holds (or inflates to) more than {B.gib(limit)} of text, half the memory "
                                     "available; refused (a gzip bomb, or data too large for this machine)")
@@ -278,7 +286,7 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
                 if not lines:
                     return
                 yield line_no, lines
-                line_no += len(lines)
+                line_no += physical
     except UnicodeDecodeError as exc:
         raise _decode_error(path, exc, fmt.encoding, line_no) from exc
     except READ_ERRORS as exc:
