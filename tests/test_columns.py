@@ -189,3 +189,23 @@ training: {epochs: 40, checkpoint: false}
     (tmp_path / "with_header.csv").write_text(_color_data())      # a headed export of the same rows
     code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "with_header.csv", "--json")
     assert code == 0 and json.loads(out)["rows"] == 90
+
+
+def test_a_misspelt_column_in_data_columns_is_named_with_a_suggestion(tmp_path):
+    with pytest.raises(DataError, match=r"data.columns names 'colour', which is not a column of the file; "
+                                        r"did you mean 'color'\?"):
+        prepare(_cfg(tmp_path, columns={"colour": "category"}), "classification", 0)
+
+
+@pytest.mark.parametrize("entry,where", [("categry", "data.columns.city:"), ("{type: categry}", "data.columns.city.type:")])
+def test_a_misspelt_column_type_is_one_problem_with_a_suggestion(capsys, tmp_path, entry, where):
+    (tmp_path / "c.yaml").write_text(f"""\
+name: t
+data: {{train: m.csv, target: label, columns: {{city: {entry}}}}}
+model: {{layers: [{{type: dense, units: 2, activation: softmax}}]}}
+loss: cross_entropy
+optimizer: sgd
+""")
+    code, _, err = run_cli(capsys, "validate", tmp_path / "c.yaml")
+    assert code == 2 and "(1 problem)" in err and where in err and "did you mean 'category'?" in err
+    assert "ColumnSpec" not in err and "function-after" not in err

@@ -241,8 +241,9 @@ def _data_path(data: Any, loc: Location) -> Location:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             path.append(part)
             node = node[part]
-        elif isinstance(node, dict) and part not in node and isinstance(part, str) and \
-                (node.get("type") == part or part in ("str", "function-after", "literal") or "[" in part):
+        elif isinstance(part, str) and not (isinstance(node, dict) and part in node) and \
+                ((isinstance(node, dict) and node.get("type") == part) or part in ("str", "function-after", "literal")
+                 or "[" in part):
             continue  # a discriminator tag or a union member name
         else:
             path.append(part)
@@ -327,12 +328,27 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
     return message, extra
 
 
+SHAPE_MISMATCHES = ("model_type", "dict_type", "model_attributes_type")
+
+
+def _other_member(error: dict[str, Any], path: Location, paths: list[Location]) -> bool:
+    """A union member's complaint that the value has the wrong shape ('expected a mapping' for a
+    string, 'invalid value' for a mapping) when another member reports on the same value."""
+    siblings = sum(1 for q in paths if q[:len(path)] == path) > 1
+    wrong_shape = error["type"] in SHAPE_MISMATCHES or (error["type"] == "literal_error"
+                                                        and isinstance(error.get("input"), (dict, list)))
+    return siblings and wrong_shape
+
+
 def format_validation_error(exc: ValidationError, data: Any, file: Path, lines: dict[Location, int],
                             origins: dict[Location, str]) -> str:
     blocks: list[str] = []
     seen: set[str] = set()
-    for error in exc.errors():
-        path = _data_path(data, error["loc"])
+    errors = exc.errors()
+    paths = [_data_path(data, e["loc"]) for e in errors]
+    for error, path in zip(errors, paths):
+        if _other_member(error, path, paths):
+            continue  # a union's member that does not fit the value's shape, beside the one that does
         if error["type"] == "missing" and error["loc"] and error["loc"][-1] not in path:
             path = path + (error["loc"][-1],)
         what, extra = _describe(error, data, path)

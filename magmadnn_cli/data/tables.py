@@ -5,6 +5,7 @@ CIFAR-10 batches; plus synthetic teacher-network data."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -89,6 +90,11 @@ def _csv_columns(path: Path, spec: ReadSpec, fmt: CsvFormat) -> tuple[list[str],
                         + f"; the file has {', '.join(names[:20])}")
     if not wanted:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
+    unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]
+    if unknown and not spec.features:
+        close = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6)
+        raise DataError(f"{path}: data.columns names {unknown[0]!r}, which is not a column of the file"
+                        + (f"; did you mean {close[0]!r}?" if close else f"; columns are {', '.join(names[:20])}"))
     absent = [k for k in spec.keep if k not in present]
     if absent:
         raise DataError(f"{path}: no column {absent[0]!r} to keep; columns are {', '.join(names[:20])}")
