@@ -22,14 +22,12 @@ from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from .run_dir import locked
-
-SPLITS = ("train", "validation", "test")
+from .train import SPLITS, build, output_folder, report
 
 
 def fold_metrics(config: Config, k: int, folds: int) -> tuple[dict[str, Any], list[str]]:
     """Train on every fold but k and report each split's metrics (fold k is the test split), with
     what the data preparation noted (types inferred, cells imputed)."""
-    from .train import build, report  # noqa: PLC0415 (train imports this module's neighbours)
     started = time.perf_counter()
     run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
     history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper)
@@ -55,7 +53,6 @@ def train_folds(config: Config, folds: int, out_dir: Path | None = None, reporte
                 comm: Communicator | None = None, overwrite: bool = False) -> tuple[Path, dict[str, Any]]:
     """`train --folds K`: the seed (drawn once for all ranks if unset) and the run folder chosen as
     `train` chooses them, then `cross_validate`."""
-    from .train import output_folder  # noqa: PLC0415
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
     if config.seed is None:
         config = config.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})

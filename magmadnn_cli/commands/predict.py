@@ -127,38 +127,17 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     B.select(device, saved.config.precision)
     network = restore(saved)
-    reader = reader_for(data_path)
-    if keep and reader.name != "csv":
-        raise DataError(f"{data_path}: --keep copies CSV columns; this is {reader.name} data")
-    spec = _spec(data_path, saved, False, tuple(keep))
+    chunks = _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn)
     header = list(keep) + _header(saved, network, proba)
-    chunks, unseen = reader.chunks(data_path, spec, chunk_rows), {}
-    first = next(chunks, None)  # the columns are checked before anything is written
-    if first is None:
-        raise DataError(f"{data_path}: no data rows")
-    chunks = itertools.chain([first], chunks)
-    extra = _extra_columns(data_path, spec, saved)
-    if extra and warn:
-        warn(f"{data_path}: ignoring {len(extra)} column(s) the model does not use: {', '.join(extra[:10])}"
-             + (" ..." if len(extra) > 10 else ""))
-    count = 0
+    tally: dict[str, Any] = {"rows": 0, "unseen": {}}
 
     def write(f: IO[bytes]) -> None:
-        nonlocal count
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
         try:
             writer = csv.writer(text, lineterminator="\n")
             writer.writerow(header)
             for table in chunks:
-                x, seen = _inputs(table, saved, strict)
-                for name, n in seen.items():
-                    unseen[name] = unseen.get(name, 0) + n
-                outputs = _outputs(network, x, saved)
-                rows = _rows(outputs, saved, proba)
-                if keep:
-                    rows = np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1)
-                writer.writerows(rows.tolist())
-                count += len(x)
+                writer.writerows(_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist())
             text.flush()
         finally:
             text.detach()  # leave the underlying file (maybe stdout) open
@@ -167,9 +146,39 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         write(sys.stdout.buffer)
     else:
         atomic_write(out, write)
-    if (note := unseen_note(unseen, str(data_path))) and warn:
+    if (note := unseen_note(tally["unseen"], str(data_path))) and warn:
         warn(note)
-    return count
+    return tally["rows"]
+
+
+def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chunk_rows: int,
+                  warn: Warn | None) -> Iterator[Table]:
+    """The input's rows in chunks, the first read (so its columns are checked) before anything is
+    written; columns the model does not use are named once."""
+    reader = reader_for(data_path)
+    if keep and reader.name != "csv":
+        raise DataError(f"{data_path}: --keep copies CSV columns; this is {reader.name} data")
+    spec = _spec(data_path, saved, False, keep)
+    chunks = reader.chunks(data_path, spec, chunk_rows)
+    first = next(chunks, None)
+    if first is None:
+        raise DataError(f"{data_path}: no data rows")
+    extra = _extra_columns(data_path, spec, saved)
+    if extra and warn:
+        warn(f"{data_path}: ignoring {len(extra)} column(s) the model does not use: {', '.join(extra[:10])}"
+             + (" ..." if len(extra) > 10 else ""))
+    return itertools.chain([first], chunks)
+
+
+def _predicted_rows(table: Table, network: Any, saved: SavedModel, proba: bool, keep: tuple[str, ...],
+                    strict: bool, tally: dict[str, Any]) -> np.ndarray:
+    """One chunk's output rows as text (kept columns first); counts rows and unseen categories."""
+    x, seen = _inputs(table, saved, strict)
+    for name, n in seen.items():
+        tally["unseen"][name] = tally["unseen"].get(name, 0) + n
+    tally["rows"] += len(x)
+    rows = _rows(_outputs(network, x, saved), saved, proba)
+    return np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1) if keep else rows
 
 
 def _header(saved: SavedModel, network: Any, proba: bool) -> list[str]:

@@ -121,11 +121,6 @@ class ColumnEncoder:
     def from_json(cls, data: dict[str, Any]) -> "ColumnEncoder":
         return cls([Column(**c) for c in data["columns"]], data.get("unseen", "ignore"))
 
-    @classmethod
-    def numbers(cls, names: list[str]) -> "ColumnEncoder":
-        """The encoding of an all-number table without missing cells (images, NPZ, old model files)."""
-        return cls([Column(n, "number") for n in names])
-
 
 def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool) -> tuple[np.ndarray, int]:
     if col.kind == "number":
@@ -209,36 +204,43 @@ def _booleans(cells: np.ndarray, raw: RawColumns, name: str, source: str) -> np.
 # -- fitting -------------------------------------------------------------------------------------
 def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
     """Type, fill and vocabulary of every column from the training rows; returns the encoder and
-    what was imputed by default (one line per strategy, for the run log)."""
-    columns, imputed, inferred = [], {}, []
+    what was inferred or imputed by default (a line each, said once in the run log)."""
     medians = _medians(raw.x)
+    columns, inferred, imputed = [], [], {}
     for j, name in enumerate(names):
+        column, missing = _fit_column(raw, j, name, cfg, medians[j], source)
         spec = cfg.column_spec(name)
-        kind = spec.type or _inferred(raw, j)
-        cells_missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
-        strategy = spec.missing or cfg.missing_values
-        if cells_missing.any() and strategy == "error":
-            row = raw.row(raw.first(cells_missing))
-            raise DataError(f"{source}: column {name!r}, data row {row}: a missing cell, and data.missing_values is "
-                            "error; fill the data, or choose median, mean, most_frequent or constant")
-        column = Column(name, kind, indicator=bool(spec.indicator if spec.indicator is not None
-                                                   else cfg.missing_indicator and cells_missing.any()))
-        column.fill = _fill(column, raw, j, cells_missing, strategy, spec.fill_value, source) \
-            if kind != "number" or strategy not in ("auto", "median") or j in raw.text else medians[j]
-        if kind == "category":
-            present = canonical(raw.cells(j)[~cells_missing])
-            column.categories = sorted(set(present.tolist()) | ({str(column.fill)} if cells_missing.any() else set()))
-        if cells_missing.any() and spec.missing is None and strategy == "auto":
-            imputed.setdefault("median" if kind == "number" else "most frequent value", []).append(
-                f"{name} ({int(cells_missing.sum())})")
-        if spec.type is None and kind != "number":
-            inferred.append(f"{name} ({kind}" + (f", {len(column.categories)} values)" if kind == "category" else ")"))
+        if spec.type is None and column.kind != "number":
+            inferred.append(f"{name} ({column.kind}"
+                            + (f", {len(column.categories)} values)" if column.kind == "category" else ")"))
+        if missing and spec.missing is None and cfg.missing_values == "auto":
+            how = "median" if column.kind == "number" else "most frequent value"
+            imputed.setdefault(how, []).append(f"{name} ({missing})")
         columns.append(column)
     notes = [f"text columns read as categories (one-hot) or booleans: {', '.join(inferred)}; set "
              "data.columns.<name> to type them yourself"] if inferred else []
     notes += [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
-             "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
+              "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
     return ColumnEncoder(columns, cfg.unseen_categories), notes
+
+
+def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, median: float, source: str) -> tuple[Column, int]:
+    """One column fitted, and how many of its training cells were missing."""
+    spec = cfg.column_spec(name)
+    kind = spec.type or _inferred(raw, j)
+    missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
+    strategy = spec.missing or cfg.missing_values
+    if missing.any() and strategy == "error":
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(raw.first(missing))}: a missing cell, and "
+                        "data.missing_values is error; fill the data, or choose median, mean, most_frequent or constant")
+    indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
+    column = Column(name, kind, indicator=bool(indicator))
+    fast_median = kind == "number" and strategy in ("auto", "median") and j not in raw.text
+    column.fill = median if fast_median else _fill(column, raw, j, missing, strategy, spec.fill_value, source)
+    if kind == "category":
+        present = set(canonical(raw.cells(j)[~missing]).tolist())
+        column.categories = sorted(present | ({str(column.fill)} if missing.any() else set()))
+    return column, int(missing.sum())
 
 
 def _medians(x: np.ndarray) -> list[float]:

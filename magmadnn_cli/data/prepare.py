@@ -13,7 +13,7 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder, fit
-from .tables import ReadSpec, Table, read_table, synthetic
+from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 
 
 @dataclass
@@ -117,18 +117,12 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
 
 
 def map_labels(y: np.ndarray | None, mapping: dict[Any, Any]) -> np.ndarray | None:
-    """Targets with data.label_map applied (labels compared as spelled); types re-inferred."""
+    """Targets with data.label_map applied (labels compared as spelled); types inferred again."""
     if not mapping or y is None:
         return y
     lookup = {str(k): str(v) for k, v in mapping.items()}
     uniques, inverse = np.unique(y.astype(str), return_inverse=True)
-    mapped = np.array([lookup.get(u, u) for u in uniques])[inverse.ravel()]
-    for kind in (np.int64, np.float64):
-        try:
-            return mapped.astype(kind)
-        except (ValueError, OverflowError):
-            continue
-    return mapped
+    return typed_labels(np.array([lookup.get(u, u) for u in uniques])[inverse.ravel()])
 
 
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:

@@ -1,5 +1,5 @@
-"""Reading data: one reader registry (format -> read, sample shape, chunks) used by train, evaluate,
-predict and summary, so every format one command accepts, all accept. Formats: CSV text (any
+"""Reading data: one reader registry (format -> read whole, read in chunks) used by train, validate,
+evaluate, predict and summary, so every format one command accepts, all accept. Formats: CSV text (any
 dialect, compressed or not; typed columns with missing cells), NPZ (`x`, `y`), MNIST IDX and
 CIFAR-10 batches; plus synthetic teacher-network data."""
 
@@ -132,7 +132,7 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
         if arrow is not None:
             x, y = arrow
             _check_finite(x, path, wanted)
-            return Table(RawColumns(x), _typed_labels(y) if y is not None else None, wanted, str(path))
+            return Table(RawColumns(x), typed_labels(y) if y is not None else None, wanted, str(path))
     parts = list(csv_chunks(path, spec))
     if not parts:
         raise DataError(f"{path}: the CSV has a header but no data rows")
@@ -141,12 +141,12 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
                      {j: np.concatenate([p.raw.cells(j) for p in parts]) for j in text_cols})
     for j in text_cols:
         raw.x[:, j] = np.nan
-    y = _typed_labels(np.concatenate([p.y for p in parts])) if parts[0].y is not None and spec.need_target else None
+    y = typed_labels(np.concatenate([p.y for p in parts])) if parts[0].y is not None and spec.need_target else None
     _check_finite(raw.x, path, parts[0].features)
     return Table(raw, y, parts[0].features, str(path))
 
 
-def _typed_labels(raw: np.ndarray) -> np.ndarray:
+def typed_labels(raw: np.ndarray) -> np.ndarray:
     """Targets as ints if they all are, else floats if they all are, else stripped strings."""
     raw = np.char.strip(raw.astype(str))
     if np.any(raw == ""):
