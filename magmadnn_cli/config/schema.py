@@ -106,6 +106,9 @@ class Conv2DLayer(AlphaFor):
     use_bias: bool = True
     kernel_initializer: Initializer = "he_uniform"
     bias_initializer: Initializer = "zeros"
+    conv_algorithm: Literal["auto", "gemm", "winograd", "fft"] = Field(
+        "auto", description="auto: time each algorithm that can run the layer at the start of training and keep "
+        "the fastest; winograd needs 3x3 stride 1 undilated kernels, fft stride 1 (else gemm runs)")
 
 
 class Pool2DLayer(LayerBase):

@@ -212,8 +212,14 @@ class Conv2D(Layer):
     def __init__(self, filters: int, kernel_size: int | Sequence[int] = 3, stride: int | Sequence[int] = 1,
                  padding: str | int | Sequence[int] = "valid", dilation: int | Sequence[int] = 1,
                  activation: str = "linear", use_bias: bool = True, kernel_initializer: str | dict = "he_uniform",
-                 bias_initializer: str | dict = "zeros", name: str = "", **activation_args: float) -> None:
+                 bias_initializer: str | dict = "zeros", conv_algorithm: str = "auto", name: str = "",
+                 **activation_args: float) -> None:
         super().__init__(name)
+        if conv_algorithm not in conv.CHOICES:
+            raise MagmaError(f"layer {self.name!r}: conv_algorithm must be one of {', '.join(conv.CHOICES)}; "
+                             f"received {conv_algorithm!r}")
+        self.algorithm = conv_algorithm
+        self.ops: list[conv.Conv2D] = []  # the graph's nodes running this layer (tuning sets their algorithm)
         self.filters = _positive(self.name, "filters", int(filters))
         self.kernel = _pair(self.name, "kernel_size", kernel_size)
         self.stride = _pair(self.name, "stride", stride)
@@ -254,8 +260,10 @@ class Conv2D(Layer):
         return (self.filters, ho, wo)
 
     def __call__(self, x: Node, ctx: Context) -> Node:
-        y: Node = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self._pad(),
-                              self.dilation)
+        op = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self._pad(),
+                         self.dilation, "gemm" if self.algorithm == "auto" else self.algorithm)
+        self.ops.append(op)
+        y: Node = op
         if self.activation == "linear":
             return y
         return nn.Activate(y, get_activation(self.activation, **self.activation_args))
@@ -292,6 +300,11 @@ class Pool2D(Layer):
         return (c, ho, wo)
 
     def __call__(self, x: Node, ctx: Context) -> Node:
+        """Max pooling after an activation that commutes with max (relu, leaky relu) pools the
+        pre-activation instead and activates the pooled values: the same values and gradients, with
+        the activation's passes over a window-size smaller array."""
+        if self.mode == "max" and isinstance(x, nn.Activate) and x.fn.commutes_with_max:
+            return nn.Activate(conv.Pool2D(x.inputs[0], self.mode, self.window, self.stride, self.pad), x.fn)
         return conv.Pool2D(x, self.mode, self.window, self.stride, self.pad)
 
     def flops(self) -> int:

@@ -12,7 +12,7 @@ from ..core import backend as B
 from ..errors import ShapeError
 from ..core.graph import Graph, Node, Parameter, Variable, get_activation, nn
 from ..config.rules import output_head
-from .layers import Context, Layer, Shape, all_layers
+from .layers import Context, Conv2D, Layer, Shape, all_layers
 from .losses import Loss
 
 Array = Any
@@ -111,6 +111,30 @@ class Network:
                 raise ShapeError(f"{name!r}: expected shape {tuple(target.shape)}; received {tuple(value.shape)}")
         for name, target in targets.items():
             target[...] = B.to_device(state[name], dtype=target.dtype)
+
+    # -- convolution algorithms ---------------------------------------------------------------
+    def conv_layers(self) -> list[Conv2D]:
+        return [layer for layer in all_layers(self.layers) if isinstance(layer, Conv2D)]
+
+    def tune_convolutions(self, x: Array) -> dict[str, dict[str, float]]:
+        """Time every algorithm that can run each `conv_algorithm: auto` layer, one forward +
+        backward on the activations this batch gives it, and keep the fastest. Returns the
+        seconds per layer and algorithm."""
+        auto = [layer for layer in self.conv_layers() if layer.algorithm == "auto"]
+        if not auto or len(x) == 0:
+            return {}
+        self.predict(x)  # leaves each convolution's input in its node
+        return {layer.name: layer.ops[0].tune(layer.ops[0].inputs[0].value) for layer in auto}
+
+    def conv_algorithms(self) -> dict[str, str]:
+        """The algorithm each convolution layer runs, by layer name."""
+        return {layer.name: layer.ops[0].effective_algorithm(layer.weights["kernel"].value)
+                for layer in self.conv_layers()}
+
+    def set_conv_algorithms(self, chosen: dict[str, str]) -> None:
+        for layer in self.conv_layers():
+            for op in layer.ops:
+                op.algorithm = chosen.get(layer.name, op.algorithm)
 
     # -- graphs -------------------------------------------------------------------------------
     def _build_graphs(self, ctx: Context) -> None:

@@ -81,15 +81,18 @@ class Trainer:
         self.position = Position()
         self.history = History()
         self.stopper: EarlyStopper | None = None
+        self.conv_algorithms: dict[str, str] | None = None  # chosen at the start, kept by checkpoints
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where training stands (epoch, step, running sums) and the metrics history."""
-        return {"position": asdict(self.position), "history": asdict(self.history)}
+        return {"position": asdict(self.position), "history": asdict(self.history),
+                "conv_algorithms": self.conv_algorithms}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = Position(**state["position"])
         self.history = History(**state["history"])
+        self.conv_algorithms = state.get("conv_algorithms")
 
     def state_dicts(self) -> dict[str, dict[str, Any]]:
         """Every stateful object of a training, by owner: what a checkpoint holds."""
@@ -174,6 +177,7 @@ class Trainer:
         With early stopping's restore_best, the network ends in the best epoch's state."""
         history, self.stopper = self.history, stopper
         x, y = B.to_device(train.x), B.to_device(train.y)
+        self.choose_conv_algorithms(x)
         self.reporter.start(epochs, self.steps_per_epoch(len(train.x)))
         # Overflow warnings are noise here: a non-finite loss is caught and reported by `run_epoch`.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.signals:
@@ -194,6 +198,21 @@ class Trainer:
             history.best_epoch = stopper.best_epoch
             stopper.restore(self.net)
         return history
+
+    def choose_conv_algorithms(self, x: Array) -> None:
+        """dMath's autotuning: rank 0 times the candidate algorithms of every `auto` convolution
+        on a batch of the training data (the rows one rank runs per step) and every rank runs its
+        choice, so all ranks compute alike; a resumed run keeps its checkpoint's choice."""
+        if self.conv_algorithms is None:
+            rows = -(-self.batch_size // self.comm.size)
+            times = self.net.tune_convolutions(x[:rows]) if self.comm.is_root else None
+            times = self.comm.bcast(times)
+            self.conv_algorithms = {name: min(t, key=t.get) for name, t in times.items()}
+            for name, t in times.items():
+                timings = ", ".join(f"{a} {s * 1e3:.2f} ms" for a, s in sorted(t.items(), key=lambda i: i[1]))
+                self.reporter.info(f"{name}: {self.conv_algorithms[name]} convolution (forward + backward on "
+                                   f"{min(rows, len(x))} rows: {timings})")
+        self.net.set_conv_algorithms(self.conv_algorithms)
 
     def _epoch(self, train: Split, validation: Split | None, x: Array, y: Array) -> None:
         start = time.perf_counter()

@@ -16,6 +16,9 @@ from .node import Array
 
 class Activation:
     name = ""
+    # Piecewise linear and non-decreasing: a max over a window commutes with it exactly, with the
+    # same first maximum, so pooling may run before it (on the smaller array).
+    commutes_with_max = False
 
     def __call__(self, z: Array) -> Array:
         raise NotImplementedError  # abstract
@@ -32,6 +35,7 @@ class Activation:
 
 class Linear(Activation):
     name = "linear"
+    commutes_with_max = True
 
     def __call__(self, z: Array) -> Array:
         return z
@@ -86,6 +90,7 @@ class Tanh(Activation):
 
 class ReLU(Activation):
     name = "relu"
+    commutes_with_max = True
 
     def __call__(self, z: Array) -> Array:
         return B.array_module(z).maximum(z, 0)
@@ -101,6 +106,7 @@ class LeakyReLU(Activation):
 
     def __init__(self, alpha: float = 0.01) -> None:
         self.alpha = alpha
+        self.commutes_with_max = alpha >= 0
 
     def __call__(self, z: Array) -> Array:
         return B.array_module(z).where(z > 0, z, self.alpha * z)

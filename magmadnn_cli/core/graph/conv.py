@@ -1,80 +1,56 @@
-"""Convolution (im2col + one batched GEMM) and pooling (running max/sum) on NCHW arrays. Every loop
-runs over the kh x kw kernel offsets only, never over samples or pixels."""
+"""The convolution op (one of the algorithms in `convolution`, chosen per layer) and pooling
+(running max/sum) on NCHW arrays. Every loop runs over kernel offsets only, never samples or pixels."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 from .. import backend as B
+from .convolution import ALGORITHMS, CHOICES, Geometry, Pair, candidates, output_size, time_algorithms
 from .node import IN_PLACE, Array, Node, Op
-
-Pair = tuple[int, int]
-
-
-def output_size(size: int, kernel: int, stride: int, pad: int, dilation: int = 1) -> int:
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def _windows(x: Array, kernel: Pair, stride: Pair, pad: Pair, dilation: Pair) -> Array:
-    """(N, C, H, W) -> (N, C, kh, kw, Ho, Wo): the input under each kernel offset."""
-    xp = B.array_module(x)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, pad, dilation
-    n, c, h, w = x.shape
-    ho, wo = output_size(h, kh, sh, ph, dh), output_size(w, kw, sw, pw, dw)
-    if ph or pw:
-        x = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    out = xp.empty((n, c, kh, kw, ho, wo), dtype=x.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            out[:, :, i, j] = x[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw]
-    return out
-
-
-def _unwindows(cols: Array, shape: tuple[int, ...], stride: Pair, pad: Pair, dilation: Pair) -> Array:
-    """The adjoint of `_windows`: add each offset's gradient back onto the input positions."""
-    xp = B.array_module(cols)
-    n, c, h, w = shape
-    _, _, kh, kw, ho, wo = cols.shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dilation
-    dx = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            dx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += cols[:, :, i, j]
-    return dx[:, :, ph:ph + h, pw:pw + w]
 
 
 class Conv2D(Op):
-    """y[n, f] = sum_c,i,j w[f, c, i, j] x[n, c, s*y + d*i - p, s*x + d*j - p] + b[f]."""
+    """y[n, f] = sum_c,i,j w[f, c, i, j] x[n, c, s*y + d*i - p, s*x + d*j - p] + b[f].
 
-    def __init__(self, x: Node, w: Node, b: Node | None, stride: Pair, pad: Pair, dilation: Pair) -> None:
+    `algorithm` names the registry entry that runs it; an algorithm that cannot run this geometry
+    falls back to gemm (see `effective_algorithm`). `tune(x)` times every candidate and keeps the
+    fastest (dMath's autotuning)."""
+
+    def __init__(self, x: Node, w: Node, b: Node | None, stride: Pair, pad: Pair, dilation: Pair,
+                 algorithm: str = "gemm") -> None:
         super().__init__(*((x, w) if b is None else (x, w, b)), name="conv2d")
         self.stride, self.pad, self.dilation = stride, pad, dilation
+        self.geometry = Geometry(tuple(w.value.shape[2:]) if w.value is not None else (1, 1), stride, pad, dilation)
+        self.algorithm = algorithm
+        self.runner = None
+
+    def _geometry(self, w: Array) -> Geometry:
+        if self.geometry.kernel != tuple(w.shape[2:]):
+            self.geometry = Geometry(tuple(w.shape[2:]), self.stride, self.pad, self.dilation)
+        return self.geometry
+
+    def effective_algorithm(self, w: Array) -> str:
+        """The algorithm that runs: the chosen one where it supports the layer, else gemm."""
+        return self.algorithm if self.algorithm in candidates(self._geometry(w)) else "gemm"
+
+    def tune(self, x: Array) -> dict[str, float]:
+        """Time every algorithm that supports this layer on `x` and keep the fastest; returns the times."""
+        w, b = self.inputs[1].value, (self.inputs[2].value if len(self.inputs) == 3 else None)
+        times = time_algorithms(self._geometry(w), x, w, b, self.inputs[0].requires_grad)
+        self.algorithm = min(times, key=times.__getitem__)
+        return times
 
     def forward(self, x: Array, w: Array, b: Array | None = None) -> Array:
-        f, c, kh, kw = w.shape
-        self.cols = _windows(x, (kh, kw), self.stride, self.pad, self.dilation)
-        n, _, _, _, ho, wo = self.cols.shape
-        cols = self.cols.reshape(n, c * kh * kw, ho * wo)
-        y = w.reshape(f, -1) @ cols                      # (N, F, Ho*Wo): one batched GEMM
-        if b is not None:
-            y += b[:, None]
-        return y.reshape(n, f, ho, wo)
+        name = self.effective_algorithm(w)
+        if self.runner is None or self.runner.name != name or self.runner.geometry != self.geometry:
+            self.runner = ALGORITHMS[name](self.geometry)
+        return self.runner.forward(x, w, b)
 
     def backward(self, g: Array) -> Sequence[Array | None]:
         x, w = self.inputs[0], self.inputs[1]
-        f, c, kh, kw = w.value.shape
-        n = g.shape[0]
-        g2 = g.reshape(n, f, g.shape[2] * g.shape[3])  # explicit sizes: an empty batch reshapes too
-        cols = self.cols.reshape(n, c * kh * kw, g2.shape[2])
-        dw = (g2 @ cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.value.shape)
-        dx = None
-        if x.requires_grad:
-            dcols = (w.value.reshape(f, -1).T @ g2).reshape(self.cols.shape)
-            dx = _unwindows(dcols, x.value.shape, self.stride, self.pad, self.dilation)
-        grads: list[Array | None] = [dx, dw]
-        if len(self.inputs) == 3:
-            grads.append(g.sum(axis=(0, 2, 3)))
-        return grads
+        dx, dw, db = self.runner.backward(g, w.value, x.requires_grad)
+        return [dx, dw, db] if len(self.inputs) == 3 else [dx, dw]
 
 
 class Pool2D(Op):
@@ -120,7 +96,7 @@ class Pool2D(Op):
         (ph, pw), x = self.pad, self.padded
         (kh, kw), (ho, wo) = self.kernel, g.shape[2:]
         tiles = self.stride == self.kernel and ho * kh == x.shape[2] and wo * kw == x.shape[3]
-        dx = (xp.empty if tiles else xp.zeros)(x.shape, dtype=g.dtype)  # tiles: every input in one window
+        dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=g.dtype)  # tiles: every input in one window
         taken = xp.zeros(g.shape, dtype=bool) if self.mode == "max" else None
         share = g * (1.0 / (kh * kw)) if self.mode != "max" else g
         for _, view in self._offsets(x):
@@ -136,4 +112,4 @@ class Pool2D(Op):
         return (dx[:, :, ph:ph + h, pw:pw + w],)
 
 
-__all__ = ["Conv2D", "IN_PLACE", "Pool2D", "output_size"]
+__all__ = ["CHOICES", "Conv2D", "IN_PLACE", "Pool2D", "output_size"]

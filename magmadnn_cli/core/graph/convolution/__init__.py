@@ -1,0 +1,51 @@
+"""Convolution algorithms, the registry `ALGORITHMS` keyed by the config's `conv_algorithm`, and
+dMath's autotuning: time every algorithm that supports a layer on a real batch, keep the fastest.
+
+An algorithm is a class built per op with the layer's `Geometry`; `supports(geometry)` says whether
+it can run that layer, `forward(x, w, b)` returns y and keeps what `backward(g, w, need_dx)` needs
+to return (dx or None, dw, db)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ... import backend as B
+from ..node import Array
+from .fft import FFT
+from .gemm import Gemm
+from .geometry import Geometry, Pair, output_size
+from .winograd import Winograd
+
+ALGORITHMS: dict[str, Any] = {"gemm": Gemm, "winograd": Winograd, "fft": FFT}
+CHOICES = ("auto", *ALGORITHMS)
+
+
+def candidates(geometry: Geometry) -> list[str]:
+    """The algorithms that can run a layer of this geometry (gemm runs every layer)."""
+    return [name for name, algorithm in ALGORITHMS.items() if algorithm.supports(geometry)]
+
+
+def time_algorithms(geometry: Geometry, x: Array, w: Array, b: Array | None, need_dx: bool,
+                    repeats: int = 3) -> dict[str, float]:
+    """Seconds of one forward + backward pass of each candidate on this batch (best of `repeats`,
+    after a warm-up run), measured with the device synchronized."""
+    times = {}
+    for name in candidates(geometry):
+        algorithm = ALGORITHMS[name](geometry)
+        g = None
+        best = float("inf")
+        for attempt in range(repeats + 1):
+            B.synchronize()
+            start = time.perf_counter()
+            y = algorithm.forward(x, w, b)
+            g = B.array_module(y).ones_like(y) if g is None else g
+            algorithm.backward(g, w, need_dx)
+            B.synchronize()
+            if attempt:
+                best = min(best, time.perf_counter() - start)
+        times[name] = best
+    return times
+
+
+__all__ = ["ALGORITHMS", "CHOICES", "Geometry", "Pair", "candidates", "output_size", "time_algorithms"]

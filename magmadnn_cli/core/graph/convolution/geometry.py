@@ -1,0 +1,81 @@
+"""A convolution's geometry (kernel, stride, padding, dilation) and the array helpers its
+algorithms share. Arrays are logical NCHW; the algorithms compute in channel-major (C, N, H, W)
+memory and hand back NCHW *views* of it, so a layer's output keeps that memory order through
+activations and pooling (numpy and cupy keep a view's order) and the next convolution reads it
+without a transpose."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import backend as B
+from ..node import Array
+
+Pair = tuple[int, int]
+
+
+def output_size(size: int, kernel: int, stride: int, pad: int, dilation: int = 1) -> int:
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+@dataclass(frozen=True)
+class Geometry:
+    kernel: Pair
+    stride: Pair = (1, 1)
+    pad: Pair = (0, 0)
+    dilation: Pair = (1, 1)
+
+    def output_hw(self, h: int, w: int) -> Pair:
+        return (output_size(h, self.kernel[0], self.stride[0], self.pad[0], self.dilation[0]),
+                output_size(w, self.kernel[1], self.stride[1], self.pad[1], self.dilation[1]))
+
+    @property
+    def unit_stride(self) -> bool:
+        return self.stride == (1, 1)
+
+    @property
+    def dilated_kernel(self) -> Pair:
+        return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel, self.dilation))  # type: ignore[return-value]
+
+
+def channel_major(x: Array, pad: Pair = (0, 0), extra: Pair = (0, 0)) -> Array:
+    """(N, C, H, W) -> (C, N, H + 2ph + eh, W + 2pw + ew): zero padding around, `extra` more
+    zeros at the bottom and right; a view when nothing is padded."""
+    xp = B.array_module(x)
+    xc = x.transpose(1, 0, 2, 3)
+    (ph, pw), (eh, ew) = pad, extra
+    if not (ph or pw or eh or ew):
+        return xc
+    return xp.pad(xc, ((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)))
+
+
+def as_nchw(yc: Array) -> Array:
+    """The (N, C, H, W) view of a channel-major (C, N, H, W) array."""
+    return yc.transpose(1, 0, 2, 3)
+
+
+def crop(xc: Array, pad: Pair, h: int, w: int) -> Array:
+    """The unpadded (C, N, h, w) region of a padded channel-major array, as a view."""
+    return xc[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + w]
+
+
+def matmul_nt(a: Array, b: Array, chunk: int = 2048) -> Array:
+    """a @ b.T for (P, M) and (Q, M) with a long M. On the CPU the larger of P and Q goes first and
+    M is cut into a batch of GEMMs that are summed: OpenBLAS is 2-5x slower on one GEMM with a long
+    inner dimension and a tiny output (measured in benchmarks/conv_profile.py's layers)."""
+    if B.array_module(a) is not np:
+        return a @ b.T
+    if a.shape[0] < b.shape[0]:
+        return matmul_nt(b, a, chunk).T
+    m = a.shape[1]
+    pieces = m // chunk
+    if pieces < 2:
+        return a @ b.T
+    head = pieces * chunk
+    out = np.matmul(a[:, :head].reshape(a.shape[0], pieces, chunk).transpose(1, 0, 2),
+                    b[:, :head].reshape(b.shape[0], pieces, chunk).transpose(1, 2, 0)).sum(axis=0)
+    if head < m:
+        out += a[:, head:] @ b[:, head:].T
+    return out
