@@ -1,8 +1,10 @@
 """Convolution speed: forward + backward of (a) the LeNet-5 training step on MNIST-shaped batches and
-(b) one CIFAR-sized conv layer (batch 32, 3 -> 64 channels, 32x32, 3x3 same), each beside a pure GEMM
-floor of the same FLOPs and, when installed, PyTorch on the CPU, all measured in this run.
+(b) one CIFAR-sized conv layer (batch 32, 3 -> 64 channels, 32x32, 3x3 same), each with every
+algorithm forced and with the autotuned choice, beside a pure GEMM floor of the same FLOPs and, when
+installed, PyTorch on the CPU, all measured in this run. Ours and PyTorch are timed in alternating
+rounds (this VM's speed drifts by 2x within minutes); the ratio is the median of the rounds' ratios.
 
-    python benchmarks/conv.py [--steps 10]
+    python benchmarks/conv.py [--steps 20] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -46,14 +48,19 @@ def cifar_layer(batch: int = 32):
     return [Conv2D(64, 3, padding="same")], (3, 32, 32), batch, MeanSquaredError()
 
 
-def ours(layers, shape, batch, loss):
+def ours(layers, shape, batch, loss, algorithm: str = "auto"):
+    """One training step's closure, the network's conv algorithms and the step's FLOPs."""
+    for layer in layers:
+        if isinstance(layer, Conv2D):
+            layer.algorithm = algorithm
     net = Network(layers, shape, loss, seed=0)
     rng = np.random.default_rng(0)
     x = rng.random((batch, *shape), dtype=np.float32)
     y = rng.integers(0, 10, batch) if isinstance(loss, CrossEntropy) else \
         rng.random((batch, *net.output_shape), dtype=np.float32)
+    net.tune_convolutions(x)
     flops = 3 * batch * sum(layer.flops() for layer in layers)
-    return (lambda: net.forward_backward(x, y)), flops
+    return (lambda: net.forward_backward(x, y)), net.conv_algorithms(), flops
 
 
 def torch_step(name: str, batch: int):
@@ -81,20 +88,33 @@ def torch_step(name: str, batch: int):
     return step
 
 
+def rounds(ours_step, torch_step_, steps: int, count: int) -> tuple[float, float | None, float | None]:
+    """Best seconds of ours, of PyTorch, and the median ratio of rounds timed back to back."""
+    pairs = [(best(ours_step, steps, 1), best(torch_step_, steps, 1) if torch_step_ else None) for _ in range(count)]
+    mine = min(p[0] for p in pairs)
+    if torch_step_ is None:
+        return mine, None, None
+    return mine, min(p[1] for p in pairs), float(np.median([a / b for a, b in pairs]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     B.select("cpu")
-    print(f"{'case':<28} {'ours ms':>8} {'floor ms':>9} {'ours/floor':>10} {'torch ms':>9} {'ours/torch':>10}")
-    for name, (layers, shape, batch, loss) in (("lenet5", lenet()), ("cifar_conv", cifar_layer())):
-        step, flops = ours(layers, shape, batch, loss)
-        t_ours, t_floor = best(step, args.steps), gemm_floor(flops, args.steps)
-        t_torch = torch_step(name, batch)
-        torch_ms = best(t_torch, args.steps) if t_torch else None
-        label = f"{name} (batch {batch})"
-        extra = f"{torch_ms * 1e3:>9.2f} {t_ours / torch_ms:>10.2f}" if torch_ms else f"{'-':>9} {'-':>10}"
-        print(f"{label:<28} {t_ours * 1e3:>8.2f} {t_floor * 1e3:>9.2f} {t_ours / t_floor:>10.2f} {extra}")
+    print(f"{'case':<34} {'ours ms':>8} {'floor ms':>9} {'ours/floor':>10} {'torch ms':>9} {'ours/torch':>10}")
+    for name, build in (("lenet5", lenet), ("cifar_conv", cifar_layer)):
+        for algorithm in ("auto", "gemm", "winograd", "fft"):
+            layers, shape, batch, loss = build()
+            step, chosen, flops = ours(layers, shape, batch, loss, algorithm)
+            if algorithm != "auto" and algorithm not in chosen.values():
+                continue  # no layer of this case can run it
+            t_ours, t_torch, ratio = rounds(step, torch_step(name, batch), args.steps, args.rounds)
+            t_floor = gemm_floor(flops, args.steps)
+            label = f"{name} {algorithm}" + (f" ({'/'.join(chosen.values())})" if algorithm == "auto" else "")
+            extra = f"{t_torch * 1e3:>9.2f} {ratio:>10.2f}" if t_torch else f"{'-':>9} {'-':>10}"
+            print(f"{label:<34} {t_ours * 1e3:>8.2f} {t_floor * 1e3:>9.2f} {t_ours / t_floor:>10.2f} {extra}")
 
 
 if __name__ == "__main__":

@@ -150,9 +150,9 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-def grid(title: str, columns: list[str], rows: list[list[str]], left: int = 1) -> Table:
+def grid(title: str, columns: list[str], rows: list[list[str]], left: int = 1, caption: str | None = None) -> Table:
     """A table of strings: the first `left` columns left-aligned, the others right-aligned."""
-    table = Table(title=Text(title))
+    table = Table(title=Text(title), caption=Text(caption) if caption else None)
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i < left else "right")
     for row in rows:

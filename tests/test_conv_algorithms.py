@@ -4,14 +4,19 @@ supports; layers an algorithm cannot run fall back to gemm; autotuning keeps the
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 
-from magmadnn_cli.core.graph import Graph, Variable, ops
-from magmadnn_cli.core.graph.conv import Conv2D
-from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, candidates
+from magmadnn_cli.core.graph import Graph, Variable, get_activation, ops
+from magmadnn_cli.core.graph.conv import Conv2D, Pool2D
+from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, candidates, fastest
+from magmadnn_cli.core.graph.nn import Activate
+from magmadnn_cli.nn.layers import Pool2D as Pool2DLayer
 
-from conftest import check_op_grads
+from conftest import ROOT, check_op_grads, run_cli
 from test_conv import reference_conv
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -87,3 +92,65 @@ def test_tuning_times_every_candidate_and_keeps_the_fastest():
     assert set(times) == {"gemm", "winograd", "fft"} and all(t > 0 for t in times.values())
     assert op.algorithm == min(times, key=times.get)
     np.testing.assert_allclose(Graph(op).forward()[0], reference_conv(x, w, b, stride, pad, dilation), atol=1e-11)
+
+
+def test_near_ties_keep_gemm_and_a_clear_win_takes_over():
+    assert fastest({"gemm": 1.0, "winograd": 0.95}) == "gemm"
+    assert fastest({"gemm": 1.0, "fft": 0.5, "winograd": 0.7}) == "fft"
+    assert fastest({"gemm": 1.0}) == "gemm"
+
+
+def test_max_pool_before_relu_gives_the_same_values_and_gradients():
+    """The layers pool the pre-activation and apply relu after (relu commutes with max); values and
+    gradients equal relu-then-pool's, also where windows tie (all-negative and equal inputs)."""
+    x = rng.normal(size=(2, 3, 6, 6))
+    x[0, 0, :2, :2] = -1.0          # an all-negative tied window
+    x[1, 2, 2:4, 2:4] = 0.5         # a positive tie
+    weights = rng.normal(size=(2, 3, 3, 3))
+    grads, values = [], []
+    for pool_first in (False, True):
+        v = Variable("x", x.copy(), requires_grad=True)
+        relu = get_activation("relu")
+        out = (Activate(Pool2D(v, "max", (2, 2), (2, 2), (0, 0)), relu) if pool_first
+               else Pool2D(Activate(v, relu), "max", (2, 2), (2, 2), (0, 0)))
+        graph = Graph(ops.Sum(ops.Mul(out, Variable("w", weights))))
+        values.append(graph.forward()[0])
+        graph.backward()
+        grads.append(v.grad)
+    assert values[0] == values[1]
+    np.testing.assert_array_equal(grads[0], grads[1])
+    layer_out = Pool2DLayer("max", 2)(Activate(Variable("x", x), get_activation("relu")), None)
+    assert isinstance(layer_out, Activate) and isinstance(layer_out.inputs[0], Pool2D)
+    tanh_out = Pool2DLayer("max", 2)(Activate(Variable("x", x), get_activation("tanh")), None)
+    assert isinstance(tanh_out, Pool2D)  # tanh saturates: ties would move, so no reordering
+
+
+def test_training_times_the_auto_layers_says_so_and_keeps_the_choice_when_resumed(capsys, tmp_path):
+    out = tmp_path / "r"
+    code, log, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--out", out, "--set",
+                             "training.epochs=2", "--set", "model.layers.0.conv_algorithm=fft", "--set",
+                           "training.checkpoint.every_epochs=1")
+    assert code == 0, err
+    log = re.search(r"convolutions: (.*)", log).group(1)
+    assert log.startswith("conv2d_0 fft (set in the config); conv2d_2 ")
+    timed = re.search(r"conv2d_2 (\w+) \(timed on 32 rows: (.*)\)", log)
+    times = {a: float(ms) for a, ms in re.findall(r"(\w+) ([\d.]+) ms", timed.group(2))}
+    assert set(times) == {"gemm", "winograd", "fft"} and timed.group(1) == fastest(times)
+    chosen = json.loads((out / "metrics.json").read_text())["conv_algorithms"]
+    assert chosen == {"conv2d_0": "fft", "conv2d_2": timed.group(1)}
+    code, log, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--resume", out, "--set",
+                             "training.epochs=3", "--set", "model.layers.0.conv_algorithm=fft")
+    assert code == 0, err
+    assert "convolutions:" not in log + err  # the checkpoint's choice, not a new timing
+    assert json.loads((out / "metrics.json").read_text())["conv_algorithms"] == chosen
+
+
+def test_summary_names_each_convolutions_algorithm(capsys):
+    code, out, err = run_cli(capsys, "summary", ROOT / "configs" / "digits_cnn.yaml", "--set",
+                             "model.layers.2.conv_algorithm=fft", "--set", "model.layers.0.kernel_size=5",
+                             "--set", "model.layers.0.conv_algorithm=winograd")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "conv2d_0: gemm (winograd cannot run this layer)" in text and "conv2d_2: fft" in text
+    code, out, _ = run_cli(capsys, "summary", ROOT / "configs" / "digits_cnn.yaml")
+    assert "conv2d_0: the fastest of gemm/winograd/fft, timed when training starts" in " ".join(out.split())

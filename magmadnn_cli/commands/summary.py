@@ -8,7 +8,8 @@ from typing import Any
 
 from ..config.schema import Config
 from ..data.prepare import sample_shape_of
-from ..nn.layers import all_layers
+from ..core.graph.convolution import candidates
+from ..nn.layers import Conv2D, all_layers
 from ..reporting import grid
 from ..training.builder import build_layers
 
@@ -18,12 +19,30 @@ def summarize(config: Config) -> Any:
     title = f"{config.name}: input {shape}"
     rows = []
     total_params = total_flops = 0
-    for layer in build_layers(config):
+    layers = build_layers(config)
+    for layer in layers:
         shape = layer.build(shape)
         params = sum(math.prod(s.shape) for inner in all_layers([layer]) for s in inner.specs)
         flops = layer.flops()
         total_params += params
         total_flops += flops
-        rows.append([layer.name, layer.type, str(shape), f"{params:,}", f"{flops:,}"])
-    rows.append(["total", "", "", f"{total_params:,}", f"{total_flops:,}"])
-    return grid(title, ["layer", "type", "output shape", "parameters", "FLOPs/sample"], rows, left=2)
+        rows.append([layer.name, layer.type, str(shape), f"{params:,}", f"{flops:,}", _short(layer)])
+    rows.append(["total", "", "", f"{total_params:,}", f"{total_flops:,}", ""])
+    header = ["layer", "type", "output shape", "parameters", "FLOPs/sample", "conv"]
+    if not any(isinstance(layer, Conv2D) for layer in all_layers(layers)):
+        return grid(title, header[:-1], [row[:-1] for row in rows], left=2)
+    notes = [f"{layer.name}: {_algorithm(layer)}" for layer in all_layers(layers) if isinstance(layer, Conv2D)]
+    return grid(title, header, rows, left=2, caption="conv algorithm: " + "; ".join(notes))
+
+
+def _short(layer: Any) -> str:
+    return layer.algorithm if isinstance(layer, Conv2D) else ""
+
+
+def _algorithm(layer: Conv2D) -> str:
+    """What runs a convolution layer: the forced algorithm (or gemm, where it cannot run the layer),
+    or for auto the candidates that training times on its first batch."""
+    options = candidates(layer.geometry())
+    if layer.algorithm == "auto":
+        return f"the fastest of {'/'.join(options)}, timed when training starts" if len(options) > 1 else "gemm"
+    return layer.algorithm if layer.algorithm in options else f"gemm ({layer.algorithm} cannot run this layer)"

@@ -181,7 +181,8 @@ def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
     return {"name": run.config.name, "task": run.task, "device": run.device, "processes": run.comm.size,
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
-            "parameters": run.network.num_parameters, "data_sha256": fingerprint(run.config.data.train), **final}
+            "parameters": run.network.num_parameters, "data_sha256": fingerprint(run.config.data.train),
+            **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}), **final}
 
 
 def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:

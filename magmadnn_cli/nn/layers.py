@@ -243,6 +243,9 @@ class Conv2D(Layer):
             return (span[0] // 2, span[1] // 2)
         return _pair(self.name, "padding", self.padding)  # type: ignore[arg-type]
 
+    def geometry(self) -> conv.Geometry:
+        return conv.Geometry(self.kernel, self.stride, self._pad(), self.dilation)
+
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 3:
             raise self._error(f"expected (channels, height, width) input; received {input_shape}. "

@@ -124,7 +124,9 @@ class Network:
         if not auto or len(x) == 0:
             return {}
         self.predict(x)  # leaves each convolution's input in its node
-        return {layer.name: layer.ops[0].tune(layer.ops[0].inputs[0].value) for layer in auto}
+        times = {layer.name: layer.ops[0].tune(layer.ops[0].inputs[0].value) for layer in auto}
+        self.set_conv_algorithms({layer.name: layer.ops[0].algorithm for layer in auto})
+        return times
 
     def conv_algorithms(self) -> dict[str, str]:
         """The algorithm each convolution layer runs, by layer name."""

@@ -205,13 +205,9 @@ class Trainer:
         choice, so all ranks compute alike; a resumed run keeps its checkpoint's choice."""
         if self.conv_algorithms is None:
             rows = -(-self.batch_size // self.comm.size)
-            times = self.net.tune_convolutions(x[:rows]) if self.comm.is_root else None
-            times = self.comm.bcast(times)
-            self.conv_algorithms = {name: min(t, key=t.get) for name, t in times.items()}
-            for name, t in times.items():
-                timings = ", ".join(f"{a} {s * 1e3:.2f} ms" for a, s in sorted(t.items(), key=lambda i: i[1]))
-                self.reporter.info(f"{name}: {self.conv_algorithms[name]} convolution (forward + backward on "
-                                   f"{min(rows, len(x))} rows: {timings})")
+            tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if self.comm.is_root else None
+            times, self.conv_algorithms = self.comm.bcast(tuned)
+            self.reporter.info(_conv_report(self.conv_algorithms, times, min(rows, len(x))))
         self.net.set_conv_algorithms(self.conv_algorithms)
 
     def _epoch(self, train: Split, validation: Split | None, x: Array, y: Array) -> None:
@@ -259,3 +255,15 @@ class Trainer:
                 "--set optimizer.learning_rate=...") if last else ""
         return (f"{what}. Try a smaller learning rate (now {lr}), optimizer.clip_norm, or data.normalize: "
                 f"standard. No model file was written.{keep}")
+
+
+def _conv_report(chosen: dict[str, str], times: dict[str, dict[str, float]], rows: int) -> str:
+    """One run-log line: each convolution layer's algorithm, with the timings that chose it."""
+    parts = []
+    for name, algorithm in chosen.items():
+        if name in times:
+            timed = ", ".join(f"{a} {s * 1e3:.2f} ms" for a, s in sorted(times[name].items(), key=lambda i: i[1]))
+            parts.append(f"{name} {algorithm} (timed on {rows} rows: {timed})")
+        else:
+            parts.append(f"{name} {algorithm} (set in the config)")
+    return "convolutions: " + "; ".join(parts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import backend as B
-from .convolution import ALGORITHMS, CHOICES, Geometry, Pair, candidates, output_size, time_algorithms
+from .convolution import ALGORITHMS, CHOICES, Geometry, Pair, candidates, fastest, output_size, time_algorithms
 from .node import IN_PLACE, Array, Node, Op
 
 
@@ -35,10 +35,11 @@ class Conv2D(Op):
         return self.algorithm if self.algorithm in candidates(self._geometry(w)) else "gemm"
 
     def tune(self, x: Array) -> dict[str, float]:
-        """Time every algorithm that supports this layer on `x` and keep the fastest; returns the times."""
+        """Time every algorithm that supports this layer on `x` and keep the fastest (`fastest`'s
+        rule); returns the times."""
         w, b = self.inputs[1].value, (self.inputs[2].value if len(self.inputs) == 3 else None)
         times = time_algorithms(self._geometry(w), x, w, b, self.inputs[0].requires_grad)
-        self.algorithm = min(times, key=times.__getitem__)
+        self.algorithm = fastest(times)
         return times
 
     def forward(self, x: Array, w: Array, b: Array | None = None) -> Array:
@@ -112,4 +113,4 @@ class Pool2D(Op):
         return (dx[:, :, ph:ph + h, pw:pw + w],)
 
 
-__all__ = ["CHOICES", "Conv2D", "IN_PLACE", "Pool2D", "output_size"]
+__all__ = ["CHOICES", "Conv2D", "Geometry", "IN_PLACE", "Pool2D", "output_size"]

@@ -26,6 +26,16 @@ def candidates(geometry: Geometry) -> list[str]:
     return [name for name, algorithm in ALGORITHMS.items() if algorithm.supports(geometry)]
 
 
+MARGIN = 0.9  # another algorithm replaces gemm only when it takes at most this share of gemm's time
+
+
+def fastest(times: dict[str, float]) -> str:
+    """The algorithm to run given measured seconds: the fastest, but gemm (the reference path)
+    unless another beats it by 10%, so near ties do not flip from run to run."""
+    best = min(times, key=times.__getitem__)
+    return best if "gemm" not in times or times[best] <= MARGIN * times["gemm"] else "gemm"
+
+
 def time_algorithms(geometry: Geometry, x: Array, w: Array, b: Array | None, need_dx: bool,
                     repeats: int = 3) -> dict[str, float]:
     """Seconds of one forward + backward pass of each candidate on this batch (best of `repeats`,
@@ -48,4 +58,4 @@ def time_algorithms(geometry: Geometry, x: Array, w: Array, b: Array | None, nee
     return times
 
 
-__all__ = ["ALGORITHMS", "CHOICES", "Geometry", "Pair", "candidates", "output_size", "time_algorithms"]
+__all__ = ["ALGORITHMS", "CHOICES", "Geometry", "Pair", "candidates", "fastest", "output_size", "time_algorithms"]
