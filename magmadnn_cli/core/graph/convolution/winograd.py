@@ -1,8 +1,9 @@
 """Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray, 2016) for 3x3, stride-1, undilated
 convolutions: each 4x4 input tile d and 3x3 kernel g give a 2x2 output tile Y = A^T [(G g G^T) . (B^T d B)] A,
-16 multiplications instead of 36; the channel sums become 16 GEMMs of (F, C) @ (C, tiles).
-The transforms are a few additions over strided views (no per-tile loops); backward passes apply
-their transposes in reverse order."""
+16 multiplications instead of 36; the channel sums become 16 GEMMs of (tiles, C) @ (C, F).
+It computes channels-last (N, H, W, C), so every transform step is additions over views whose
+innermost run is a whole pixel's channels (no per-tile loops); backward applies the transposes in
+reverse order. Its output is an NCHW view of channels-last memory."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ... import backend as B
 from ..node import Array
-from .geometry import Geometry, as_nchw, channel_major, crop
+from .geometry import Geometry
 
 G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
@@ -45,59 +46,66 @@ class Winograd:
     def __init__(self, geometry: Geometry) -> None:
         self.geometry = geometry
 
+    def _tiles(self, h: int, w: int) -> tuple[int, int, int, int]:
+        ho, wo = self.geometry.output_hw(h, w)
+        return ho, wo, (ho + 1) // 2, (wo + 1) // 2
+
     def forward(self, x: Array, w: Array, b: Array | None) -> Array:
         xp = B.array_module(x)
         n, c, h, wd = self.x_shape = x.shape
         f = w.shape[0]
-        ho, wo = self.geometry.output_hw(h, wd)
-        th, tw = (ho + 1) // 2, (wo + 1) // 2
-        self.tiles = (th, tw)
-        xc = channel_major(x, self.geometry.pad, (2 * th + 2 - (ho + 2), 2 * tw + 2 - (wo + 2)))
-        rows = _input_transform(*(xc[:, :, k:k + 2 * th:2] for k in range(4)))
-        v = xp.stack([xp.stack(_input_transform(*(r[..., k:k + 2 * tw:2] for k in range(4)))) for r in rows])
-        self.v = v.reshape(16, c, n * th * tw)
-        self.u = self._kernel_transform(w).reshape(16, f, c)
-        m = (self.u @ self.v).reshape(4, 4, f, n, th, tw)
-        y = xp.empty((f, n, th, 2, tw, 2), dtype=x.dtype)
-        for a, pair in enumerate(_output_transform(*m)):
-            y[:, :, :, a, :, 0], y[:, :, :, a, :, 1] = _output_transform(*pair)
-        y = y.reshape(f, n, 2 * th, 2 * tw)[:, :, :ho, :wo]
+        ho, wo, th, tw = self._tiles(h, wd)
+        (ph, pw) = self.geometry.pad
+        xh = xp.zeros((n, 2 * th + 2, 2 * tw + 2, c), dtype=x.dtype)   # padded, channels last
+        xh[:, ph:ph + h, pw:pw + wd] = x.transpose(0, 2, 3, 1)
+        v = xp.empty((4, 4, n, th, tw, c), dtype=x.dtype)
+        for a, rows in enumerate(_input_transform(*(xh[:, k:k + 2 * th:2] for k in range(4)))):
+            v[a] = xp.stack(_input_transform(*(rows[:, :, k:k + 2 * tw:2] for k in range(4))))
+        self.v = v.reshape(16, -1, c)
+        self.u = self._kernel_transform(w).reshape(16, c, f)
+        m = (self.v @ self.u).reshape(4, 4, n, th, tw, f)
+        y = xp.empty((n, th, 2, tw, 2, f), dtype=x.dtype)
+        for r, row in enumerate(_output_transform(*m)):
+            y[:, :, r, :, 0], y[:, :, r, :, 1] = _output_transform(*row)
+        y = y.reshape(n, 2 * th, 2 * tw, f)[:, :ho, :wo]
         if b is not None:
-            y += b[:, None, None, None]
-        return as_nchw(y)
+            y += b
+        return y.transpose(0, 3, 1, 2)
 
     @staticmethod
     def _kernel_transform(w: Array) -> Array:
-        """U = G w G^T for every (filter, channel): (4, 4, F, C)."""
+        """U = G w G^T for every (channel, filter): (4, 4, C, F)."""
         xp = B.array_module(w)
         g = xp.asarray(G, dtype=w.dtype)
-        return xp.einsum("ai,fcij,bj->abfc", g, w, g)
+        return xp.einsum("ai,fcij,bj->abcf", g, w, g)
 
     def backward(self, g: Array, w: Array, need_dx: bool) -> tuple[Array | None, Array, Array]:
         xp = B.array_module(g)
         n, c, h, wd = self.x_shape
         f = w.shape[0]
-        (th, tw), (ho, wo) = self.tiles, g.shape[2:]
-        gc = xp.zeros((f, n, 2 * th, 2 * tw), dtype=g.dtype)
-        gc[:, :, :ho, :wo] = g.transpose(1, 0, 2, 3)
-        gt = gc.reshape(f, n, th, 2, tw, 2)
-        rows = _output_adjoint(gt[:, :, :, 0], gt[:, :, :, 1])  # each (F, N, th, tw, 2)
-        dm = xp.stack([xp.stack(_output_adjoint(r[..., 0], r[..., 1])) for r in rows]).reshape(16, f, -1)
-        du = (dm @ self.v.transpose(0, 2, 1)).reshape(4, 4, f, c)
-        dw = xp.einsum("ai,abfc,bj->fcij", xp.asarray(G, dtype=g.dtype), du, xp.asarray(G, dtype=g.dtype))
-        db = gc.sum(axis=(1, 2, 3))
-        dx = self._input_gradient(self.u.transpose(0, 2, 1) @ dm) if need_dx else None
+        ho, wo, th, tw = self._tiles(h, wd)
+        gh = xp.zeros((n, th, 2, tw, 2, f), dtype=g.dtype)
+        gh.reshape(n, 2 * th, 2 * tw, f)[:, :ho, :wo] = g.transpose(0, 2, 3, 1)
+        dm = xp.empty((4, 4, n, th, tw, f), dtype=g.dtype)
+        for a, rows in enumerate(_output_adjoint(gh[:, :, 0], gh[:, :, 1])):
+            dm[a] = xp.stack(_output_adjoint(rows[:, :, :, 0], rows[:, :, :, 1]))
+        dm = dm.reshape(16, -1, f)
+        du = (self.v.transpose(0, 2, 1) @ dm).reshape(4, 4, c, f)
+        gm = xp.asarray(G, dtype=g.dtype)
+        dw = xp.einsum("ai,abcf,bj->fcij", gm, du, gm)
+        db = gh.sum(axis=(0, 1, 2, 3, 4))
+        dx = self._input_gradient(dm @ self.u.transpose(0, 2, 1)) if need_dx else None
         return dx, dw, db
 
     def _input_gradient(self, dv: Array) -> Array:
         """Scatter B dV B^T of every tile back onto the (overlapping) 4x4 input windows."""
         xp = B.array_module(dv)
         n, c, h, wd = self.x_shape
-        th, tw = self.tiles
+        _, _, th, tw = self._tiles(h, wd)
         (ph, pw) = self.geometry.pad
-        dv = dv.reshape(4, 4, c, n, th, tw)
-        dx = xp.zeros((c, n, 2 * th + 2, 2 * tw + 2), dtype=dv.dtype)
+        dv = dv.reshape(4, 4, n, th, tw, c)
+        dx = xp.zeros((n, 2 * th + 2, 2 * tw + 2, c), dtype=dv.dtype)
         for r, row in enumerate(_input_adjoint(*dv)):
-            for s, tile in enumerate(_input_adjoint(*(row[k] for k in range(4)))):
-                dx[:, :, r:r + 2 * th:2, s:s + 2 * tw:2] += tile
-        return as_nchw(crop(dx, (ph, pw), h, wd))
+            for s, tile in enumerate(_input_adjoint(*row)):
+                dx[:, r:r + 2 * th:2, s:s + 2 * tw:2] += tile
+        return dx[:, ph:ph + h, pw:pw + wd].transpose(0, 3, 1, 2)
