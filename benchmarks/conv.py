@@ -2,7 +2,8 @@
 (b) one CIFAR-sized conv layer (batch 32, 3 -> 64 channels, 32x32, 3x3 same), each with every
 algorithm forced and with the autotuned choice, beside a pure GEMM floor of the same FLOPs and, when
 installed, PyTorch on the CPU, all measured in this run. Ours and PyTorch are timed in alternating
-rounds (this VM's speed drifts by 2x within minutes); the ratio is the median of the rounds' ratios.
+rounds (this VM's speed drifts by 2x within minutes): the ratio of the best times, and the median of
+the rounds' ratios.
 
     python benchmarks/conv.py [--steps 20] [--rounds 5]
 """
@@ -103,7 +104,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     B.select("cpu")
-    print(f"{'case':<34} {'ours ms':>8} {'floor ms':>9} {'ours/floor':>10} {'torch ms':>9} {'ours/torch':>10}")
+    print(f"{'case':<34} {'ours ms':>8} {'floor ms':>9} {'ours/floor':>10} {'torch ms':>9} {'best/best':>9} "
+          f"{'median of rounds':>16}")
     for name, build in (("lenet5", lenet), ("cifar_conv", cifar_layer)):
         for algorithm in ("auto", "gemm", "winograd", "fft"):
             layers, shape, batch, loss = build()
@@ -113,7 +115,7 @@ def main() -> None:
             t_ours, t_torch, ratio = rounds(step, torch_step(name, batch), args.steps, args.rounds)
             t_floor = gemm_floor(flops, args.steps)
             label = f"{name} {algorithm}" + (f" ({'/'.join(chosen.values())})" if algorithm == "auto" else "")
-            extra = f"{t_torch * 1e3:>9.2f} {ratio:>10.2f}" if t_torch else f"{'-':>9} {'-':>10}"
+            extra = f"{t_torch * 1e3:>9.2f} {t_ours / t_torch:>9.2f} {ratio:>16.2f}" if t_torch else f"{'-':>9}"
             print(f"{label:<34} {t_ours * 1e3:>8.2f} {t_floor * 1e3:>9.2f} {t_ours / t_floor:>10.2f} {extra}")
 
 

@@ -36,22 +36,19 @@ def instrument(ops) -> dict[str, list[float]]:
 
 
 def _shape(op) -> str:
-    algorithm = getattr(op, "algorithm", None)
-    return f" [{algorithm}]" if algorithm else ""
+    runner = getattr(op, "runner", None)
+    return f" [{runner.name}]" if runner else ""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--algorithm", default=None, help="force every conv layer's algorithm")
+    parser.add_argument("--algorithm", default="auto", help="every conv layer's algorithm (auto: timed)")
     args = parser.parse_args()
     B.select("cpu")
     layers, shape, batch, loss = lenet()
-    if args.algorithm:
-        for layer in layers:
-            if hasattr(layer, "algorithm"):
-                layer.algorithm = args.algorithm
-    step, flops = ours(layers, shape, batch, loss)
+    step, chosen, flops = ours(layers, shape, batch, loss, args.algorithm)
+    print("convolutions:", chosen)
     whole = best(step, args.steps)
     graph = _graph_of(step)
     step()
