@@ -154,3 +154,12 @@ def test_summary_names_each_convolutions_algorithm(capsys):
     assert "conv2d_0: gemm (winograd cannot run this layer)" in text and "conv2d_2: fft" in text
     code, out, _ = run_cli(capsys, "summary", ROOT / "configs" / "digits_cnn.yaml")
     assert "conv2d_0: the fastest of gemm/winograd/fft, timed when training starts" in " ".join(out.split())
+
+
+def test_a_forced_algorithm_that_cannot_run_the_layer_is_said_to_fall_back(capsys, tmp_path):
+    code, log, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--out", tmp_path / "r", "--set",
+                             "training.epochs=1", "--set", "model.layers.0.kernel_size=5", "--set",
+                             "model.layers.0.conv_algorithm=winograd", "--set", "model.layers.2.conv_algorithm=gemm")
+    assert code == 0, err
+    assert ("convolutions: conv2d_0 gemm (the config's winograd cannot run this layer); "
+            "conv2d_2 gemm (set in the config)") in log

@@ -207,7 +207,8 @@ class Trainer:
             rows = -(-self.batch_size // self.comm.size)
             tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if self.comm.is_root else None
             times, self.conv_algorithms = self.comm.bcast(tuned)
-            self.reporter.info(_conv_report(self.conv_algorithms, times, min(rows, len(x))))
+            asked = {layer.name: layer.algorithm for layer in self.net.conv_layers()}
+            self.reporter.info(_conv_report(self.conv_algorithms, asked, times, min(rows, len(x))))
         self.net.set_conv_algorithms(self.conv_algorithms)
 
     def _epoch(self, train: Split, validation: Split | None, x: Array, y: Array) -> None:
@@ -257,13 +258,16 @@ class Trainer:
                 f"standard. No model file was written.{keep}")
 
 
-def _conv_report(chosen: dict[str, str], times: dict[str, dict[str, float]], rows: int) -> str:
+def _conv_report(chosen: dict[str, str], asked: dict[str, str], times: dict[str, dict[str, float]],
+                 rows: int) -> str:
     """One run-log line: each convolution layer's algorithm, with the timings that chose it."""
     parts = []
     for name, algorithm in chosen.items():
         if name in times:
             timed = ", ".join(f"{a} {s * 1e3:.2f} ms" for a, s in sorted(times[name].items(), key=lambda i: i[1]))
             parts.append(f"{name} {algorithm} (timed on {rows} rows: {timed})")
+        elif asked.get(name, algorithm) != algorithm:
+            parts.append(f"{name} {algorithm} (the config's {asked[name]} cannot run this layer)")
         else:
             parts.append(f"{name} {algorithm} (set in the config)")
     return "convolutions: " + "; ".join(parts)
