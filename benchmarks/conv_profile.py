@@ -22,7 +22,7 @@ def instrument(ops) -> dict[str, list[float]]:
     """Wrap every op's forward and backward with a timer; returns {row label: [seconds, ...]}."""
     times: dict[str, list[float]] = defaultdict(list)
     for index, op in enumerate(ops):
-        label = f"{index:>2} {op.name}{_shape(op)}"
+        label = f"{index:>2} {op.name}{_algorithm_of(op)}"
         for phase in ("forward", "backward"):
             inner = getattr(op, phase)
 
@@ -35,7 +35,7 @@ def instrument(ops) -> dict[str, list[float]]:
     return times
 
 
-def _shape(op) -> str:
+def _algorithm_of(op) -> str:
     runner = getattr(op, "runner", None)
     return f" [{runner.name}]" if runner else ""
 

@@ -163,3 +163,11 @@ def test_a_forced_algorithm_that_cannot_run_the_layer_is_said_to_fall_back(capsy
     assert code == 0, err
     assert ("convolutions: conv2d_0 gemm (the config's winograd cannot run this layer); "
             "conv2d_2 gemm (set in the config)") in log
+
+
+def test_a_network_without_convolutions_says_nothing_about_them(capsys, tmp_path):
+    code, log, err = run_cli(capsys, "train", ROOT / "configs" / "iris.yaml", "--out", tmp_path / "r",
+                             "--set", "training.epochs=1")
+    assert code == 0, err
+    assert "convolutions" not in log + err
+    assert "conv_algorithms" not in json.loads((tmp_path / "r" / "metrics.json").read_text())

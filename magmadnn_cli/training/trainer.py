@@ -203,6 +203,8 @@ class Trainer:
         """dMath's autotuning: rank 0 times the candidate algorithms of every `auto` convolution
         on a batch of the training data (the rows one rank runs per step) and every rank runs its
         choice, so all ranks compute alike; a resumed run keeps its checkpoint's choice."""
+        if not self.net.conv_layers():
+            return
         if self.conv_algorithms is None:
             rows = -(-self.batch_size // self.comm.size)
             tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if self.comm.is_root else None

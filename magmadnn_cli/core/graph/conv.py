@@ -21,14 +21,11 @@ class Conv2D(Op):
                  algorithm: str = "gemm") -> None:
         super().__init__(*((x, w) if b is None else (x, w, b)), name="conv2d")
         self.stride, self.pad, self.dilation = stride, pad, dilation
-        self.geometry = Geometry(tuple(w.value.shape[2:]) if w.value is not None else (1, 1), stride, pad, dilation)
         self.algorithm = algorithm
-        self.runner = None
+        self.runner = None  # the algorithm instance that ran the last forward pass
 
     def _geometry(self, w: Array) -> Geometry:
-        if self.geometry.kernel != tuple(w.shape[2:]):
-            self.geometry = Geometry(tuple(w.shape[2:]), self.stride, self.pad, self.dilation)
-        return self.geometry
+        return Geometry(tuple(w.shape[2:]), self.stride, self.pad, self.dilation)
 
     def effective_algorithm(self, w: Array) -> str:
         """The algorithm that runs: the chosen one where it supports the layer, else gemm."""
@@ -44,8 +41,8 @@ class Conv2D(Op):
 
     def forward(self, x: Array, w: Array, b: Array | None = None) -> Array:
         name = self.effective_algorithm(w)
-        if self.runner is None or self.runner.name != name or self.runner.geometry != self.geometry:
-            self.runner = ALGORITHMS[name](self.geometry)
+        if self.runner is None or self.runner.name != name:
+            self.runner = ALGORITHMS[name](self._geometry(w))
         return self.runner.forward(x, w, b)
 
     def backward(self, g: Array) -> Sequence[Array | None]:

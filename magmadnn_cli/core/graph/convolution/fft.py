@@ -49,16 +49,15 @@ class FFT:
         (dh, dw), (kh, kw) = self.geometry.dilation, self.geometry.dilated_kernel
         gc = g.transpose(1, 0, 2, 3)
         gf = xp.fft.rfft2(gc, s=self.size)                              # (F, N, Hp, Wp/2+1)
-        dwf = _channel_sum(gf, xp.conj(self.xf).transpose(1, 0, 2, 3))  # sum_n G[f, n] conj(X[c, n])
-        dw_full = xp.fft.irfft2(xp.conj(dwf), s=self.size)[:, :, :kh, :kw]
-        dw_ = dw_full[:, :, ::dh, ::dw].astype(g.dtype)
+        kernel_f = _channel_sum(gf, xp.conj(self.xf).transpose(1, 0, 2, 3))  # sum_n G[f, n] conj(X[c, n])
+        kernel_grad = xp.fft.irfft2(xp.conj(kernel_f), s=self.size)[:, :, :kh:dh, :kw:dw].astype(g.dtype)
         db = gc.sum(axis=(1, 2, 3))
         dx = None
         if need_dx:
             dxf = _channel_sum(self.wf.transpose(1, 0, 2, 3), gf)        # sum_f W[f, c] G[f, n]
             dx = xp.fft.irfft2(dxf, s=self.size).astype(g.dtype, copy=False)
             dx = as_nchw(crop(dx, self.geometry.pad, h, wd))
-        return dx, dw_, db
+        return dx, kernel_grad, db
 
 
 def _channel_sum(a: Array, b: Array) -> Array:

@@ -40,15 +40,13 @@ class Geometry:
         return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel, self.dilation))  # type: ignore[return-value]
 
 
-def channel_major(x: Array, pad: Pair = (0, 0), extra: Pair = (0, 0)) -> Array:
-    """(N, C, H, W) -> (C, N, H + 2ph + eh, W + 2pw + ew): zero padding around, `extra` more
-    zeros at the bottom and right; a view when nothing is padded."""
-    xp = B.array_module(x)
+def channel_major(x: Array, pad: Pair = (0, 0)) -> Array:
+    """(N, C, H, W) -> (C, N, H + 2ph, W + 2pw) with zero padding; a view when nothing is padded."""
     xc = x.transpose(1, 0, 2, 3)
-    (ph, pw), (eh, ew) = pad, extra
-    if not (ph or pw or eh or ew):
+    (ph, pw) = pad
+    if not (ph or pw):
         return xc
-    return xp.pad(xc, ((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)))
+    return B.array_module(x).pad(xc, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
 
 
 def as_nchw(yc: Array) -> Array:
