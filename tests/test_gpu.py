@@ -11,7 +11,7 @@ from magmadnn_cli.errors import DeviceError
 from magmadnn_cli.nn.layers import Dense, Dropout
 from magmadnn_cli.nn.losses import CrossEntropy
 from magmadnn_cli.nn.network import Network
-from magmadnn_cli.nn.optimizers import SGD, Adam
+from magmadnn_cli.nn.optimizers import LAMB, LARS, SGD, Adam
 
 GPU, WHY = B.probe_gpu()
 needs_gpu = pytest.mark.skipif(not GPU, reason=f"no usable GPU: {WHY}")
@@ -33,6 +33,7 @@ def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make
     # dropout masks are counter-based: the same on the GPU as on the CPU
     net = Network([Dense(32, hidden), Dropout(0.3), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
     opt = make_opt()
+    opt.set_segments(net.parameter_shapes)
     losses = []
     for _ in range(steps):
         losses.append(float(net.forward_backward(x, y)))
@@ -48,6 +49,8 @@ def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make
     ("tanh", lambda: Adam(learning_rate=0.01)),
     ("sigmoid", lambda: SGD(learning_rate=0.5, weight_decay=0.01)),  # the fused GPU kernels
     ("sigmoid", lambda: SGD(learning_rate=0.1, momentum=0.9, nesterov=True)),
+    ("tanh", lambda: LARS(learning_rate=2.0, weight_decay=0.01)),  # per-tensor norms on the device
+    ("tanh", lambda: LAMB(learning_rate=0.01, weight_decay=0.01)),
 ])
 def test_gpu_matches_cpu(precision, tol, hidden, make_opt):
     cpu = _run("cpu", precision, hidden=hidden, make_opt=make_opt)

@@ -152,6 +152,26 @@ def test_shared_memory_splits_a_clipped_adam_update_exactly(project, ranks):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.parametrize("optimizer", ["{type: lars, learning_rate: 1.0, weight_decay: 0.001}",
+                                       "{type: lamb, learning_rate: 0.01, clip_norm: 0.05}"])
+def test_shared_memory_splits_a_layerwise_update_exactly(project, optimizer):
+    """LARS and LAMB scale each tensor's step by a ratio of norms over the whole tensor, while the 2
+    ranks each update half of the buffers (the cut runs through the first kernel): the partial norms
+    are summed over the ranks. The result is the 1-process run's."""
+    name = optimizer.split(",")[0].split()[-1]
+    args = ("--set", f"optimizer={optimizer}")
+    single = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / f"{name}-1"), "-q", *args)
+    assert single.returncode == 0, single.stderr
+    out = project / f"{name}-shm-2"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "-q", *args,
+                       "--set", "distributed.strategy=shared_memory", ranks=2)
+    assert result.returncode == 0, result.stderr
+    want, got = _weights(project / f"{name}-1"), _weights(out)
+    assert want.keys() == got.keys()
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
 @pytest.mark.parametrize("strategy", ["shared_memory", "auto"])
 def test_shared_memory_across_nodes(project, strategy):
     """4 ranks as 2 "nodes" of 2: shares are summed in each node, then allreduced between the ranks

@@ -129,7 +129,7 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
             network.load_state_dict(load_model(init_from).weights)
         except MagmaError as exc:
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size))
+    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network)
     batch = min(config.training.batch_size, len(data.train.x))
     B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
                      f"training with batch {batch} (training.batch_size; weights, gradients, optimizer state, activations)")

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 
 from .base import PositiveFloat, Strict, UnitFloat
 from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
+from .optimizers import (  # noqa: F401  (re-exported: the optimizer section)
+    AdagradOptimizer, AdamOptimizer, AdamWOptimizer, ConstantSchedule, CosineSchedule, ExponentialSchedule,
+    LAMBOptimizer, LARSOptimizer, Optimizer, OptimizerBase, RMSpropOptimizer, Schedule, ScheduleBase, SGDOptimizer,
+    StepSchedule)
 from .rules import head_problem, layer_names
 
 ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
@@ -177,85 +181,6 @@ class MAELoss(Strict):
 
 
 Loss = Annotated[Union[CrossEntropyLoss, BinaryCrossEntropyLoss, MSELoss, MAELoss], Field(discriminator="type")]
-
-
-# -- schedules and optimizers --------------------------------------------------------------------
-class ScheduleBase(Strict):
-    warmup_epochs: Annotated[float, Field(ge=0.0)] = 0.0
-
-
-class ConstantSchedule(ScheduleBase):
-    type: Literal["constant"]
-
-
-class StepSchedule(ScheduleBase):
-    type: Literal["step"]
-    step_size: PositiveFloat = Field(description="epochs between decays")
-    gamma: PositiveFloat = 0.1
-
-
-class ExponentialSchedule(ScheduleBase):
-    type: Literal["exponential"]
-    gamma: PositiveFloat
-    decay_epochs: PositiveFloat = 1.0
-
-
-class CosineSchedule(ScheduleBase):
-    type: Literal["cosine"]
-    epochs: PositiveFloat | None = Field(None, description="length of the decay (default: training.epochs)")
-    min_lr: Annotated[float, Field(ge=0.0)] = 0.0
-
-
-Schedule = Annotated[Union[ConstantSchedule, StepSchedule, ExponentialSchedule, CosineSchedule],
-                     Field(discriminator="type")]
-
-
-class OptimizerBase(Strict):
-    learning_rate: PositiveFloat = 0.01
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
-    clip_norm: PositiveFloat | None = None
-    schedule: Schedule | None = None
-
-
-class SGDOptimizer(OptimizerBase):
-    type: Literal["sgd"]
-    momentum: UnitFloat = 0.0
-    nesterov: bool = False
-
-    @model_validator(mode="after")
-    def _nesterov_needs_momentum(self) -> "SGDOptimizer":
-        if self.nesterov and not self.momentum:
-            raise ValueError("nesterov: true needs momentum > 0")
-        return self
-
-
-class AdamOptimizer(OptimizerBase):
-    type: Literal["adam"]
-    learning_rate: PositiveFloat = 0.001
-    beta1: UnitFloat = 0.9
-    beta2: UnitFloat = 0.999
-    epsilon: PositiveFloat = 1e-8
-
-
-class AdamWOptimizer(AdamOptimizer):
-    type: Literal["adamw"]  # type: ignore[assignment]
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
-
-
-class AdagradOptimizer(OptimizerBase):
-    type: Literal["adagrad"]
-    epsilon: PositiveFloat = 1e-8
-
-
-class RMSpropOptimizer(OptimizerBase):
-    type: Literal["rmsprop"]
-    learning_rate: PositiveFloat = 0.001
-    rho: UnitFloat = 0.9
-    epsilon: PositiveFloat = 1e-8
-
-
-Optimizer = Annotated[Union[SGDOptimizer, AdamOptimizer, AdamWOptimizer, AdagradOptimizer, RMSpropOptimizer],
-                      Field(discriminator="type")]
 
 
 # -- training ------------------------------------------------------------------------------------

@@ -32,6 +32,14 @@ class Communicator:
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
 
+    def allgather_array(self, local: Any, counts: list[int]) -> Any:
+        """Every rank's flat `local` (rank r gives counts[r] elements), concatenated in rank order."""
+        return local.ravel().copy()
+
+    def split(self, color: int, key: int) -> "Communicator":
+        """The ranks that give the same `color`, ordered by `key` (MPI_Comm_split)."""
+        return self
+
     # -- point to point (the search's master and workers) ---------------------------------------
     # A single process has no peer: calling these on it is a programming error, not a missing feature.
     def send(self, obj: Any, dest: int) -> None:

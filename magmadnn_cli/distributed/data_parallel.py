@@ -31,7 +31,8 @@ class DataParallel:
     saves the same model."""
 
     def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> None:
-        self.net, self.optimizer, self.comm = network, optimizer, comm
+        self.net, self.optimizer, self.comm = network, optimizer, comm  # comm: the ranks sharing gradients
+        self.world = comm  # every rank of the job (more than `comm` under model parallelism)
         self.sync_batchnorm = sync_batchnorm
         self._place()
         self.broadcast()
@@ -69,6 +70,13 @@ class DataParallel:
     def update(self) -> None:
         self.optimizer.step(self.net.flat_params, self.net.flat_grads)
 
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state as one process would hold it (what checkpoints save)."""
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
     def end_epoch(self) -> None:
         """With per-rank batch statistics, agree on the running statistics (their mean)."""
         if self.comm.size > 1 and not self.sync_batchnorm:
@@ -77,8 +85,13 @@ class DataParallel:
                 buffer /= self.comm.size
 
 
-def data_parallel(network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> DataParallel:
-    """The wrapper for this communicator: sharded in shared memory where it asks for it and can."""
+def data_parallel(network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True,
+                  groups: Any = None) -> DataParallel:
+    """The wrapper for this communicator: model parallel when `groups` (`model_parallel.ModelGroups`)
+    split the layers, else sharded in shared memory where it asks for it and can."""
+    if groups is not None and groups.split > 1:
+        from .model_parallel import ModelParallel  # noqa: PLC0415
+        return ModelParallel(network, optimizer, groups, sync_batchnorm)
     if comm.size > 1 and getattr(comm, "wants_shared_memory", False):
         from .shared import ShardedDataParallel, shared_memory_usable  # noqa: PLC0415 (imports mpi4py)
         if shared_memory_usable(network, optimizer, comm):

@@ -19,9 +19,20 @@ class MPICommunicator(Communicator):
     """`strategy`: allreduce (MPI's own), ring (reduce-scatter + allgather by point-to-point, as in
     MagmaDNN's papers) or parameter_server (rank 0 sums and broadcasts)."""
 
-    def __init__(self, strategy: str = "allreduce") -> None:
-        self.comm = MPI.COMM_WORLD
+    def __init__(self, strategy: str = "allreduce", part_of: "MPICommunicator | None" = None,
+                 comm: Any = None) -> None:
+        """The world (checked against the launcher, with an abort hook), or `comm`, a part of
+        `part_of` (see `split`)."""
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.parent = part_of
+        self.strategy = strategy
+        self._nccl: NcclReducer | bool | None = None if part_of is None else False  # lazy; False: none
+        self._reduce = {"allreduce": self._allreduce, "ring": self._ring,
+                        "parameter_server": self._parameter_server}[strategy]
+        if part_of is not None:
+            self.local_rank, self.local_size = part_of.local_rank, part_of.local_size
+            return
         expected = launched_ranks()
         if self.size == 1 and expected > 1:
             library = MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
@@ -32,10 +43,6 @@ class MPICommunicator(Communicator):
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         local.Free()
-        self.strategy = strategy
-        self._nccl: NcclReducer | bool | None = None  # made lazily; False: not available
-        self._reduce = {"allreduce": self._allreduce, "ring": self._ring,
-                        "parameter_server": self._parameter_server}[strategy]
         install_abort_hook(self)
 
     # -- collectives ---------------------------------------------------------------------------
@@ -74,6 +81,19 @@ class MPICommunicator(Communicator):
     def allgather(self, obj: Any) -> list[Any]:
         return self.comm.allgather(obj)
 
+    def allgather_array(self, local: Any, counts: list[int]) -> Any:
+        """MPI_Allgatherv of flat float arrays (GPU arrays staged through the host)."""
+        host = np.ascontiguousarray(B.to_host(local)).ravel()
+        gathered = np.empty(sum(counts), dtype=host.dtype)
+        self.comm.Allgatherv(host, [gathered, counts])
+        return gathered if isinstance(local, np.ndarray) else B.to_device(gathered)
+
+    def split(self, color: int, key: int) -> "MPICommunicator":
+        """The ranks with this `color` (ordered by `key`), reducing with the same strategy through
+        MPI (NCCL's communicator spans the world only); aborting it ends the whole job."""
+        return MPICommunicator(self.strategy if self.strategy in ("ring", "parameter_server") else "allreduce",
+                               part_of=self, comm=self.comm.Split(color, key))
+
     def send(self, obj: Any, dest: int) -> None:
         self.comm.send(obj, dest=dest)
 
@@ -89,6 +109,8 @@ class MPICommunicator(Communicator):
         self.comm.Barrier()
 
     def abort(self, code: int = 1) -> None:
+        if self.parent is not None:
+            self.parent.abort(code)
         sys.stdout.flush()
         sys.stderr.flush()
         self.comm.Abort(code)

@@ -129,10 +129,12 @@ class ShardedDataParallel(DataParallel):
             rows[comm.local_rank, -STATS:] = rows[last, -STATS:]
 
     def update(self) -> None:
-        """This rank's share of the update; clipping uses the norm summed over all shares."""
+        """This rank's share of the update; clipping uses the norm summed over all shares, and so do
+        layer-wise rules (LARS, LAMB) their per-tensor norms (`total`)."""
         opt, part = self.optimizer, self.params_share
         params, grads = self.net.flat_params[part], self.net.flat_grads[part]
         if opt.clip_norm is not None:
             opt.clip(grads, float(self.comm.local.allreduce(float(np.vdot(grads, grads)), op=MPI.SUM)))
-        opt.apply(params, grads, {k: v[part] for k, v in opt.state.items()})
+        opt.apply(params, grads, {k: v[part] for k, v in opt.state.items()}, start=part.start,
+                  total=lambda partial: self.comm.local.allreduce(partial, op=MPI.SUM))
         self.comm.local.Barrier()  # every share is written before the next forward pass

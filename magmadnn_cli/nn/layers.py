@@ -1,108 +1,19 @@
-"""Layers as graph pieces: the registry `LAYERS`, keyed by the config's `type` tag.
-
-A layer's contract (Keras' build/call): hyperparameters in `__init__`; `build(input_shape)` declares
-its weights and returns the output shape (per sample, without the batch axis); `__call__` adds its
-nodes to the graph once the network has placed the weights in its flat buffer.
-"""
+"""Layers as graph pieces: the registry `LAYERS`, keyed by the config's `type` tag (the contract
+they follow is in `layer_base`)."""
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from ..errors import MagmaError, ShapeError
-from ..core.graph import Node, Parameter, get_activation
+from ..errors import MagmaError
+from ..core.graph import Node, get_activation
 from ..core.graph import conv, nn, ops
-from .initializers import Init, get_initializer
+from .initializers import get_initializer
+from .layer_base import BufferSpec, Context, Layer, Shape, WeightSpec, positive, all_layers
 
-Shape = tuple[int, ...]
-
-
-@dataclass
-class WeightSpec:
-    name: str
-    shape: Shape
-    init: Init
-    fan_in: int
-    fan_out: int
-
-
-@dataclass
-class BufferSpec:
-    name: str
-    shape: Shape
-    fill: float
-
-
-@dataclass
-class Context:
-    """What layers need while building the graph: the step's mode (train/eval, rows' positions,
-    the reduction over ranks), and a counter that gives each random layer its own stream."""
-    mode: nn.Mode
-    streams: int = 0
-
-    def new_stream(self) -> int:
-        self.streams += 1
-        return self.streams
-
-
-class Layer:
-    type: ClassVar[str] = ""
-    activation: str | None = None  # a fused output activation, if the layer has one
-
-    def __init__(self, name: str = "") -> None:
-        self.name = name or self.type
-        self.specs: list[WeightSpec] = []
-        self.buffer_specs: list[BufferSpec] = []
-        self.weights: dict[str, Parameter] = {}
-        self.buffers: dict[str, Any] = {}  # non-trainable state saved with the model (running statistics)
-        self.input_shape: Shape = ()
-        self.output_shape: Shape = ()
-
-    def build(self, input_shape: Shape) -> Shape:
-        self.input_shape = input_shape
-        self.output_shape = self.compute_shape(input_shape)
-        return self.output_shape
-
-    def compute_shape(self, input_shape: Shape) -> Shape:
-        return input_shape
-
-    def add_weight(self, name: str, shape: Shape, init: Init, fan_in: int, fan_out: int) -> None:
-        self.specs.append(WeightSpec(name, shape, init, fan_in, fan_out))
-
-    def add_buffer(self, name: str, shape: Shape, fill: float) -> None:
-        """Non-trainable state (e.g. running statistics): the network allocates it in `buffers`
-        and saves it with the weights, in checkpoints and model files alike."""
-        self.buffer_specs.append(BufferSpec(name, shape, fill))
-
-    def __call__(self, x: Node, ctx: Context) -> Node:
-        raise NotImplementedError  # abstract: every layer defines it
-
-    def flops(self) -> int:
-        """Floating-point operations per sample in the forward pass (multiply-add = 2)."""
-        return 0
-
-    def without_activation(self) -> "Layer":
-        """This layer (sharing its weights) with a linear output: a fused loss applies the activation."""
-        bare = copy.copy(self)
-        bare.activation, bare.activation_args = "linear", {}
-        return bare
-
-    def sublayers(self) -> list["Layer"]:
-        """Layers inside this one (a block's); their weights belong to the network too."""
-        return []
-
-    def _error(self, message: str) -> ShapeError:
-        return ShapeError(f"layer {self.name!r} ({self.type}): {message}")
-
-
-def _positive(layer: str, field: str, value: int) -> int:
-    if value <= 0:
-        raise MagmaError(f"layer {layer!r}: {field} must be positive; received {field}={value}")
-    return value
+__all__ = ["LAYERS", "BufferSpec", "Context", "Layer", "Shape", "WeightSpec", "all_layers"]
 
 
 class Input(Layer):
@@ -111,7 +22,7 @@ class Input(Layer):
 
     def __init__(self, shape: Shape, name: str = "") -> None:
         super().__init__(name)
-        self.shape = tuple(_positive(self.name, "shape", int(s)) for s in shape)
+        self.shape = tuple(positive(self.name, "shape", int(s)) for s in shape)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if input_shape != self.shape:
@@ -130,7 +41,7 @@ class Dense(Layer):
                  kernel_initializer: str | dict = "glorot_uniform", bias_initializer: str | dict = "zeros",
                  name: str = "", **activation_args: float) -> None:
         super().__init__(name)
-        self.units = _positive(self.name, "units", int(units))
+        self.units = positive(self.name, "units", int(units))
         self.activation = activation
         self.activation_args = activation_args
         get_activation(activation, **activation_args)  # fail early on an unknown name
@@ -220,7 +131,7 @@ class Conv2D(Layer):
                              f"received {conv_algorithm!r}")
         self.algorithm = conv_algorithm
         self.ops: list[conv.Conv2D] = []  # the graph's nodes running this layer (tuning sets their algorithm)
-        self.filters = _positive(self.name, "filters", int(filters))
+        self.filters = positive(self.name, "filters", int(filters))
         self.kernel = _pair(self.name, "kernel_size", kernel_size)
         self.stride = _pair(self.name, "stride", stride)
         self.dilation = _pair(self.name, "dilation", dilation)
@@ -362,7 +273,7 @@ class Reshape(Layer):
 
     def __init__(self, shape: Sequence[int], name: str = "") -> None:
         super().__init__(name)
-        self.shape = tuple(_positive(self.name, "shape", int(v)) for v in shape)
+        self.shape = tuple(positive(self.name, "shape", int(v)) for v in shape)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if int(np.prod(self.shape)) != int(np.prod(input_shape)):
@@ -412,8 +323,3 @@ class Residual(Layer):
 
 LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten, Conv2D, Pool2D,
                                                              BatchNorm, GlobalAvgPool, Reshape, Residual)}
-
-
-def all_layers(layers: Sequence[Layer]) -> list[Layer]:
-    """Every layer, blocks' inner layers included, in order."""
-    return [x for layer in layers for x in (layer, *all_layers(layer.sublayers()))]

@@ -50,7 +50,9 @@ def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | Non
     return Network(build_layers(config), sample_shape, build_loss(config), seed=config.seed if seed is None else seed)
 
 
-def build_optimizer(config: Config, steps_per_epoch: int) -> Optimizer:
+def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None) -> Optimizer:
+    """The config's optimizer and schedule; given the network, it also learns the parameter tensors'
+    shapes in the flat buffers (layer-wise rules, LARS and LAMB, take norms per tensor)."""
     spec = config.optimizer
     args = spec.model_dump(exclude={"type", "schedule"})
     lr = spec.learning_rate
@@ -62,7 +64,10 @@ def build_optimizer(config: Config, steps_per_epoch: int) -> Optimizer:
         schedule = schedules.SCHEDULES[spec.schedule.type](lr, **s)
         if spec.schedule.warmup_epochs:
             schedule = schedules.warmup(schedule, spec.schedule.warmup_epochs)
-    return OPTIMIZERS[spec.type](schedule=schedule, steps_per_epoch=steps_per_epoch, **args)
+    optimizer = OPTIMIZERS[spec.type](schedule=schedule, steps_per_epoch=steps_per_epoch, **args)
+    if network is not None:
+        optimizer.set_segments(network.parameter_shapes)
+    return optimizer
 
 
 def check_output_width(config: Config, network: Network, classes: list[Any], source: str, targets: int = 1) -> None:

@@ -1,0 +1,96 @@
+"""Model and hybrid parallelism (MagmaDNN section 4.1, dMath): `distributed.model_parallel: K` splits
+every dense layer's units over K ranks; the world's ranks form D = size / K data-parallel groups of K
+model-parallel ranks (rank = d K + k: consecutive ranks share a model, as on one node).
+
+Inside a group the K ranks run the same rows: each computes its columns of a split layer, the
+activations are allgathered over the group (forward) and the input gradients summed over it
+(backward), so every rank holds the whole activations and any layer between split ones (dropout,
+batchnorm, convolutions) runs replicated. Across groups it is data parallelism: each rank's
+gradients (its columns, plus the replicated layers) are summed with the ranks holding the same part
+in every other group. The result is a one-process run's, to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core import backend as B
+from ..errors import MagmaError
+from .comm import Communicator, SingleProcess
+from .data_parallel import DataParallel
+
+
+@dataclass
+class ModelGroups:
+    """The communicators of a hybrid layout: `model` (this rank's K-rank group, which splits the
+    layers) and `data` (the D ranks holding the same part of the model, one per group)."""
+    world: Communicator
+    model: Communicator
+    data: Communicator
+
+    @property
+    def split(self) -> int:
+        return self.model.size
+
+
+def model_groups(world: Communicator, split: int) -> ModelGroups:
+    """D = world.size / `split` groups of `split` consecutive ranks; one process keeps layers whole."""
+    if world.size == 1 or split == 1:
+        return ModelGroups(world, SingleProcess(), world)
+    if world.size % split:
+        raise MagmaError(f"distributed.model_parallel: {split} does not divide the {world.size} ranks; run a "
+                         f"multiple of {split} ranks (e.g. {split * max(1, world.size // split)}), or set "
+                         "model_parallel to a divisor of the rank count")
+    group, part = divmod(world.rank, split)
+    return ModelGroups(world, world.split(group, part), world.split(part, group))
+
+
+class ModelParallel(DataParallel):
+    """Data parallelism over `groups.data` of a network whose dense layers are split over
+    `groups.model`. Gradient sums, batchnorm's statistics and the broadcast run over the data
+    group; the stop request over every rank; the clip norm counts each split tensor's parts once."""
+
+    def __init__(self, network: Any, optimizer: Any, groups: ModelGroups, sync_batchnorm: bool = True) -> None:
+        self.groups = groups
+        super().__init__(network, optimizer, groups.data, sync_batchnorm)
+        self.world = groups.world
+
+    def _reduce_buffer(self) -> None:
+        super()._reduce_buffer()
+        stop = self.stats[2:3]
+        self.groups.model.allreduce_sum(stop)  # a signal caught by any rank of the group stops all
+
+    def update(self) -> None:
+        opt, net = self.optimizer, self.net
+        if opt.clip_norm is not None:
+            opt.clip(net.flat_grads, self._squared_norm(net.flat_grads))
+        opt.apply(net.flat_params, net.flat_grads, opt.state)
+
+    def _squared_norm(self, flat: Any) -> float:
+        """The whole gradient's squared norm: split parts summed over the group, replicated ones once."""
+        parts = B.xp.asarray([0.0, 0.0], dtype=np.float64)
+        for piece, split in self.net.flat_pieces(flat):
+            parts[int(split)] += float(B.array_module(piece).vdot(piece, piece))
+        split_part = parts[1:2]
+        self.groups.model.allreduce_sum(split_part)
+        return float(parts[0] + split_part[0])
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state with every slot in the whole model's layout (as one process has it)."""
+        state = self.optimizer.state_dict()
+        return {k: self.net.gather_flat(v) if k.startswith("slots/") else v for k, v in state.items()}
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict({k: self.net.part_of_flat(v) if k.startswith("slots/") else v
+                                        for k, v in state.items()})
+
+
+def layout_message(groups: ModelGroups, network: Any) -> str:
+    """The run log's line: the layout, and how much of the model each rank holds."""
+    held, total = network.local_parameters, network.num_parameters
+    return (f"model parallel: {groups.world.size // groups.split} data-parallel group{'s' * (groups.world.size > groups.split)}"
+            f" x {groups.split} model-parallel ranks (dense layers' units split {groups.split} ways); each rank "
+            f"holds {held:,} of the {total:,} parameters ({held / total:.0%})")
