@@ -20,6 +20,7 @@ from ..data.augment import augment
 from ..data.prepare import Prepared, class_weights, prepare
 from ..distributed import Communicator, SingleProcess
 from ..distributed.data_parallel import data_parallel
+from ..distributed.model_parallel import ModelGroups, layout_message, model_groups
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..nn.network import Network
@@ -82,8 +83,9 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                                   prune=prune)
         run.trainer.check_weights()
         metrics = report(run, history, time.perf_counter() - started)
+        weights = run.network.state_dict()  # on every rank: split layers are gathered whole
         if comm.is_root:
-            write_outputs(out_dir, config, run.network, run.data, run.task, metrics, history)
+            write_outputs(out_dir, config, run.network, weights, run.data, run.task, metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
                                                                              if k in SPLITS}))
             reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
@@ -119,7 +121,8 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
         B.use_gpu_device(comm.local_rank)
     task = task_of(config)
     data = prepare(config.data, task, seed, fold)
-    network = build_network(config, data.sample_shape, seed)
+    groups = parallel_layout(config, comm, reporter)
+    network = build_network(config, data.sample_shape, seed, groups.model)
     check_run(config, network, data)
     weights = class_weights(config.training.class_weight, data.classes, data.train.y)
     if weights is not None:
@@ -133,7 +136,7 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     batch = min(config.training.batch_size, len(data.train.x))
     B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
                      f"training with batch {batch} (training.batch_size; weights, gradients, optimizer state, activations)")
-    parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm)
+    parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm, groups)
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
     aug = config.training.augment
@@ -145,11 +148,20 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     reporter.info(f"{config.name}: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
-    for note in data.notes if comm.is_root else []:
+    for note in ([layout_message(groups, network)] if groups.split > 1 else []) + data.notes if comm.is_root else []:
         reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
         reporter.warn(note)
     return Run(config, comm, device, task, data, network, trainer, stopper, saver)
+
+
+def parallel_layout(config: Config, comm: Communicator, reporter: Reporter) -> ModelGroups:
+    """The data- and model-parallel groups of `distributed.model_parallel` on this many ranks."""
+    split = config.distributed.model_parallel
+    if split > 1 and comm.size == 1:
+        reporter.warn(f"distributed.model_parallel: {split} needs {split} ranks or a multiple; this run has 1 "
+                      "process, so the layers stay whole")
+    return model_groups(comm, split)
 
 
 def check(config: Config) -> None:
@@ -176,7 +188,7 @@ SPLITS = ("train", "validation", "test")
 def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
     """The metrics of the trained network on every split (exact on any rank count)."""
     data, batch = run.data, run.config.training.eval_batch_size
-    final = {name: split_report(run.network, split, data.classes, run.task, run.comm, batch, data.targets)
+    final = {name: split_report(run.network, split, data.classes, run.task, run.trainer.data_comm, batch, data.targets)
              for name, split in zip(SPLITS, (data.train, data.validation, data.test)) if split is not None}
     return {"name": run.config.name, "task": run.task, "device": run.device, "processes": run.comm.size,
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
@@ -226,9 +238,10 @@ def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer) -> 
             f"{new:.6g} (it was {old:.6g} under the checkpoint's config){horizon}"]
 
 
-def write_outputs(out_dir: Path, config: Config, network: Any, data: Prepared, task: str,
+def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str, Any], data: Prepared, task: str,
                   metrics: dict[str, Any], history: History) -> None:
-    save_model(out_dir / "model.npz", network, config, data, task, {k: v for k, v in metrics.items() if not isinstance(v, dict)})
+    save_model(out_dir / "model.npz", network, config, data, task, {k: v for k, v in metrics.items() if not isinstance(v, dict)},
+               weights)
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "metrics.csv", history_csv(history))
     write_text(out_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -231,6 +231,18 @@ class DistributedConfig(Strict):
         "auto", description="auto: shared_memory when all ranks share one node (CPU), else allreduce")
     sync_batchnorm: bool = Field(True, description="batchnorm statistics over the global batch (N ranks = 1 "
                                  "process); false: per-rank statistics, cheaper, results depend on the rank count")
+    model_parallel: PositiveInt = Field(1, description="split every dense layer's units over this many ranks "
+                                        "(ranks = data-parallel groups x model_parallel)")
+
+    @model_validator(mode="after")
+    def _split_fits(self) -> "DistributedConfig":
+        if self.model_parallel > 1 and self.processes > 1 and self.processes % self.model_parallel:
+            raise ValueError(f"model_parallel: {self.model_parallel} does not divide processes: {self.processes}; "
+                             f"use a multiple of {self.model_parallel} processes")
+        if self.model_parallel > 1 and self.strategy == "shared_memory":
+            raise ValueError("strategy shared_memory keeps one whole copy of the weights per node, which "
+                             "model_parallel > 1 splits; use auto, allreduce, ring or parameter_server")
+        return self
 
 
 class Distribution(Strict):

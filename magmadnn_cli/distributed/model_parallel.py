@@ -65,9 +65,19 @@ class ModelParallel(DataParallel):
 
     def update(self) -> None:
         opt, net = self.optimizer, self.net
+        opt.ensure_state(net.flat_params)
         if opt.clip_norm is not None:
             opt.clip(net.flat_grads, self._squared_norm(net.flat_grads))
-        opt.apply(net.flat_params, net.flat_grads, opt.state)
+        opt.apply(net.flat_params, net.flat_grads, opt.state, total=self._sum_split_norms)
+
+    def _sum_split_norms(self, squares: np.ndarray) -> np.ndarray:
+        """Layer-wise rules' per-tensor squared norms (rows): a split tensor's are summed over the group."""
+        split = np.array([spec.part is not None for spec in self.net.parameter_specs])
+        if split.any():
+            parts = np.ascontiguousarray(squares[split], dtype=np.float64)
+            self.groups.model.allreduce_sum(parts)
+            squares[split] = parts
+        return squares
 
     def _squared_norm(self, flat: Any) -> float:
         """The whole gradient's squared norm: split parts summed over the group, replicated ones once."""

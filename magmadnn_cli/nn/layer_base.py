@@ -18,11 +18,26 @@ Shape = tuple[int, ...]
 
 @dataclass
 class WeightSpec:
+    """A weight to create: `shape` is what this rank holds; a layer split over ranks holds `part`
+    (an index into the whole tensor of shape `whole`, split along `axis`), initialized as the
+    matching part of the whole tensor, so any split starts from one process's weights."""
     name: str
     shape: Shape
     init: Init
     fan_in: int
     fan_out: int
+    whole: Shape | None = None
+    axis: int = 0
+    part: slice | None = None
+
+    def split(self, axis: int, part: slice) -> None:
+        self.whole, self.axis, self.part = self.shape, axis, part
+        self.shape = tuple(part.stop - part.start if i == axis else n for i, n in enumerate(self.shape))
+
+    def initial(self, rng: Any) -> Any:
+        """This rank's initial values: the whole tensor's (same random stream), cut to `part`."""
+        value = self.init(rng, self.whole or self.shape, self.fan_in, self.fan_out)
+        return value if self.part is None else value[(slice(None),) * self.axis + (self.part,)]
 
 
 @dataclass
@@ -85,6 +100,11 @@ class Layer:
         bare = copy.copy(self)
         bare.activation, bare.activation_args = "linear", {}
         return bare
+
+    def split_over(self, group: Any) -> bool:
+        """Model parallelism: hold only this rank's part of the weights, the ranks of `group` working
+        together on every batch. Returns whether it did (by default a layer stays whole)."""
+        return False
 
     def sublayers(self) -> list["Layer"]:
         """Layers inside this one (a block's); their weights belong to the network too."""

@@ -3,13 +3,13 @@ they follow is in `layer_base`)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import MagmaError
 from ..core.graph import Node, get_activation
-from ..core.graph import conv, nn, ops
+from ..core.graph import conv, nn, ops, parallel
 from .initializers import get_initializer
 from .layer_base import BufferSpec, Context, Layer, Shape, WeightSpec, positive, all_layers
 
@@ -48,6 +48,20 @@ class Dense(Layer):
         self.use_bias = use_bias
         self.kernel_init = get_initializer(kernel_initializer)
         self.bias_init = get_initializer(bias_initializer)
+        self.group: Any = None  # the model-parallel ranks its units are split over (see `split_over`)
+        self.widths: list[int] = []
+
+    def split_over(self, group: Any) -> bool:
+        """Hold only this rank's share of the units (columns of W, entries of b); the outputs are
+        gathered over `group`. Layers with fewer units than ranks stay whole."""
+        if group.size < 2 or self.units < group.size:
+            return False
+        q, r = divmod(self.units, group.size)
+        self.group, self.widths = group, [q + (k < r) for k in range(group.size)]  # as np.array_split
+        start = sum(self.widths[:group.rank])
+        for spec in self.specs:
+            spec.split(0 if spec.name == "bias" else 1, slice(start, start + self.widths[group.rank]))
+        return True
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 1:
@@ -61,7 +75,11 @@ class Dense(Layer):
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         fn = get_activation(self.activation, **self.activation_args)
-        return nn.Dense(x, self.weights["kernel"], self.weights.get("bias"), fn, name=self.name)
+        if self.group is None:
+            return nn.Dense(x, self.weights["kernel"], self.weights.get("bias"), fn, name=self.name)
+        part = nn.Dense(parallel.ToParts(x, self.group), self.weights["kernel"], self.weights.get("bias"), fn,
+                        name=self.name)
+        return parallel.GatherColumns(part, self.group, self.widths)
 
     def flops(self) -> int:
         return 2 * self.input_shape[0] * self.units + (self.units if self.use_bias else 0)

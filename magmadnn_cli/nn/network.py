@@ -23,7 +23,9 @@ class Network:
     (non-trainable state, e.g. running statistics); `state_dict` / `load_state_dict` carry all of them."""
 
     def __init__(self, layers: Sequence[Layer], input_shape: Shape, loss: Loss | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, group: Any = None) -> None:
+        """`group`: the model-parallel ranks (a communicator) that split the dense layers' units;
+        each rank then holds its part of their weights (None or one rank: every layer whole)."""
         self.layers = list(layers)
         self.input_shape = tuple(input_shape)
         self.loss = loss
@@ -35,6 +37,8 @@ class Network:
             shape = layer.build(shape)
             self.activation_size += int(np.prod(shape))
         self.output_shape = shape
+        self.group = group
+        self.split_layers = [layer for layer in all_layers(self.layers) if group is not None and layer.split_over(group)]
         self.head = output_head(self.layers, loss.name if loss is not None else None)
         self._allocate(np.random.default_rng(seed))
         self._build_graphs(Context(self.mode))
@@ -54,10 +58,11 @@ class Network:
         host = np.empty(sum(sizes), dtype=B.floatx)
         offset = 0
         for (layer, spec), size in zip(specs, sizes):
-            host[offset:offset + size] = spec.init(rng, spec.shape, spec.fan_in, spec.fan_out).ravel()
+            host[offset:offset + size] = spec.initial(rng).ravel()
             offset += size
         self.parameters: list[Parameter] = []
-        self.parameter_shapes = [tuple(spec.shape) for _, spec in specs]
+        self.parameter_shapes = [tuple(spec.shape) for _, spec in specs]  # this rank's
+        self.parameter_specs = [spec for _, spec in specs]
         for layer, spec in specs:
             p = Parameter(None, f"{layer.name}/{spec.name}")
             layer.weights[spec.name] = p
@@ -87,6 +92,12 @@ class Network:
 
     @property
     def num_parameters(self) -> int:
+        """The model's parameters (all of every split tensor)."""
+        return sum(int(np.prod(spec.whole or spec.shape)) for spec in self.parameter_specs)
+
+    @property
+    def local_parameters(self) -> int:
+        """The parameters this rank holds."""
         return int(self.flat_params.size)
 
     def buffers(self) -> dict[str, Array]:
@@ -95,22 +106,55 @@ class Network:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Weights and buffers by stable name (`<layer>/<weight>`, `<layer>/<buffer>`), host copies."""
-        state = {p.name: B.to_host(p.value).copy() for p in self.parameters}
+        state = {p.name: self._whole(B.to_host(p.value), spec) for p, spec in zip(self.parameters, self.parameter_specs)}
         state.update({k: B.to_host(v).copy() for k, v in self.buffers().items()})
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Copy every weight and buffer in place (views into shared buffers stay valid); all of
         them must be present with the right shape."""
+        specs = {p.name: spec for p, spec in zip(self.parameters, self.parameter_specs)}
         targets = {p.name: p.value for p in self.parameters} | self.buffers()
         for name, target in targets.items():
             if name not in state:
                 raise ShapeError(f"the saved state has no {name!r}; it holds {sorted(state)}")
-            value = state[name]
-            if tuple(value.shape) != tuple(target.shape):
-                raise ShapeError(f"{name!r}: expected shape {tuple(target.shape)}; received {tuple(value.shape)}")
+            value, whole = state[name], specs[name].whole if name in specs else None
+            if tuple(value.shape) != tuple(whole or target.shape):
+                raise ShapeError(f"{name!r}: expected shape {tuple(whole or target.shape)}; received {tuple(value.shape)}")
         for name, target in targets.items():
-            target[...] = B.to_device(state[name], dtype=target.dtype)
+            value = self._part(state[name], specs[name]) if name in specs else state[name]
+            target[...] = B.to_device(value, dtype=target.dtype)
+
+    # -- split tensors (model parallelism) --------------------------------------------------
+    def _whole(self, part: np.ndarray, spec: Any) -> np.ndarray:
+        """A split tensor gathered from the group's ranks (collective); others copied."""
+        if spec.part is None:
+            return part.copy()
+        return np.concatenate(self.group.allgather(part), axis=spec.axis)
+
+    @staticmethod
+    def _part(whole: np.ndarray, spec: Any) -> np.ndarray:
+        return whole if spec.part is None else whole[(slice(None),) * spec.axis + (spec.part,)]
+
+    def flat_pieces(self, flat: Array) -> list[tuple[Array, bool]]:
+        """Each parameter's piece of a flat buffer laid out like `flat_params`, with whether it is split."""
+        bounds = np.cumsum([0, *(int(np.prod(s)) for s in self.parameter_shapes)])
+        return [(flat[a:b], spec.part is not None) for a, b, spec in zip(bounds, bounds[1:], self.parameter_specs)]
+
+    def gather_flat(self, flat: Array) -> np.ndarray:
+        """A buffer laid out like this rank's `flat_params`, in the whole model's layout (collective)."""
+        pieces = [self._whole(B.to_host(piece).reshape(shape), spec).ravel() for (piece, _), shape, spec
+                  in zip(self.flat_pieces(flat), self.parameter_shapes, self.parameter_specs)]
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=B.floatx)
+
+    def part_of_flat(self, whole: np.ndarray) -> np.ndarray:
+        """The inverse of `gather_flat`: this rank's parts of a buffer in the whole model's layout."""
+        pieces, offset = [], 0
+        for spec in self.parameter_specs:
+            size = int(np.prod(spec.whole or spec.shape))
+            pieces.append(self._part(whole[offset:offset + size].reshape(spec.whole or spec.shape), spec).ravel())
+            offset += size
+        return np.concatenate(pieces) if pieces else whole
 
     # -- convolution algorithms ---------------------------------------------------------------
     def conv_layers(self) -> list[Conv2D]:

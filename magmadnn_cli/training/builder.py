@@ -46,8 +46,10 @@ def build_loss(config: Config) -> Loss:
     return LOSSES[config.loss.type]()
 
 
-def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None) -> Network:
-    return Network(build_layers(config), sample_shape, build_loss(config), seed=config.seed if seed is None else seed)
+def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None, group: Any = None) -> Network:
+    """`group`: the model-parallel ranks that split the dense layers (see `Network`)."""
+    return Network(build_layers(config), sample_shape, build_loss(config), seed=config.seed if seed is None else seed,
+                   group=group)
 
 
 def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None) -> Optimizer:

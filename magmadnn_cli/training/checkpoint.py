@@ -109,9 +109,10 @@ class Saver:
 
     def write(self, trainer: Trainer) -> Path:
         path = self.folder / f"step{trainer.global_step:08d}.npz"
+        arrays = snapshot(trainer, self.config, self.data)  # on every rank: split layers are gathered whole
         if self.comm.is_root:
             buffer = io.BytesIO()
-            np.savez(buffer, **snapshot(trainer, self.config, self.data))
+            np.savez(buffer, **arrays)
             atomic_write(path, lambda f: f.write(buffer.getvalue()))
             prune(self.folder, self.policy.keep)
         self.last = path

@@ -48,9 +48,10 @@ class SavedModel:
 
 
 def save(path: Path, network: Network, config: Config, data: Any, task: str,
-         metrics: dict[str, Any] | None = None) -> None:
+         metrics: dict[str, Any] | None = None, weights: dict[str, np.ndarray] | None = None) -> None:
     """`data` is the run's Prepared: its normalizer, classes, features, column encoding and target
-    scaling are what predict needs besides the weights."""
+    scaling are what predict needs besides the weights (`weights`: the network's `state_dict()`,
+    when already gathered on every rank)."""
     normalizer = data.normalizer
     meta = {"config": config.model_dump(mode="json"), "classes": data.classes, "features": data.features,
             "columns": data.encoder.to_json() if data.encoder.columns else None,
@@ -61,7 +62,7 @@ def save(path: Path, network: Network, config: Config, data: Any, task: str,
     arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
               "meta": np.array(json.dumps(meta, default=str)),
               "norm/shift": normalizer.shift, "norm/spread": normalizer.spread}
-    arrays.update({f"weights/{name}": w for name, w in network.state_dict().items()})
+    arrays.update({f"weights/{name}": w for name, w in (weights or network.state_dict()).items()})
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     atomic_write(path, lambda f: f.write(buffer.getvalue()))

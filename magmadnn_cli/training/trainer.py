@@ -70,7 +70,8 @@ class Trainer:
                  augment: Augment | None = None, checkpointer: Checkpointer | None = None,
                  stop_on_signal: bool = False) -> None:
         self.net, self.parallel, self.task = network, parallel, task
-        self.opt, self.comm = parallel.optimizer, parallel.comm
+        self.opt, self.comm = parallel.optimizer, parallel.world
+        self.data_comm = parallel.comm  # the ranks that split each batch (all, unless the model is split)
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.reporter = reporter or Reporter()
         self.eval_batch_size = eval_batch_size
@@ -97,7 +98,7 @@ class Trainer:
     def state_dicts(self) -> dict[str, dict[str, Any]]:
         """Every stateful object of a training, by owner: what a checkpoint holds."""
         owners = {"trainer": self.state_dict(), "network": self.net.state_dict(),
-                  "optimizer": self.opt.state_dict()}
+                  "optimizer": self.parallel.optimizer_state()}
         if self.stopper is not None:
             owners["early_stopping"] = self.stopper.state_dict()
         return owners
@@ -105,7 +106,7 @@ class Trainer:
     def load_state_dicts(self, owners: dict[str, dict[str, Any]]) -> None:
         self.load_state_dict(owners["trainer"])
         self.net.load_state_dict(owners["network"])
-        self.opt.load_state_dict(owners["optimizer"])
+        self.parallel.load_optimizer_state(owners["optimizer"])
         if self.stopper is not None and "early_stopping" in owners:
             self.stopper.load_state_dict(owners["early_stopping"])
         self.comm.barrier()  # state that ranks share in memory is written before anyone reads it
@@ -151,7 +152,7 @@ class Trainer:
         for step in range(pos.step + 1, len(batches) + 1):
             batch = batches[step - 1]
             first = (step - 1) * self.batch_size  # the batch's place in the epoch's global order
-            mine = np.array_split(np.arange(first, first + len(batch)), self.comm.size)[self.comm.rank]
+            mine = np.array_split(np.arange(first, first + len(batch)), self.data_comm.size)[self.data_comm.rank]
             idx = B.to_device(batch[mine - first])
             xb = x[idx]
             if self.augment is not None:
@@ -202,12 +203,14 @@ class Trainer:
     def choose_conv_algorithms(self, x: Array) -> None:
         """dMath's autotuning: rank 0 times the candidate algorithms of every `auto` convolution
         on a batch of the training data (the rows one rank runs per step) and every rank runs its
-        choice, so all ranks compute alike; a resumed run keeps its checkpoint's choice."""
+        choice, so all ranks compute alike; a resumed run keeps its checkpoint's choice. (Under
+        model parallelism rank 0's whole group runs the timing passes, which gather over it.)"""
         if not self.net.conv_layers():
             return
         if self.conv_algorithms is None:
-            rows = -(-self.batch_size // self.comm.size)
-            tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if self.comm.is_root else None
+            rows = -(-self.batch_size // self.data_comm.size)
+            timing = self.data_comm.is_root
+            tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if timing else None
             times, self.conv_algorithms = self.comm.bcast(tuned)
             asked = {layer.name: layer.algorithm for layer in self.net.conv_layers()}
             self.reporter.info(_conv_report(self.conv_algorithms, asked, times, min(rows, len(x))))
@@ -220,7 +223,7 @@ class Trainer:
         metrics = {"epoch": epoch, **self.run_epoch(train, x, y)}
         self.parallel.end_epoch()
         if validation is not None:
-            val = evaluate(self.net, validation, self.task, self.comm, self.eval_batch_size)
+            val = evaluate(self.net, validation, self.task, self.data_comm, self.eval_batch_size)
             metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
         metrics["lr"] = lr
         metrics["time"] = time.perf_counter() - start
