@@ -34,8 +34,8 @@ class Reporter:
         self.console = console or QuietOnClosedPipe(stderr=False, soft_wrap=True)
         self.warnings = warnings  # shown even with --quiet (on rank 0 only)
 
-    def start(self, epochs: int, steps: int) -> None: ...
-    def step(self, epoch: int, step: int, loss: float, accuracy: float | None) -> None: ...
+    def start(self, epochs: int) -> None: ...
+    def step(self, epoch: int, step: int, steps: int, loss: float, accuracy: float | None) -> None: ...
     def epoch(self, epoch: int, metrics: dict[str, Any]) -> None: ...
     def stop(self) -> None: ...
 
@@ -81,21 +81,22 @@ class RichReporter(Reporter):
         super().__init__(console)
         self.progress: Progress | None = None
         self.task: Any = None
-        self.epochs = self.steps = 0
+        self.epochs = 0
 
-    def start(self, epochs: int, steps: int) -> None:
-        self.epochs, self.steps = epochs, max(1, steps)
+    def start(self, epochs: int) -> None:
+        self.epochs = epochs
         self.progress = Progress(TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("left"),
                                  TimeRemainingColumn(), console=self.console, transient=True)
         self.progress.start()
         self.task = None
 
-    def step(self, epoch: int, step: int, loss: float, accuracy: float | None) -> None:
+    def step(self, epoch: int, step: int, steps: int, loss: float, accuracy: float | None) -> None:
+        """Step `step` of the epoch's `steps` is done."""
         if self.progress is None:
             return
         if self.task is None:  # the epoch's bar starts (at `step`, when resumed mid-epoch)
-            self.task = self.progress.add_task("train", total=self.steps, completed=step - 1,
+            self.task = self.progress.add_task("train", total=steps, completed=step - 1,
                                                epoch=f"{epoch}/{self.epochs}", stats="")
         stats = f"loss {loss:.4f}" + (f" acc {accuracy:.3f}" if accuracy is not None else "")
         self.progress.update(self.task, completed=step, stats=stats)

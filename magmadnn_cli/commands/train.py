@@ -25,7 +25,8 @@ from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
-from ..training.builder import bias_warnings, build_network, build_optimizer, check_output_width, task_of
+from ..training.builder import (bias_warnings, batch_schedule, build_network, build_optimizer, check_output_width,
+                                task_of)
 from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
 from ..training.early_stopping import EarlyStopper
 from ..training.evaluation import split_report
@@ -132,15 +133,18 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
             network.load_state_dict(load_model(init_from).weights)
         except MagmaError as exc:
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network)
-    batch = min(config.training.batch_size, len(data.train.x))
+    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
+                                len(data.train.x))
+    sizes = batch_schedule(config)
+    batch = min(sizes.largest(), len(data.train.x))
     B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
-                     f"training with batch {batch} (training.batch_size; weights, gradients, optimizer state, activations)")
+                     f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
+                     "optimizer state, activations)")
     parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm, groups)
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
     aug = config.training.augment
-    trainer = Trainer(network, parallel, task, config.training.batch_size, seed, config.training.shuffle, reporter,
+    trainer = Trainer(network, parallel, task, sizes, seed, config.training.shuffle, reporter,
                       config.training.eval_batch_size,
                       (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
                       saver, stop_on_signal=bool(policy and policy.on_signal))
@@ -202,7 +206,7 @@ def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     trainer, config = run.trainer, run.config
     trainer.stopper = run.stopper
     notes = check_compatible(ckpt, config, run.data.train) + restore(ckpt, trainer)
-    notes += schedule_change(ckpt.meta["config"], config, trainer)
+    notes += schedule_change(ckpt.meta["config"], config, trainer, len(run.data.train.x))
     if run.saver is not None:
         run.saver.last = ckpt.path
     pos, done = trainer.position, len(trainer.history.epochs)
@@ -217,11 +221,11 @@ def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
                       f"(e.g. --set training.epochs={done + 10}) to train on")
 
 
-def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer) -> list[str]:
+def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer, rows: int) -> list[str]:
     """A resumed run follows the new config's schedule (its horizon may follow training.epochs):
     say so, with the learning rate the next step would have had and has now."""
     try:
-        before = build_optimizer(Config.model_validate(saved), trainer.opt.steps_per_epoch)
+        before = build_optimizer(Config.model_validate(saved), trainer.opt.steps_per_epoch, rows=rows)
     except Exception:  # the checkpoint's config no longer validates: nothing to compare
         return []
     before.t = trainer.opt.t

@@ -208,6 +208,9 @@ class Checkpointing(Strict):
 class TrainingConfig(Strict):
     epochs: Annotated[int, Field(ge=0)] = 10
     batch_size: PositiveInt = 32
+    batch_schedule: dict[PositiveInt, PositiveInt] | None = Field(
+        None, description="growing global batches: {epoch: batch size from that epoch on}, e.g. {5: 256, 10: 1024}; "
+                          "batch_size until the first")
     shuffle: bool = True
     early_stopping: EarlyStopping | None = None
     eval_batch_size: PositiveInt = 1024

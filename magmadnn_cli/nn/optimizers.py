@@ -31,6 +31,7 @@ class Optimizer:
         self.clip_norm = clip_norm
         self.schedule = schedule or constant(learning_rate)
         self.steps_per_epoch = max(1, steps_per_epoch)
+        self.epoch_of_step: Callable[[int], float] | None = None  # epochs done after t steps, when not t / steps_per_epoch
         self.t = 0  # steps taken
         self.state: dict[str, Array] = {}
         self._scratch: Array | None = None  # a chunk-sized buffer for temporaries
@@ -44,7 +45,7 @@ class Optimizer:
 
     def lr(self) -> float:
         """The learning rate of the step about to be taken."""
-        return self.schedule(self.t / self.steps_per_epoch)
+        return self.schedule(self.epoch_of_step(self.t) if self.epoch_of_step else self.t / self.steps_per_epoch)
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ..nn import schedules
@@ -12,6 +13,7 @@ from ..nn.layers import LAYERS, Layer
 from ..nn.losses import LOSSES, Loss
 from ..nn.network import Network
 from ..nn.optimizers import OPTIMIZERS, Optimizer
+from .batches import BatchSchedule
 
 TASKS = {"cross_entropy": "classification", "binary_cross_entropy": "binary", "mse": "regression", "mae": "regression"}
 
@@ -46,15 +48,21 @@ def build_loss(config: Config) -> Loss:
     return LOSSES[config.loss.type]()
 
 
+def batch_schedule(config: Config) -> BatchSchedule:
+    return BatchSchedule(config.training.batch_size, config.training.batch_schedule)
+
+
 def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None, group: Any = None) -> Network:
     """`group`: the model-parallel ranks that split the dense layers (see `Network`)."""
     return Network(build_layers(config), sample_shape, build_loss(config), seed=config.seed if seed is None else seed,
                    group=group)
 
 
-def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None) -> Optimizer:
+def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None,
+                    rows: int | None = None) -> Optimizer:
     """The config's optimizer and schedule; given the network, it also learns the parameter tensors'
-    shapes in the flat buffers (layer-wise rules, LARS and LAMB, take norms per tensor)."""
+    shapes in the flat buffers (layer-wise rules, LARS and LAMB, take norms per tensor); given the
+    training rows, a growing batch schedule's epochs (the learning-rate schedule is in epochs)."""
     spec = config.optimizer
     args = spec.model_dump(exclude={"type", "schedule"})
     lr = spec.learning_rate
@@ -69,6 +77,8 @@ def build_optimizer(config: Config, steps_per_epoch: int, network: Network | Non
     optimizer = OPTIMIZERS[spec.type](schedule=schedule, steps_per_epoch=steps_per_epoch, **args)
     if network is not None:
         optimizer.set_segments(network.parameter_shapes)
+    if rows is not None and config.training.batch_schedule:
+        optimizer.epoch_of_step = partial(batch_schedule(config).epochs_done, rows)
     return optimizer
 
 

@@ -43,7 +43,7 @@ NAME = re.compile(r"^step(\d+)\.npz$")
 
 # Config fields a resumed run must share with the checkpoint (anything else may change, e.g. epochs).
 MUST_MATCH = ("model", "loss", "seed", "precision", "optimizer.type", "training.batch_size",
-              "training.shuffle", "training.augment")
+              "training.batch_schedule", "training.shuffle", "training.augment")
 
 
 REQUIRED = ("state", "global_step", "ranks", "config", "data")

@@ -27,16 +27,13 @@ from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
 from ..nn.network import Network
 from ..reporting import Reporter
+from .batches import BatchSchedule, steps_per_epoch  # noqa: F401 (steps_per_epoch: re-exported)
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from .interrupts import StopSignals, resume_command
 
 Array = Any
 Augment = Callable[[Array, np.ndarray, int], Array]  # (batch, rows' global positions, epoch key) -> batch
-
-
-def steps_per_epoch(rows: int, batch_size: int) -> int:
-    return max(1, math.ceil(rows / batch_size))
 
 
 @dataclass
@@ -65,14 +62,15 @@ class Checkpointer(Protocol):
 
 
 class Trainer:
-    def __init__(self, network: Network, parallel: DataParallel, task: str, batch_size: int, seed: int,
+    def __init__(self, network: Network, parallel: DataParallel, task: str, batch_size: int | BatchSchedule, seed: int,
                  shuffle: bool = True, reporter: Reporter | None = None, eval_batch_size: int = 1024,
                  augment: Augment | None = None, checkpointer: Checkpointer | None = None,
                  stop_on_signal: bool = False) -> None:
         self.net, self.parallel, self.task = network, parallel, task
         self.opt, self.comm = parallel.optimizer, parallel.world
         self.data_comm = parallel.comm  # the ranks that split each batch (all, unless the model is split)
-        self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
+        self.sizes = batch_size if isinstance(batch_size, BatchSchedule) else BatchSchedule(batch_size)
+        self.seed, self.shuffle = seed, shuffle
         self.reporter = reporter or Reporter()
         self.eval_batch_size = eval_batch_size
         self.augment = augment
@@ -136,10 +134,8 @@ class Trainer:
     # -- epochs --------------------------------------------------------------------------------
     def batches(self, n: int, epoch: int) -> list[np.ndarray]:
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
-        return [order[i:i + self.batch_size] for i in range(0, n, self.batch_size)]
-
-    def steps_per_epoch(self, n: int) -> int:
-        return steps_per_epoch(n, self.batch_size)
+        size = self.sizes.size(epoch)
+        return [order[i:i + size] for i in range(0, n, size)]
 
     @property
     def global_step(self) -> int:
@@ -151,7 +147,7 @@ class Trainer:
         batches = self.batches(len(train.x), pos.epoch)
         for step in range(pos.step + 1, len(batches) + 1):
             batch = batches[step - 1]
-            first = (step - 1) * self.batch_size  # the batch's place in the epoch's global order
+            first = (step - 1) * len(batches[0])  # the batch's place in the epoch's global order
             mine = np.array_split(np.arange(first, first + len(batch)), self.data_comm.size)[self.data_comm.rank]
             idx = B.to_device(batch[mine - first])
             xb = x[idx]
@@ -162,7 +158,7 @@ class Trainer:
                 raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
                                                        f"{l_sum / len(batch)} (not finite)"))
             pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + l_sum, pos.correct + c, pos.seen + len(batch)
-            self.reporter.step(pos.epoch, step, pos.loss_sum / pos.seen,
+            self.reporter.step(pos.epoch, step, len(batches), pos.loss_sum / pos.seen,
                                pos.correct / pos.seen if self.task != "regression" else None)
             if step < len(batches):
                 self._checkpoint_if_due(None)
@@ -179,7 +175,7 @@ class Trainer:
         history, self.stopper = self.history, stopper
         x, y = B.to_device(train.x), B.to_device(train.y)
         self.choose_conv_algorithms(x)
-        self.reporter.start(epochs, self.steps_per_epoch(len(train.x)))
+        self.reporter.start(epochs)
         # Overflow warnings are noise here: a non-finite loss is caught and reported by `run_epoch`.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.signals:
             try:
@@ -208,7 +204,7 @@ class Trainer:
         if not self.net.conv_layers():
             return
         if self.conv_algorithms is None:
-            rows = -(-self.batch_size // self.data_comm.size)
+            rows = -(-self.sizes.size(self.position.epoch) // self.data_comm.size)
             timing = self.data_comm.is_root
             tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if timing else None
             times, self.conv_algorithms = self.comm.bcast(tuned)
@@ -226,6 +222,8 @@ class Trainer:
             val = evaluate(self.net, validation, self.task, self.data_comm, self.eval_batch_size)
             metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
         metrics["lr"] = lr
+        if self.sizes.changes:  # a growing batch: say each epoch's
+            metrics["batch_size"] = self.sizes.size(epoch)
         metrics["time"] = time.perf_counter() - start
         self.history.epochs.append(metrics)
         self.reporter.epoch(epoch, {k: v for k, v in metrics.items() if k not in ("epoch", "time")})

@@ -1,0 +1,45 @@
+"""The global batch size of every epoch (`training.batch_size`, then `training.batch_schedule`'s
+growth: Smith et al. 2018, "Don't decay the learning rate, increase the batch size"), and where a
+global step falls in epochs, for learning-rate schedules that are functions of the epoch."""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+
+def steps_per_epoch(rows: int, batch_size: int) -> int:
+    return max(1, math.ceil(rows / batch_size))
+
+
+class BatchSchedule:
+    """`batch_size` from epoch 1; from epoch E on, `changes[E]` (the latest E reached)."""
+
+    def __init__(self, batch_size: int, changes: dict[int, int] | None = None) -> None:
+        self.first = batch_size
+        self.changes = sorted((changes or {}).items())
+        self._ends: list[int] = []  # for the rows last asked about
+        self._rows = -1
+
+    def size(self, epoch: int) -> int:
+        size = self.first
+        for start, batch in self.changes:
+            if epoch >= start:
+                size = batch
+        return size
+
+    def largest(self) -> int:
+        return max([self.first, *(batch for _, batch in self.changes)])
+
+    def steps(self, rows: int, epoch: int) -> int:
+        return steps_per_epoch(rows, self.size(epoch))
+
+    def epochs_done(self, rows: int, step: int) -> float:
+        """Epochs completed (with the fraction of the one in progress) after `step` global steps."""
+        if rows != self._rows:
+            self._ends, self._rows = [], rows
+        while not self._ends or self._ends[-1] <= step:  # the global step at which each epoch ends
+            self._ends.append((self._ends[-1] if self._ends else 0) + self.steps(rows, len(self._ends) + 1))
+        done = bisect.bisect_right(self._ends, step)
+        start = self._ends[done - 1] if done else 0
+        return done + (step - start) / (self._ends[done] - start)
