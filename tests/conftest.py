@@ -155,3 +155,19 @@ def group_alive(group: int) -> bool:
         if int(fields[2]) == group and fields[0] not in ("Z", "X"):
             return True
     return False
+
+
+def assert_a_failing_rank_ends_the_job(folder, body: str, message: str) -> None:
+    """Run `body` (a script whose rank 1 raises `message` while rank 0 waits in a collective) on 2
+    ranks: the job must fail, print the message, and end within 30 s (no hung rank)."""
+    import subprocess
+    import sys
+    import time
+    script = folder / "fail.py"
+    script.write_text(body)
+    start = time.perf_counter()
+    result = subprocess.run([str(find_mpiexec()), "-n", "2", sys.executable, str(script)], capture_output=True,
+                            stdin=subprocess.DEVNULL, text=True, timeout=60)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert time.perf_counter() - start < 30

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, find_mpiexec
+from conftest import ROOT, assert_a_failing_rank_ends_the_job, find_mpiexec
 
 
 MPIEXEC = find_mpiexec()
@@ -138,8 +138,7 @@ def test_one_process_runs_the_layers_whole(tmp_path):
 
 def test_a_failing_rank_ends_a_model_parallel_job(tmp_path):
     """Rank 1 fails while rank 0 waits in the model group's allgather: the job ends with its message."""
-    script = tmp_path / "fail.py"
-    script.write_text(
+    assert_a_failing_rank_ends_the_job(tmp_path, (
         "import time, numpy as np\n"
         "from magmadnn_cli.distributed import get_communicator\n"
         "from magmadnn_cli.distributed.model_parallel import model_groups\n"
@@ -147,10 +146,4 @@ def test_a_failing_rank_ends_a_model_parallel_job(tmp_path):
         "if groups.model.rank == 1:\n"
         "    time.sleep(0.5)\n"
         "    raise RuntimeError('model rank one broke on purpose')\n"
-        "groups.model.allgather_array(np.ones(3, np.float32), [3, 3])\n")
-    start = time.perf_counter()
-    result = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script)], capture_output=True,
-                            stdin=subprocess.DEVNULL, text=True, timeout=60)
-    assert result.returncode != 0
-    assert "model rank one broke on purpose" in result.stderr
-    assert time.perf_counter() - start < 30
+        "groups.model.allgather_array(np.ones(3, np.float32), [3, 3])\n"), "model rank one broke on purpose")

@@ -81,12 +81,15 @@ class ModelParallel(DataParallel):
 
     def _squared_norm(self, flat: Any) -> float:
         """The whole gradient's squared norm: split parts summed over the group, replicated ones once."""
-        parts = B.xp.asarray([0.0, 0.0], dtype=np.float64)
-        for piece, split in self.net.flat_pieces(flat):
-            parts[int(split)] += float(B.array_module(piece).vdot(piece, piece))
-        split_part = parts[1:2]
-        self.groups.model.allreduce_sum(split_part)
-        return float(parts[0] + split_part[0])
+        whole, split = 0.0, np.zeros(1)
+        for piece, is_split in self.net.flat_pieces(flat):
+            squared = float(B.array_module(piece).vdot(piece, piece))
+            if is_split:
+                split[0] += squared
+            else:
+                whole += squared
+        self.groups.model.allreduce_sum(split)
+        return whole + float(split[0])
 
     def optimizer_state(self) -> dict[str, Any]:
         """The optimizer's state with every slot in the whole model's layout (as one process has it)."""

@@ -38,7 +38,8 @@ class Network:
             self.activation_size += int(np.prod(shape))
         self.output_shape = shape
         self.group = group
-        self.split_layers = [layer for layer in all_layers(self.layers) if group is not None and layer.split_over(group)]
+        for layer in all_layers(self.layers) if group is not None else []:
+            layer.split_over(group)  # a layer that can hold only its part of the weights does so
         self.head = output_head(self.layers, loss.name if loss is not None else None)
         self._allocate(np.random.default_rng(seed))
         self._build_graphs(Context(self.mode))
