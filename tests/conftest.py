@@ -171,3 +171,44 @@ def assert_a_failing_rank_ends_the_job(folder, body: str, message: str) -> None:
     assert result.returncode != 0
     assert message in result.stderr
     assert time.perf_counter() - start < 30
+
+
+# -- training under real ranks (the distributed tests) --------------------------------------------
+DIGITS = ROOT / "configs" / "digits_mlp.yaml"
+
+
+def run_train(out, overrides: list[str], ranks: int = 0, config=DIGITS, quiet: bool = True,
+              extra: tuple[str, ...] = (), launcher: tuple[str, ...] = ("-m", "magmadnn_cli"),
+              extra_env: dict[str, str] | None = None):
+    """`magmadnn train CONFIG --out OUT --set ...` on `ranks` mpiexec ranks (0: no mpiexec), one
+    BLAS thread per rank; `launcher`: what python runs (a module or a script taking the CLI's args)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(extra_env or {}))
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    prefix = [str(find_mpiexec()), "-n", str(ranks)] if ranks else []
+    return subprocess.run([*prefix, sys.executable, *launcher, "train", str(config), "--out", str(out),
+                           *(["-q"] if quiet else []), *sets, *extra],
+                          capture_output=True, stdin=subprocess.DEVNULL, text=True, env=env, timeout=300)
+
+
+def train_on(out, overrides: list[str], ranks: int = 0, **kwargs):
+    result = run_train(out, overrides, ranks, **kwargs)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def saved_weights(run) -> dict[str, np.ndarray]:
+    with np.load(run / "model.npz", allow_pickle=False) as f:
+        return {k: f[k] for k in f.files if k.startswith("weights/")}
+
+
+def assert_same_weights(run, reference, tolerance: float) -> None:
+    got, want = saved_weights(run), saved_weights(reference)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key].shape == want[key].shape, key  # saved whole, not one rank's part
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=tolerance * max(1.0, np.abs(want[key]).max()),
+                                   err_msg=key)

@@ -55,6 +55,13 @@ def _replace(old: str, new: str) -> str:
      ["loss cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu'"]),
     # missing required section
     ("loss: cross_entropy\n", "", ["loss: missing required key 'loss'"]),
+    # a staleness bound without asynchronous SGD; asynchronous SGD with split layers
+    ("loss: cross_entropy\n", "loss: cross_entropy\ndistributed: {max_staleness: 2}\n",
+     ["distributed: max_staleness bounds asynchronous SGD; strategy is 'auto': set strategy: async"]),
+    ("loss: cross_entropy\n", "loss: cross_entropy\ndistributed: {strategy: async, model_parallel: 2}\n",
+     ["distributed: strategy async serves whole models from one rank; model_parallel > 1 splits them"]),
+    ("loss: cross_entropy\n", "loss: cross_entropy\ndistributed: {strategy: async, max_staleness: -1}\n",
+     ["distributed.max_staleness: expected greater than or equal to 0", "received: -1"]),
 ])
 def test_config_errors_are_located_and_explained(tmp_path, old, new, expected):
     message = _errors_for(tmp_path, _replace(old, new))

@@ -6,66 +6,29 @@ each rank holds ~1/K of the dense weights; a failing rank ends the job."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from conftest import ROOT, assert_a_failing_rank_ends_the_job, find_mpiexec
+from conftest import ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec, run_train, train_on
 
 
 MPIEXEC = find_mpiexec()
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec in this environment")]
-DIGITS = ROOT / "configs" / "digits_mlp.yaml"
 F64 = ["training.epochs=3", "precision=float64"]
-
-
-def _run(out: Path, overrides: list[str], ranks: int = 0, config: Path = DIGITS, quiet: bool = True,
-         extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    sets = [arg for o in overrides for arg in ("--set", o)]
-    prefix = [str(MPIEXEC), "-n", str(ranks)] if ranks else []
-    return subprocess.run([*prefix, sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out),
-                           *(["-q"] if quiet else []), *sets, *extra],
-                          capture_output=True, stdin=subprocess.DEVNULL, text=True, env=env, timeout=300)
-
-
-def _train(out: Path, overrides: list[str], ranks: int = 0, **kwargs) -> Path:
-    result = _run(out, overrides, ranks, **kwargs)
-    assert result.returncode == 0, result.stderr
-    return out
-
-
-def _weights(run: Path) -> dict[str, np.ndarray]:
-    with np.load(run / "model.npz", allow_pickle=False) as f:
-        return {k: f[k] for k in f.files if k.startswith("weights/")}
-
-
-def _assert_same(run: Path, reference: Path, tolerance: float) -> None:
-    got, want = _weights(run), _weights(reference)
-    assert got.keys() == want.keys()
-    for key in want:
-        assert got[key].shape == want[key].shape, key  # saved whole, not one rank's part
-        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=tolerance * max(1.0, np.abs(want[key]).max()),
-                                   err_msg=key)
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     root = tmp_path_factory.mktemp("model-parallel")
-    return {"f64": _train(root / "f64", F64), "f32": _train(root / "f32", ["training.epochs=1"])}
+    return {"f64": train_on(root / "f64", F64), "f32": train_on(root / "f32", ["training.epochs=1"])}
 
 
 @pytest.mark.parametrize("ranks, split", [(2, 2), (3, 3), (4, 2)], ids=["model-2", "model-3-uneven", "hybrid-2x2"])
 def test_split_training_is_one_process_training(single, tmp_path, ranks, split):
     """128 and 10 units over 3 ranks split unevenly (43/43/42, 4/3/3); 4 ranks = 2 groups x 2."""
-    out = _train(tmp_path / "run", [*F64, f"distributed.model_parallel={split}"], ranks)
-    _assert_same(out, single["f64"], 1e-10)
+    out = train_on(tmp_path / "run", [*F64, f"distributed.model_parallel={split}"], ranks)
+    assert_same_weights(out, single["f64"], 1e-10)
 
 
 @pytest.mark.parametrize("optimizer", [
@@ -75,9 +38,9 @@ def test_split_training_is_one_process_training(single, tmp_path, ranks, split):
 ])
 def test_norms_over_split_tensors(tmp_path, optimizer):
     overrides = ["training.epochs=2", "precision=float64", f"optimizer={optimizer}"]
-    whole = _train(tmp_path / "whole", overrides)
-    split = _train(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 2)
-    _assert_same(split, whole, 1e-10)
+    whole = train_on(tmp_path / "whole", overrides)
+    split = train_on(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 2)
+    assert_same_weights(split, whole, 1e-10)
 
 
 GEMM = [f"model.layers.{path}.conv_algorithm=gemm" for path in ("0", "3.layers.0", "3.layers.3", "5.layers.0",
@@ -88,18 +51,18 @@ def test_hybrid_with_convolutions_and_batchnorm(tmp_path):
     """resnet_small: convolutions and batchnorm replicated in each group, its dense layer split."""
     overrides = ["training.epochs=1", "precision=float64", *GEMM]
     config = ROOT / "configs" / "resnet_small.yaml"
-    whole = _train(tmp_path / "whole", overrides, config=config)
-    split = _train(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 4, config=config)
-    _assert_same(split, whole, 1e-10)
+    whole = train_on(tmp_path / "whole", overrides, config=config)
+    split = train_on(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 4, config=config)
+    assert_same_weights(split, whole, 1e-10)
 
 
 def test_float32_hybrid_agrees_to_rounding(single, tmp_path):
-    out = _train(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], 4)
-    _assert_same(out, single["f32"], 2e-5)
+    out = train_on(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], 4)
+    assert_same_weights(out, single["f32"], 2e-5)
 
 
 def test_run_log_says_the_layout_and_the_share_each_rank_holds(tmp_path):
-    result = _run(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], 4, quiet=False)
+    result = run_train(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], 4, quiet=False)
     assert result.returncode == 0, result.stderr
     # digits_mlp: 64*128+128 + 128*10+10 = 9,610 parameters; each rank holds 64 + 5 columns: 4,805
     assert "2 data-parallel groups x 2 model-parallel ranks" in result.stdout
@@ -110,18 +73,18 @@ def test_run_log_says_the_layout_and_the_share_each_rank_holds(tmp_path):
 def test_a_checkpoint_written_split_resumes_on_one_process(tmp_path):
     """The checkpoint holds whole tensors (weights and Adam's slots): a 2-way split run's epoch-1
     checkpoint continued by one process ends where the split run ended."""
-    split = _train(tmp_path / "split", ["training.epochs=2", "precision=float64", "training.early_stopping=null",
+    split = train_on(tmp_path / "split", ["training.epochs=2", "precision=float64", "training.early_stopping=null",
                                         "distributed.model_parallel=2", "training.checkpoint.keep=5"], 2)
     first = sorted((split / "checkpoints").glob("step*.npz"))[0]
-    resumed = _run(tmp_path / "resumed", ["training.epochs=2", "precision=float64", "training.early_stopping=null"],
+    resumed = run_train(tmp_path / "resumed", ["training.epochs=2", "precision=float64", "training.early_stopping=null"],
                    extra=("--resume", str(first)))
     assert resumed.returncode == 0, resumed.stderr
-    _assert_same(tmp_path / "resumed", split, 1e-10)
+    assert_same_weights(tmp_path / "resumed", split, 1e-10)
 
 
 def test_ranks_must_be_a_multiple_of_the_split(tmp_path):
     start = time.perf_counter()
-    result = _run(tmp_path / "run", ["distributed.model_parallel=2"], 3)
+    result = run_train(tmp_path / "run", ["distributed.model_parallel=2"], 3)
     assert result.returncode == 2, result.stderr
     assert "distributed.model_parallel: 2 does not divide the 3 ranks" in result.stderr
     assert "Traceback" not in result.stderr
@@ -130,7 +93,7 @@ def test_ranks_must_be_a_multiple_of_the_split(tmp_path):
 
 
 def test_one_process_runs_the_layers_whole(tmp_path):
-    result = _run(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], quiet=False)
+    result = run_train(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], quiet=False)
     assert result.returncode == 0, result.stderr
     assert "model_parallel: 2 needs 2 ranks or a multiple; this run has 1 process, so the layers stay whole" \
         in result.stdout + result.stderr

@@ -19,12 +19,14 @@ from ..core import backend as B
 from ..data.augment import augment
 from ..data.prepare import Prepared, class_weights, prepare
 from ..distributed import Communicator, SingleProcess
+from ..distributed.async_sgd import AsyncParallel
 from ..distributed.data_parallel import data_parallel
-from ..distributed.model_parallel import ModelGroups, layout_message, model_groups
+from ..distributed.model_parallel import ModelGroups, model_groups
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
+from ..training.async_trainer import AsyncTrainer
 from ..training.builder import (bias_warnings, batch_schedule, build_network, build_optimizer, check_output_width,
                                 task_of)
 from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
@@ -140,19 +142,21 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
                      f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
                      "optimizer state, activations)")
-    parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm, groups)
+    dist = config.distributed
+    parallel = data_parallel(network, optimizer, comm, dist.sync_batchnorm, groups, dist.strategy == "async",
+                             dist.max_staleness)
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
     aug = config.training.augment
-    trainer = Trainer(network, parallel, task, sizes, seed, config.training.shuffle, reporter,
-                      config.training.eval_batch_size,
-                      (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
-                      saver, stop_on_signal=bool(policy and policy.on_signal))
+    trainer = (AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer)(
+        network, parallel, task, sizes, seed, config.training.shuffle, reporter, config.training.eval_batch_size,
+        (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
+        saver, stop_on_signal=bool(policy and policy.on_signal))
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     reporter.info(f"{config.name}: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
-    for note in ([layout_message(groups, network)] if groups.split > 1 else []) + data.notes if comm.is_root else []:
+    for note in ([parallel.layout()] if parallel.layout() else []) + data.notes if comm.is_root else []:
         reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
         reporter.warn(note)
@@ -162,6 +166,9 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
 def parallel_layout(config: Config, comm: Communicator, reporter: Reporter) -> ModelGroups:
     """The data- and model-parallel groups of `distributed.model_parallel` on this many ranks."""
     split = config.distributed.model_parallel
+    if config.distributed.strategy == "async" and comm.size == 1:
+        reporter.warn("distributed.strategy async needs 2 ranks or more (a server and a worker); this run has 1 "
+                      "process, so it trains synchronously")
     if split > 1 and comm.size == 1:
         reporter.warn(f"distributed.model_parallel: {split} needs {split} ranks or a multiple; this run has 1 "
                       "process, so the layers stay whole")
@@ -198,6 +205,7 @@ def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
             "parameters": run.network.num_parameters, "data_sha256": fingerprint(run.config.data.train),
+            **run.trainer.parallel.summary(),
             **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}), **final}
 
 

@@ -230,21 +230,31 @@ class TrainingConfig(Strict):
 
 class DistributedConfig(Strict):
     processes: PositiveInt = 1
-    strategy: Literal["auto", "allreduce", "ring", "parameter_server", "shared_memory"] = Field(
-        "auto", description="auto: shared_memory when all ranks share one node (CPU), else allreduce")
+    strategy: Literal["auto", "allreduce", "ring", "parameter_server", "shared_memory", "async"] = Field(
+        "auto", description="auto: shared_memory when all ranks share one node (CPU), else allreduce; async: "
+        "asynchronous SGD, rank 0 serving the weights to the other ranks")
     sync_batchnorm: bool = Field(True, description="batchnorm statistics over the global batch (N ranks = 1 "
                                  "process); false: per-rank statistics, cheaper, results depend on the rank count")
     model_parallel: PositiveInt = Field(1, description="split every dense layer's units over this many ranks "
                                         "(ranks = data-parallel groups x model_parallel)")
+    max_staleness: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="strategy async: a gradient is applied at most this many steps after the weights it was "
+        "computed on were served (0: one process's run exactly); default: 2 x the workers")
 
     @model_validator(mode="after")
-    def _split_fits(self) -> "DistributedConfig":
+    def _strategy_fits(self) -> "DistributedConfig":
         if self.model_parallel > 1 and self.processes > 1 and self.processes % self.model_parallel:
             raise ValueError(f"model_parallel: {self.model_parallel} does not divide processes: {self.processes}; "
                              f"use a multiple of {self.model_parallel} processes")
         if self.model_parallel > 1 and self.strategy == "shared_memory":
             raise ValueError("strategy shared_memory keeps one whole copy of the weights per node, which "
                              "model_parallel > 1 splits; use auto, allreduce, ring or parameter_server")
+        if self.strategy == "async" and self.model_parallel > 1:
+            raise ValueError("strategy async serves whole models from one rank; model_parallel > 1 splits them: "
+                             "use one or the other")
+        if self.max_staleness is not None and self.strategy != "async":
+            raise ValueError(f"max_staleness bounds asynchronous SGD; strategy is {self.strategy!r}: set "
+                             "strategy: async, or remove max_staleness")
         return self
 
 

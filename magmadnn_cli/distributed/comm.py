@@ -52,6 +52,14 @@ class Communicator:
         """The next message from any rank, with its sender."""
         raise RuntimeError("one process has no other rank to receive from")
 
+    def send_array(self, array: Any, dest: int) -> None:
+        """A flat float array to `dest` (no pickling), which takes it with `recv_array`."""
+        raise RuntimeError("one process has no other rank to send to")
+
+    def recv_array(self, out: Any, source: int) -> None:
+        """Fill `out` (contiguous, of the sent size and type) with the array `source` sent."""
+        raise RuntimeError("one process has no other rank to receive from")
+
     def barrier(self) -> None:
         pass
 
@@ -98,7 +106,7 @@ def get_communicator(strategy: str = "auto") -> Communicator:
         comm = SharedMemoryCommunicator(across_nodes=strategy == "shared_memory")
     else:
         from .mpi import MPICommunicator  # noqa: PLC0415
-        comm = MPICommunicator(strategy)
+        comm = MPICommunicator("allreduce" if strategy == "async" else strategy)  # async: for evaluation's sums
     ACTIVE.append(comm)
     return comm
 

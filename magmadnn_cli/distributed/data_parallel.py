@@ -77,6 +77,14 @@ class DataParallel:
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state)
 
+    def layout(self) -> str | None:
+        """A run-log line on how the ranks share the work (None: nothing to say beyond the rank count)."""
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """What the run's metrics report of the strategy (nothing: every step is the same)."""
+        return {}
+
     def end_epoch(self) -> None:
         """With per-rank batch statistics, agree on the running statistics (their mean)."""
         if self.comm.size > 1 and not self.sync_batchnorm:
@@ -86,9 +94,13 @@ class DataParallel:
 
 
 def data_parallel(network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True,
-                  groups: Any = None) -> DataParallel:
-    """The wrapper for this communicator: model parallel when `groups` (`model_parallel.ModelGroups`)
-    split the layers, else sharded in shared memory where it asks for it and can."""
+                  groups: Any = None, asynchronous: bool = False, max_staleness: int | None = None) -> DataParallel:
+    """The wrapper for this communicator: asynchronous SGD when asked (on 2 ranks or more), model
+    parallel when `groups` (`model_parallel.ModelGroups`) split the layers, else sharded in shared
+    memory where it asks for it and can."""
+    if asynchronous and comm.size > 1:
+        from .async_sgd import AsyncParallel  # noqa: PLC0415
+        return AsyncParallel(network, optimizer, comm, max_staleness)
     if groups is not None and groups.split > 1:
         from .model_parallel import ModelParallel  # noqa: PLC0415
         return ModelParallel(network, optimizer, groups, sync_batchnorm)

@@ -91,6 +91,14 @@ class ModelParallel(DataParallel):
         self.groups.model.allreduce_sum(split)
         return whole + float(split[0])
 
+    def layout(self) -> str:
+        """The run log's line: the layout, and how much of the model each rank holds."""
+        held, total, split = self.net.local_parameters, self.net.num_parameters, self.groups.split
+        groups = self.groups.world.size // split
+        return (f"model parallel: {groups} data-parallel group{'s' * (groups > 1)} x {split} model-parallel ranks "
+                f"(dense layers' units split {split} ways); each rank holds {held:,} of the {total:,} parameters "
+                f"({held / total:.0%})")
+
     def optimizer_state(self) -> dict[str, Any]:
         """The optimizer's state with every slot in the whole model's layout (as one process has it)."""
         state = self.optimizer.state_dict()
@@ -99,11 +107,3 @@ class ModelParallel(DataParallel):
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict({k: self.net.part_of_flat(v) if k.startswith("slots/") else v
                                         for k, v in state.items()})
-
-
-def layout_message(groups: ModelGroups, network: Any) -> str:
-    """The run log's line: the layout, and how much of the model each rank holds."""
-    held, total = network.local_parameters, network.num_parameters
-    return (f"model parallel: {groups.world.size // groups.split} data-parallel group{'s' * (groups.world.size > groups.split)}"
-            f" x {groups.split} model-parallel ranks (dense layers' units split {groups.split} ways); each rank "
-            f"holds {held:,} of the {total:,} parameters ({held / total:.0%})")

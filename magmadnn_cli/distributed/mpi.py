@@ -4,6 +4,7 @@ abort that ends the whole job when any rank fails (no hung collectives)."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,9 @@ from ..core import backend as B
 from ..errors import MagmaError
 from .comm import Communicator, launched_ranks
 from .nccl import NcclReducer, load_nccl
+
+OBJECT, ARRAY = 1, 2  # point-to-point tags: pickled objects, raw arrays
+MAX_PAUSE = 5e-4  # seconds between polls of a receive that has waited long
 
 
 class MPICommunicator(Communicator):
@@ -94,16 +98,36 @@ class MPICommunicator(Communicator):
         return MPICommunicator(self.strategy if self.strategy in ("ring", "parameter_server") else "allreduce",
                                part_of=self, comm=self.comm.Split(color, key))
 
+    # Point to point: a waiting rank polls with growing pauses instead of spinning in MPI's blocking
+    # receive, so a master or parameter server that mostly waits leaves its core to the workers.
     def send(self, obj: Any, dest: int) -> None:
-        self.comm.send(obj, dest=dest)
+        self.comm.send(obj, dest=dest, tag=OBJECT)
 
     def recv(self, source: int = 0) -> Any:
-        return self.comm.recv(source=source)
+        self._await(source, OBJECT)
+        return self.comm.recv(source=source, tag=OBJECT)
 
     def recv_any(self) -> tuple[int, Any]:
-        status = MPI.Status()
-        obj = self.comm.recv(source=MPI.ANY_SOURCE, status=status)
-        return status.Get_source(), obj
+        source = self._await(MPI.ANY_SOURCE, OBJECT).Get_source()
+        return source, self.comm.recv(source=source, tag=OBJECT)
+
+    def send_array(self, array: Any, dest: int) -> None:
+        self.comm.Send(np.ascontiguousarray(B.to_host(array)), dest=dest, tag=ARRAY)
+
+    def recv_array(self, out: Any, source: int) -> None:
+        host = out if isinstance(out, np.ndarray) else np.empty(out.shape, out.dtype)
+        self._await(source, ARRAY)
+        self.comm.Recv(host, source=source, tag=ARRAY)
+        if host is not out:
+            out[...] = B.to_device(host)
+
+    def _await(self, source: int, tag: int) -> Any:
+        """Until a message from `source` with `tag` has arrived; its status."""
+        status, pause = MPI.Status(), 0.0
+        while not self.comm.Iprobe(source=source, tag=tag, status=status):
+            time.sleep(pause)
+            pause = min(MAX_PAUSE, 2 * pause or 1e-5)
+        return status
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -138,30 +138,51 @@ class Trainer:
         return [order[i:i + size] for i in range(0, n, size)]
 
     @property
+    def shares(self) -> int:
+        """Into how many parts each batch is cut (one per rank of the data-parallel group)."""
+        return self.data_comm.size
+
+    @property
     def global_step(self) -> int:
         return self.opt.t
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
         """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch)."""
-        pos = self.position
-        batches = self.batches(len(train.x), pos.epoch)
-        for step in range(pos.step + 1, len(batches) + 1):
-            batch = batches[step - 1]
-            first = (step - 1) * len(batches[0])  # the batch's place in the epoch's global order
-            mine = np.array_split(np.arange(first, first + len(batch)), self.data_comm.size)[self.data_comm.rank]
-            idx = B.to_device(batch[mine - first])
-            xb = x[idx]
-            if self.augment is not None:
-                xb = self.augment(xb, mine, derive_key(self.seed, pos.epoch))
-            l_sum, c = self.step(xb, y[idx], mine, len(batch))
-            if not math.isfinite(l_sum):
-                raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
-                                                       f"{l_sum / len(batch)} (not finite)"))
-            pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + l_sum, pos.correct + c, pos.seen + len(batch)
-            self.reporter.step(pos.epoch, step, len(batches), pos.loss_sum / pos.seen,
-                               pos.correct / pos.seen if self.task != "regression" else None)
+        batches = self.batches(len(train.x), self.position.epoch)
+        for step in range(self.position.step + 1, len(batches) + 1):
+            xb, yb, rows = self.rows_of(batches, step, x, y, self.shares, self.data_comm.rank)
+            l_sum, c = self.step(xb, yb, rows, len(batches[step - 1]))
+            self.record_step(batches, step, l_sum, c)
             if step < len(batches):
                 self._checkpoint_if_due(None)
+        return self.epoch_metrics()
+
+    def rows_of(self, batches: list[np.ndarray], step: int, x: Array, y: Array, shares: int,
+                share: int) -> tuple[Array, Array, np.ndarray]:
+        """Share `share` of `shares` of the step's batch (augmented), and its rows' places in the
+        epoch's global order (which key their random numbers)."""
+        batch = batches[step - 1]
+        first = (step - 1) * len(batches[0])
+        mine = np.array_split(np.arange(first, first + len(batch)), shares)[share]
+        idx = B.to_device(batch[mine - first])
+        xb = x[idx]
+        if self.augment is not None:
+            xb = self.augment(xb, mine, derive_key(self.seed, self.position.epoch))
+        return xb, y[idx], mine
+
+    def record_step(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
+        """Count a step's global loss sum and correct predictions into the epoch (a non-finite loss
+        ends the training) and show the progress."""
+        pos, count = self.position, len(batches[step - 1])
+        if not math.isfinite(loss_sum):
+            raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
+                                                   f"{loss_sum / count} (not finite)"))
+        pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + loss_sum, pos.correct + correct, pos.seen + count
+        self.reporter.step(pos.epoch, step, len(batches), pos.loss_sum / pos.seen,
+                           pos.correct / pos.seen if self.task != "regression" else None)
+
+    def epoch_metrics(self) -> dict[str, float]:
+        pos = self.position
         metrics = {"loss": pos.loss_sum / pos.seen}
         if self.task != "regression":
             metrics["accuracy"] = pos.correct / pos.seen
@@ -204,7 +225,7 @@ class Trainer:
         if not self.net.conv_layers():
             return
         if self.conv_algorithms is None:
-            rows = -(-self.sizes.size(self.position.epoch) // self.data_comm.size)
+            rows = -(-self.sizes.size(self.position.epoch) // self.shares)
             timing = self.data_comm.is_root
             tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if timing else None
             times, self.conv_algorithms = self.comm.bcast(tuned)

@@ -1,0 +1,64 @@
+"""The training loop of asynchronous SGD (`distributed.strategy: async`): within an epoch rank 0
+serves steps and applies their gradients while the other ranks compute them (see
+`distributed/async_sgd.py`); between epochs (evaluation, early stopping, checkpoints, the model
+file) every rank runs the base trainer's code on the server's weights.
+
+A step is a whole batch of the epoch, with the rows, random numbers and learning rate one process
+gives it; the server records it as one process does, so its step checkpoints (written while the
+workers compute) and its positions resume on any number of ranks and strategies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import backend as B
+from ..core.counter_random import derive_key
+from ..data.prepare import Split
+from ..distributed.async_sgd import AsyncParallel
+from .trainer import Array, History, Trainer
+
+
+class AsyncTrainer(Trainer):
+    parallel: AsyncParallel
+
+    @property
+    def shares(self) -> int:
+        """A worker computes whole batches."""
+        return 1
+
+    def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
+        batches = self.batches(len(train.x), self.position.epoch)
+        stop = False
+        if self.parallel.is_server:
+            stop = self.parallel.serve(self.position.step + 1, len(batches),
+                                       lambda step, loss_sum, correct: self._applied(batches, step, loss_sum, correct),
+                                       lambda: bool(self.signals.received))
+        else:
+            self.parallel.work(lambda step: self._gradient(batches, step, x, y))
+        self.position, stop = self.parallel.agree((self.position, stop))
+        self.stop_requested = stop or any(self.comm.allgather(bool(self.signals.received)))
+        if self.stop_requested and self.position.step < len(batches):
+            self._checkpoint_if_due(None)  # writes the checkpoint, then stops
+        return self.epoch_metrics()
+
+    def _gradient(self, batches: list[np.ndarray], step: int, x: Array, y: Array) -> tuple[float, float, bool]:
+        """A worker: the gradient of the step's whole batch, into the network's flat gradients."""
+        xb, yb, rows = self.rows_of(batches, step, x, y, 1, 0)
+        loss = self.net.forward_backward(xb, yb, 1.0, B.to_device(rows), derive_key(self.seed, self.position.epoch))
+        return float(loss) * len(rows), float(self.correct(yb)), bool(self.signals.received)
+
+    def _applied(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
+        """The server, after each step: count it, and write a step checkpoint when one is due."""
+        self.record_step(batches, step, loss_sum, correct)
+        cp = self.checkpointer
+        if step < len(batches) and cp is not None and cp.due(self.global_step, None):
+            self.check_weights()
+            cp.write(self)
+
+    def fit(self, *args: Any, **kwargs: Any) -> History:
+        history = super().fit(*args, **kwargs)
+        self.reporter.info(self.parallel.record.describe())
+        return history

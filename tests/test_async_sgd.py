@@ -1,0 +1,156 @@
+"""Asynchronous SGD under real ranks (`distributed.strategy: async`): rank 0 serves the weights and
+applies each gradient as one optimizer step, in step order; the other ranks compute gradients of
+whole batches without waiting for one another, at most `max_staleness` steps behind.
+
+References: bound 0 is one process's run exactly (every gradient taken on the current weights); a
+bounded run's staleness is checked from the server's own record and its accuracy against one
+process; a straggling worker takes fewer steps; a mid-epoch checkpoint of the server resumes
+exactly; a failing worker ends the job."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import (ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec, run_train,
+                      train_on)
+
+MPIEXEC = find_mpiexec()
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec in this environment")]
+ASYNC = ["distributed.strategy=async"]
+F64 = ["training.epochs=3", "precision=float64"]
+STRAGGLER = (str(ROOT / "benchmarks" / "straggler.py"),)  # the CLI with one rank slowed (MAGMADNN_SLOW_RANK)
+
+
+def _metrics(run) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+def test_bound_zero_is_one_process_training(tmp_path):
+    """3 ranks (server + 2 workers), bound 0: digits_mlp's dropout, Adam and early stopping's
+    restore-best give one process's weights."""
+    one = train_on(tmp_path / "one", F64)
+    out = train_on(tmp_path / "async", [*F64, *ASYNC, "distributed.max_staleness=0"], 3)
+    assert_same_weights(out, one, 1e-12)
+    record = _metrics(out)["async_sgd"]
+    assert record["max_staleness"] == 0 and record["staleness_max"] == 0
+    assert record["steps"] == sum(record["steps_per_worker"]) == _steps(one)
+
+
+def _steps(run) -> int:
+    """Optimizer steps of a finished run (from its last checkpoint's name)."""
+    return max(int(p.stem[4:]) for p in (run / "checkpoints").glob("step*.npz"))
+
+
+def test_bound_zero_with_batchnorm_running_statistics(tmp_path):
+    """The server keeps the running statistics of the worker whose step it applies."""
+    overrides = ["training.epochs=1", "precision=float64", "training.batch_size=64",
+                 *[f"model.layers.{path}.conv_algorithm=gemm" for path in ("0", "3.layers.0", "3.layers.3",
+                                                                          "5.layers.0", "5.layers.1")]]
+    config = ROOT / "configs" / "resnet_small.yaml"
+    one = train_on(tmp_path / "one", overrides, config=config)
+    out = train_on(tmp_path / "async", [*overrides, *ASYNC, "distributed.max_staleness=0"], 2, config=config)
+    assert_same_weights(out, one, 1e-12)
+
+
+def test_bounded_staleness_keeps_the_bound_and_the_accuracy(tmp_path):
+    """Bound 3 with 3 workers: every applied gradient at most 3 steps old (the server's record), and
+    the test accuracy within 2 points of one process's after the same epochs."""
+    overrides = ["training.epochs=12", "training.early_stopping=null"]
+    one = train_on(tmp_path / "one", overrides)
+    out = train_on(tmp_path / "async", [*overrides, *ASYNC, "distributed.max_staleness=3"], 4)
+    record = _metrics(out)["async_sgd"]
+    assert record["workers"] == 3 and record["staleness_max"] <= 3
+    assert record["steps"] == sum(record["steps_per_worker"]) == _steps(one)
+    assert _metrics(out)["test"]["accuracy"] >= _metrics(one)["test"]["accuracy"] - 0.02
+    assert _metrics(out)["test"]["accuracy"] > 0.9
+
+
+def test_a_straggler_takes_fewer_steps_and_does_not_hold_the_others(tmp_path):
+    """Worker 2 sleeps 15 ms per step (about 10x a step): the fast worker takes most steps, and
+    with the bound the straggler's gradients are never more than 6 steps old."""
+    result = run_train(tmp_path / "run", ["training.epochs=1", "training.early_stopping=null", *ASYNC,
+                                          "distributed.max_staleness=6"], 3, launcher=STRAGGLER,
+                       extra_env={"MAGMADNN_SLOW_RANK": "2:0.015"}, quiet=False)
+    assert result.returncode == 0, result.stderr
+    record = _metrics(tmp_path / "run")["async_sgd"]
+    fast, slow = record["steps_per_worker"]
+    assert fast > 3 * slow > 0 and record["staleness_max"] <= 6
+    assert f"{fast} and {slow} of the {fast + slow} steps" in result.stdout  # the run log says it too
+
+
+def test_a_mid_epoch_checkpoint_of_the_server_resumes_exactly(tmp_path):
+    """The server writes step checkpoints while workers compute (bound 0): resuming one on one
+    process ends where one process ends."""
+    overrides = ["training.epochs=2", "precision=float64", "training.early_stopping=null"]
+    one = train_on(tmp_path / "one", overrides)
+    train_on(tmp_path / "async", [*overrides, *ASYNC, "distributed.max_staleness=0", "training.checkpoint.every_steps=7",
+                                 "training.checkpoint.keep=100"], 3)
+    seventh = tmp_path / "async" / "checkpoints" / "step00000007.npz"
+    resumed = run_train(tmp_path / "resumed", overrides, extra=("--resume", str(seventh)))
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_weights(tmp_path / "resumed", one, 1e-12)
+
+
+def test_one_process_trains_synchronously_with_a_warning(tmp_path):
+    result = run_train(tmp_path / "run", ["training.epochs=1", *ASYNC], quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "strategy async needs 2 ranks or more (a server and a worker); this run has 1 process" \
+        in result.stdout + result.stderr
+    assert "async_sgd" not in _metrics(tmp_path / "run")
+
+
+def test_a_failing_worker_ends_the_job(tmp_path):
+    """A worker fails while the server waits for gradients: the job ends with its message."""
+    start = time.perf_counter()
+    result = run_train(tmp_path / "run", ["training.epochs=1", *ASYNC], 3, launcher=STRAGGLER,
+                       extra_env={"MAGMADNN_SLOW_RANK": "1:fail"})
+    assert result.returncode != 0
+    assert "rank 1 failed on purpose" in result.stderr
+    assert time.perf_counter() - start < 60
+    assert not (tmp_path / "run" / "model.npz").exists()
+
+
+def test_a_failing_server_ends_the_job(tmp_path):
+    """The server fails while a worker waits for its lease."""
+    assert_a_failing_rank_ends_the_job(tmp_path, (
+        "import time\n"
+        "from magmadnn_cli.distributed import get_communicator\n"
+        "comm = get_communicator('async')\n"
+        "if comm.rank == 1:\n"
+        "    comm.recv(0)\n"
+        "time.sleep(0.5)\n"
+        "raise RuntimeError('the server broke on purpose')\n"), "the server broke on purpose")
+
+
+def test_sigterm_stops_every_rank_with_a_checkpoint_that_resumes(tmp_path):
+    """SIGTERM to the launcher while the server writes step checkpoints: every rank stops, the
+    last checkpoint is written after the steps in flight are applied, and it resumes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from conftest import group_alive
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    launcher = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(ROOT / "configs" / "digits_mlp.yaml"),
+                                 "--out", str(out), "-q", "--processes", "3", "--set", "training.epochs=400",
+                                 "--set", "training.early_stopping=null", "--set", "distributed.strategy=async",
+                                 "--set", "training.checkpoint.every_steps=5"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGTERM)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "--resume" in err
+    deadline = time.monotonic() + 10
+    while group_alive(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
+    resumed = run_train(out, ["training.epochs=1", "training.early_stopping=null"], extra=("--resume", str(out)))
+    assert resumed.returncode == 0, resumed.stderr
