@@ -5,6 +5,7 @@ throttling), for the asynchronous-SGD benchmark and tests.
 
 `RANK:SECONDS`: that rank sleeps SECONDS after every forward + backward pass (its gradient comes
 later; a sleep leaves the CPU to the other ranks, as a rank on a machine of its own would).
+`RANK:xK`: that rank is K times slower: it sleeps K - 1 times each pass's own duration.
 `RANK:fail`: that rank raises on its first pass (a failing rank, for the no-hang tests).
 Unset, or another rank: the CLI as it is.
 """
@@ -19,7 +20,8 @@ from magmadnn_cli.nn.network import Network
 
 
 def slow_down(rank: int, delay: str) -> None:
-    """Make `rank`'s forward + backward pass `delay` seconds slower, or fail ('fail')."""
+    """Make `rank`'s forward + backward pass `delay` seconds slower ('0.02'), K times slower ('xK'),
+    or fail ('fail')."""
     if launched_rank() != rank:
         return
     original = Network.forward_backward
@@ -27,8 +29,10 @@ def slow_down(rank: int, delay: str) -> None:
     def slowed(self: Network, *args: object, **kwargs: object) -> float:
         if delay == "fail":
             raise RuntimeError(f"rank {rank} failed on purpose")
+        start = time.perf_counter()
         loss = original(self, *args, **kwargs)
-        time.sleep(float(delay))
+        spent = time.perf_counter() - start
+        time.sleep((float(delay[1:]) - 1) * spent if delay.startswith("x") else float(delay))
         return loss
 
     Network.forward_backward = slowed  # type: ignore[method-assign]
