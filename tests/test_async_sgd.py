@@ -154,3 +154,13 @@ def test_sigterm_stops_every_rank_with_a_checkpoint_that_resumes(tmp_path):
     assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
     resumed = run_train(out, ["training.epochs=1", "training.early_stopping=null"], extra=("--resume", str(out)))
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_checkpoint_resumes_under_async_and_says_the_path_differs(tmp_path):
+    overrides = ["training.early_stopping=null"]
+    train_on(tmp_path / "run", [*overrides, "training.epochs=1"])
+    resumed = run_train(tmp_path / "run", [*overrides, "training.epochs=2", *ASYNC], 3, quiet=False,
+                        extra=("--resume", str(tmp_path / "run")))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "asynchronous SGD's late gradients depend on timing, so not along the same path" in resumed.stdout + resumed.stderr
+    assert _metrics(tmp_path / "run")["async_sgd"]["steps"] == _steps(tmp_path / "run") // 2  # epoch 2's steps

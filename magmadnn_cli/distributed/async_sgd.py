@@ -89,6 +89,7 @@ class AsyncParallel(DataParallel):
         self.is_server = comm.is_root
         workers = comm.size - 1
         self.record = StalenessRecord(workers, 2 * workers if max_staleness is None else max_staleness)
+        self.exact = self.record.bound == 0  # one process's run
         self.in_flight: dict[int, tuple[int, int]] = {}  # step -> (worker, steps applied when it was served)
         self.pending: dict[int, Pushed] = {}
         self.spare: list[np.ndarray] = []  # gradient buffers to reuse

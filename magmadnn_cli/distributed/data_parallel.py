@@ -77,6 +77,8 @@ class DataParallel:
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state)
 
+    exact = True  # N ranks compute what one process computes
+
     def layout(self) -> str | None:
         """A run-log line on how the ranks share the work (None: nothing to say beyond the rank count)."""
         return None

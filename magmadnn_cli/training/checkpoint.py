@@ -249,7 +249,10 @@ def restore(ckpt: Checkpoint, trainer: Trainer) -> list[str]:
         raise MagmaError(f"{ckpt.path}: corrupt checkpoint, or one of another network "
                          f"({type(exc).__name__}: {exc})") from exc
     ranks, now = ckpt.meta["ranks"], trainer.comm.size
-    if ranks != now:
+    if ranks != now and trainer.parallel.exact:
         return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues "
                 "as it would have (to float rounding), since every rank computes what one process does"]
+    if ranks != now:
+        return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues from "
+                "its state; asynchronous SGD's late gradients depend on timing, so not along the same path"]
     return []
