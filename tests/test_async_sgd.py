@@ -164,3 +164,16 @@ def test_a_checkpoint_resumes_under_async_and_says_the_path_differs(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "asynchronous SGD's late gradients depend on timing, so not along the same path" in resumed.stdout + resumed.stderr
     assert _metrics(tmp_path / "run")["async_sgd"]["steps"] == _steps(tmp_path / "run") // 2  # epoch 2's steps
+
+
+def test_a_diverging_run_ends_on_every_rank_with_the_message(tmp_path):
+    """The server sees the loss become non-finite: every rank stops with the divergence message
+    (exit 2, no hang, no model file)."""
+    start = time.perf_counter()
+    result = run_train(tmp_path / "run", ["optimizer={type: sgd, learning_rate: 1.0e+30}", "training.epochs=2",
+                                          *ASYNC], 3)
+    assert result.returncode == 2, result.stderr
+    assert "the loss became" in result.stderr and "Try a smaller learning rate" in result.stderr
+    assert result.stderr.count("the loss became") == 1 and "Traceback" not in result.stderr
+    assert time.perf_counter() - start < 60
+    assert not (tmp_path / "run" / "model.npz").exists()

@@ -20,7 +20,7 @@ from ..data.augment import augment
 from ..data.prepare import Prepared, class_weights, prepare
 from ..distributed import Communicator, SingleProcess
 from ..distributed.async_sgd import AsyncParallel
-from ..distributed.data_parallel import data_parallel
+from ..distributed.data_parallel import DataParallel, data_parallel
 from ..distributed.model_parallel import ModelGroups, model_groups
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
@@ -137,30 +137,39 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
     optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
                                 len(data.train.x))
-    sizes = batch_schedule(config)
-    batch = min(sizes.largest(), len(data.train.x))
-    B.require_memory(network.training_bytes(batch, len(optimizer.slots)),
-                     f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
-                     "optimizer state, activations)")
-    dist = config.distributed
-    parallel = data_parallel(network, optimizer, comm, dist.sync_batchnorm, groups, dist.strategy == "async",
-                             dist.max_staleness)
+    check_memory(config, network, len(optimizer.slots), len(data.train.x))
+    parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm, groups,
+                             config.distributed.strategy == "async", config.distributed.max_staleness)
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
-    aug = config.training.augment
-    trainer = (AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer)(
-        network, parallel, task, sizes, seed, config.training.shuffle, reporter, config.training.eval_batch_size,
-        (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
-        saver, stop_on_signal=bool(policy and policy.on_signal))
+    trainer = make_trainer(config, parallel, task, reporter, saver)
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     reporter.info(f"{config.name}: {len(data.train.x)} training rows, {network.num_parameters:,} "
                   f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
-    for note in ([parallel.layout()] if parallel.layout() else []) + data.notes if comm.is_root else []:
+    for note in [n for n in (parallel.layout(), *data.notes) if n] if comm.is_root else []:
         reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
         reporter.warn(note)
     return Run(config, comm, device, task, data, network, trainer, stopper, saver)
+
+
+def check_memory(config: Config, network: Network, slots: int, rows: int) -> None:
+    """Training's memory (its largest batch) fits, before the training buffers are allocated."""
+    batch = min(batch_schedule(config).largest(), rows)
+    B.require_memory(network.training_bytes(batch, slots),
+                     f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
+                     "optimizer state, activations)")
+
+
+def make_trainer(config: Config, parallel: DataParallel, task: str, reporter: Reporter, saver: Saver | None) -> Trainer:
+    """The training loop for this strategy."""
+    policy, aug = config.training.checkpoint, config.training.augment
+    return (AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer)(
+        parallel.net, parallel, task, batch_schedule(config), config.seed or 0, config.training.shuffle, reporter,
+        config.training.eval_batch_size,
+        (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
+        saver, stop_on_signal=bool(saver is not None and policy and policy.on_signal))
 
 
 def parallel_layout(config: Config, comm: Communicator, reporter: Reporter) -> ModelGroups:

@@ -75,8 +75,9 @@ class StalenessRecord:
     def describe(self) -> str:
         counts = [str(n) for n in self.steps_per_worker]
         listed = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} and {counts[-1]}"
+        who = "worker 1" if self.workers == 1 else f"workers 1-{self.workers}"
         s = self.summary()
-        return (f"asynchronous SGD: worker{'s' * (self.workers > 1)} 1-{self.workers} took {listed} of the "
+        return (f"asynchronous SGD: {who} took {listed} of the "
                 f"{s['steps']} steps; gradients were applied {s['staleness_mean']:.2f} steps stale on average, "
                 f"{s['staleness_max']} at most (max_staleness {self.bound})")
 
@@ -168,7 +169,8 @@ class AsyncParallel(DataParallel):
 
     # -- every rank -------------------------------------------------------------------------------
     def agree(self, state: Any) -> Any:
-        """After a phase: every rank takes the server's weights, buffers, optimizer step and `state`."""
+        """After a phase: every rank takes the server's weights, buffers, step count and `state` (the
+        optimizer's slots stay on the server, the only rank that updates or saves them)."""
         self.comm.bcast_array(self.net.flat_params)
         for buffer in self.net.buffers().values():
             self.comm.bcast_array(buffer)

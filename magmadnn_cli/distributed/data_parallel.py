@@ -30,6 +30,8 @@ class DataParallel:
     running statistics are averaged over ranks at every epoch's end so that every rank evaluates and
     saves the same model."""
 
+    exact = True  # N ranks compute what one process computes
+
     def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> None:
         self.net, self.optimizer, self.comm = network, optimizer, comm  # comm: the ranks sharing gradients
         self.world = comm  # every rank of the job (more than `comm` under model parallelism)
@@ -76,8 +78,6 @@ class DataParallel:
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state)
-
-    exact = True  # N ranks compute what one process computes
 
     def layout(self) -> str | None:
         """A run-log line on how the ranks share the work (None: nothing to say beyond the rank count)."""

@@ -18,11 +18,13 @@ from ..core import backend as B
 from ..core.counter_random import derive_key
 from ..data.prepare import Split
 from ..distributed.async_sgd import AsyncParallel
+from ..errors import DivergenceError
 from .trainer import Array, History, Trainer
 
 
 class AsyncTrainer(Trainer):
     parallel: AsyncParallel
+    diverged: str | None = None  # the server's divergence message, until every rank has it
 
     @property
     def shares(self) -> int:
@@ -31,14 +33,16 @@ class AsyncTrainer(Trainer):
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
         batches = self.batches(len(train.x), self.position.epoch)
-        stop = False
+        stop, self.diverged = False, None
         if self.parallel.is_server:
             stop = self.parallel.serve(self.position.step + 1, len(batches),
                                        lambda step, loss_sum, correct: self._applied(batches, step, loss_sum, correct),
-                                       lambda: bool(self.signals.received))
+                                       lambda: bool(self.signals.received) or self.diverged is not None)
         else:
             self.parallel.work(lambda step: self._gradient(batches, step, x, y))
-        self.position, stop = self.parallel.agree((self.position, stop))
+        self.position, stop, diverged = self.parallel.agree((self.position, stop, self.diverged))
+        if diverged is not None:  # every rank stops with the server's message
+            raise DivergenceError(diverged)
         self.stop_requested = stop or any(self.comm.allgather(bool(self.signals.received)))
         if self.stop_requested and self.position.step < len(batches):
             self._checkpoint_if_due(None)  # writes the checkpoint, then stops
@@ -51,12 +55,18 @@ class AsyncTrainer(Trainer):
         return float(loss) * len(rows), float(self.correct(yb)), bool(self.signals.received)
 
     def _applied(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
-        """The server, after each step: count it, and write a step checkpoint when one is due."""
-        self.record_step(batches, step, loss_sum, correct)
-        cp = self.checkpointer
-        if step < len(batches) and cp is not None and cp.due(self.global_step, None):
-            self.check_weights()
-            cp.write(self)
+        """The server, after each step: count it, and write a step checkpoint when one is due. A
+        divergence stops serving; the steps in flight are drained, then every rank raises it."""
+        if self.diverged is not None:
+            return
+        try:
+            self.record_step(batches, step, loss_sum, correct)
+            cp = self.checkpointer
+            if step < len(batches) and cp is not None and cp.due(self.global_step, None):
+                self.check_weights()
+                cp.write(self)
+        except DivergenceError as exc:
+            self.diverged = str(exc)
 
     def fit(self, *args: Any, **kwargs: Any) -> History:
         history = super().fit(*args, **kwargs)

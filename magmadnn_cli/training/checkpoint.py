@@ -252,7 +252,7 @@ def restore(ckpt: Checkpoint, trainer: Trainer) -> list[str]:
     if ranks != now and trainer.parallel.exact:
         return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues "
                 "as it would have (to float rounding), since every rank computes what one process does"]
-    if ranks != now:
+    if not trainer.parallel.exact:
         return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues from "
                 "its state; asynchronous SGD's late gradients depend on timing, so not along the same path"]
     return []
