@@ -173,6 +173,8 @@ def test_the_readme_config_reference_shows_the_real_defaults():
     ("model.layers.0={type: dense}", "--set model.layers.0={type: dense}: model.layers.0.units: missing required key"),
     ("loss=mse", "with --set loss=mse: (top level): loss mse is for regression"),
     ("training.epochs=abc", "--set training.epochs=abc: training.epochs"),
+    # a section's own check, set off by a --set inside a section the file does not have
+    ("distributed.max_staleness=2", "--set distributed.max_staleness=2: distributed: max_staleness bounds"),
 ])
 def test_set_mistakes_point_at_the_set_argument(override, where, capsys, blobs):
     code, _, err = run_cli(capsys, "validate", blobs, "--set", override)

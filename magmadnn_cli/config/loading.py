@@ -252,13 +252,17 @@ def _data_path(data: Any, loc: Location) -> Location:
 
 
 def _where(path: Location, file: Path, lines: dict[Location, int], origins: dict[Location, str]) -> str:
-    """A --set that replaced the path or a section above it; else the file line of the path's nearest
-    part; for a problem of the whole config, the file plus every --set given."""
+    """A --set that replaced the path or a section above it; for a section's own check, the --set
+    given inside it (with the section's line when the file has it); else the file line of the path's
+    nearest part; for a problem of the whole config, the file plus every --set given."""
     for i in range(len(path), 0, -1):
         if path[:i] in origins:
             return origins[path[:i]]
     if not path and origins:
         return f"{file} with " + ", ".join(origins.values())
+    below = [origin for key, origin in origins.items() if key[:len(path)] == path]  # a section's check
+    if below:
+        return (f"{file}:{lines[path]} with " if path in lines else "") + ", ".join(below)
     for i in range(len(path), -1, -1):
         if path[:i] in lines:
             return f"{file}:{lines[path[:i]]}"
