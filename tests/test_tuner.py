@@ -320,3 +320,13 @@ def test_trial_lines_are_short_and_readable(capsys, blobs, tmp_path):
     assert re.search(r"learning_rate=0\.\d{1,4}(e-\d+)? ", lines[0] + " ") or "learning_rate=" in lines[0]
     assert all(len(value) <= 8 for value in re.findall(r"learning_rate=(\S+)", out))
     assert "learning_rate" in out and "model.laye…" not in out
+
+
+def test_async_or_split_configs_are_noted_once_and_trials_run_whole(capsys, blobs, tmp_path):
+    code, _, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "s", "--set", "distributed.strategy=async",
+                           "--set", "search={method: random, trials: 3, space: {optimizer.learning_rate: [0.01, 0.1]}}")
+    assert code == 0, err
+    flat = " ".join(err.split())
+    assert flat.count("distributed strategy async: each trial trains on one process") == 1
+    assert "needs 2 ranks" not in flat
+    assert "strategy: async" in (tmp_path / "s" / "best_config.yaml").read_text()  # the user's layout, kept

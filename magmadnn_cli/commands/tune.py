@@ -25,16 +25,15 @@ import yaml
 from pydantic import ValidationError
 
 from ..config.schema import Config, Distribution, SearchConfig
-from ..config.loading import apply_override, parse_override
 from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
 from ..training.interrupts import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
 from .run_dir import choose, locked, on_root
+from .trial_config import Overrides, one_process, split_layouts, trial_config
 from .trial_log import TrialLog, saved_seed
 
-Overrides = dict[str, Any]
 
 
 def sample_trials(search: SearchConfig) -> list[Overrides]:
@@ -60,16 +59,6 @@ def _draw(spec: list[Any] | Distribution, rng: np.random.Generator) -> Any:
         return float(math.exp(rng.uniform(math.log(low), math.log(high))))
     low, high = spec.int_uniform  # type: ignore[misc]
     return int(rng.integers(low, high + 1))
-
-
-def trial_config(base: dict, overrides: Overrides) -> Config:
-    """The base config (as plain data) with the overrides merged, validated again."""
-    data = copy.deepcopy(base)
-    data.pop("search", None)
-    for key, value in overrides.items():
-        path, _ = parse_override(f"{key}=0")
-        apply_override(data, path, copy.deepcopy(value), f"search.space.{key}")
-    return Config.model_validate(data)
 
 
 def objective_direction(search: SearchConfig) -> str:
@@ -136,11 +125,11 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
         config = trial_config(base, overrides)
         search = SearchConfig.model_validate(base["search"])
         if search.folds:
-            result.update(_cross_validated(config, search.folds, out_dir / "trials" / str(index)))
+            result.update(_cross_validated(one_process(config), search.folds, out_dir / "trials" / str(index)))
             result["time_s"] = round(time.perf_counter() - started, 3)
             return result
-        run = train(config, out_dir / "trials" / str(index), comm=SingleProcess(), prune=prune, checkpoints=False,
-                    overwrite=True)  # a trial killed before it was journaled runs again
+        run = train(one_process(config), out_dir / "trials" / str(index), comm=SingleProcess(), prune=prune,
+                    checkpoints=False, overwrite=True)  # a trial killed before it was journaled runs again
     except ValidationError as exc:
         first = exc.errors()[0]
         result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
@@ -186,6 +175,8 @@ def _search(config: Config, out_dir: Path, reporter: Reporter, comm: Communicato
         seed = (saved_seed(out_dir) if resume else secrets.randbelow(2**31)) if comm.is_root else None
         config = config.model_copy(update={"seed": comm.bcast(seed)})
     search = config.search
+    if comm.is_root and (note := split_layouts(config)):
+        reporter.warn(note)
     base = config.model_dump(mode="json")
     trials = sample_trials(search)
     log = TrialLog(out_dir, base, resume) if comm.is_root else None
@@ -357,7 +348,8 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     if search.folds:  # cross-validated trials keep no model: the best config is trained once, as train would
         from .train import train  # noqa: PLC0415
         reporter.info(f"training the best config (trial {best['trial']}) for the search's model.npz")
-        train(trial_config(base, overrides), best_dir / "model", comm=SingleProcess(), checkpoints=False, overwrite=True)
+        train(one_process(trial_config(base, overrides)), best_dir / "model", comm=SingleProcess(), checkpoints=False,
+              overwrite=True)
         best_dir = best_dir / "model"
     best_model = (best_dir / "model.npz").read_bytes()
     atomic_write(out_dir / "model.npz", lambda f: f.write(best_model))
