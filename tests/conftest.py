@@ -212,3 +212,31 @@ def assert_same_weights(run, reference, tolerance: float) -> None:
         assert got[key].shape == want[key].shape, key  # saved whole, not one rank's part
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=tolerance * max(1.0, np.abs(want[key]).max()),
                                    err_msg=key)
+
+
+def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, overrides: list[str]) -> None:
+    """`magmadnn train CONFIG --processes N` (mpiexec as its child) gets SIGTERM once the first
+    checkpoint is on disk, to the launcher alone (a scheduler, `kill`): the ranks write a checkpoint
+    and stop, the launcher exits 143 saying how to resume, and no rank or mpiexec outlives it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    launcher = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q",
+                                 "--processes", str(processes), *sets],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGTERM)  # to the launcher only, not its process group
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "--resume" in err
+    deadline = time.monotonic() + 10
+    while group_alive(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"

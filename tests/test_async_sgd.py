@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from conftest import (ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec, run_train,
-                      train_on)
+from conftest import (ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights,
+                      assert_sigterm_to_the_launcher_stops_the_job, find_mpiexec, run_train, train_on)
 
 MPIEXEC = find_mpiexec()
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec in this environment")]
@@ -128,30 +128,10 @@ def test_a_failing_server_ends_the_job(tmp_path):
 def test_sigterm_stops_every_rank_with_a_checkpoint_that_resumes(tmp_path):
     """SIGTERM to the launcher while the server writes step checkpoints: every rank stops, the
     last checkpoint is written after the steps in flight are applied, and it resumes."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from conftest import group_alive
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    launcher = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(ROOT / "configs" / "digits_mlp.yaml"),
-                                 "--out", str(out), "-q", "--processes", "3", "--set", "training.epochs=400",
-                                 "--set", "training.early_stopping=null", "--set", "distributed.strategy=async",
-                                 "--set", "training.checkpoint.every_steps=5"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    launcher.send_signal(signal.SIGTERM)
-    _, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 143, err
-    assert "stopped by SIGTERM" in err and "--resume" in err
-    deadline = time.monotonic() + 10
-    while group_alive(launcher.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
+    assert_sigterm_to_the_launcher_stops_the_job(
+        ROOT / "configs" / "digits_mlp.yaml", out, 3, ["training.epochs=400", "training.early_stopping=null",
+                                                       *ASYNC, "training.checkpoint.every_steps=5"])
     resumed = run_train(out, ["training.epochs=1", "training.early_stopping=null"], extra=("--resume", str(out)))
     assert resumed.returncode == 0, resumed.stderr
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import yaml
 
 from magmadnn_cli.distributed.launcher import strip_processes
 
-from conftest import assert_a_failing_rank_ends_the_job, find_mpiexec, group_alive
+from conftest import assert_a_failing_rank_ends_the_job, assert_sigterm_to_the_launcher_stops_the_job, find_mpiexec
 
 
 MPIEXEC = find_mpiexec()
@@ -187,25 +186,8 @@ def test_shared_memory_needs_room_in_dev_shm(tmp_path):
 def test_sigterm_to_the_launcher_reaches_every_rank_and_leaves_no_orphan(project):
     """`--processes 2` runs mpiexec as a child: a SIGTERM to the launcher alone (a scheduler, `kill`)
     is passed on; the ranks write a checkpoint and stop, and the launcher exits with their code."""
-    import signal
-    out = project / "launcher-term"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    launcher = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(project / "syn.yaml"), "--out",
-                                 str(out), "-q", "--processes", "2", "--set", "training.epochs=400",
-                                 "--set", "training.checkpoint.every_steps=1"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    launcher.send_signal(signal.SIGTERM)  # to the launcher only, not its process group
-    _, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 143, err
-    assert "stopped by SIGTERM" in err and "--resume" in err
-    deadline = time.monotonic() + 10
-    while group_alive(launcher.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
+    assert_sigterm_to_the_launcher_stops_the_job(project / "syn.yaml", project / "launcher-term", 2,
+                                                 ["training.epochs=400", "training.checkpoint.every_steps=1"])
 
 
 def test_processes_beyond_the_machine_need_oversubscribe(project):
