@@ -3,7 +3,12 @@ abort that ends the whole job when any rank fails (no hung collectives)."""
 
 from __future__ import annotations
 
+import array
+import fcntl
+import os
+import stat
 import sys
+import termios
 import time
 from typing import Any
 
@@ -135,8 +140,9 @@ class MPICommunicator(Communicator):
     def abort(self, code: int = 1) -> None:
         if self.parent is not None:
             self.parent.abort(code)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            wait_until_read(stream)
         self.comm.Abort(code)
 
     # -- reduction strategies (each sums `buf` over ranks, in place, identically on every rank) --
@@ -165,6 +171,21 @@ class MPICommunicator(Communicator):
         for step in range(n - 1):
             send, recv = chunk[(r - step + 1) % n], chunk[(r - step) % n]
             self.comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
+
+
+def wait_until_read(stream: Any, limit: float = 2.0) -> None:
+    """Wait (at most `limit` s) until the launcher has read what this rank wrote to `stream`, when it
+    is a pipe: an MPI abort kills the job at once, and the launcher drops output still in the pipe."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        unread = array.array("i", [0])
+        deadline = time.monotonic() + limit
+        while fcntl.ioctl(fd, termios.FIONREAD, unread) == 0 and unread[0] and time.monotonic() < deadline:
+            time.sleep(0.002)
+    except (OSError, ValueError, AttributeError):  # no file descriptor, or no FIONREAD for it
+        return
 
 
 def install_abort_hook(comm: MPICommunicator) -> None:
