@@ -262,3 +262,19 @@ def test_a_cnn_output_mismatch_names_the_layer_that_sets_the_width(capsys, tmp_p
     config.write_text(text[:last_dense] + "units: 7" + text[last_dense + len("units: 10"):])
     code, _, err = run_cli(capsys, "validate", config)
     assert code == 2 and ".units: the output layer has 7 units; expected 10" in err and "activation" not in err.split(":")[1]
+
+
+@pytest.mark.parametrize("kind, cores, expected", [("cnn", 4, "--processes 4"), ("cnn", 1, None), ("mlp", 4, None)])
+def test_a_cpu_cnn_on_one_process_is_told_the_cores_it_leaves_idle(capsys, blobs, tmp_path, monkeypatch, kind, cores,
+                                                                     expected):
+    """One process uses one core for everything but the GEMMs; `--processes N` trains the same steps
+    ~1.5x faster on 2 cores (benchmarks/lenet_end_to_end.py), so a CPU CNN run says so; MLPs (BLAS
+    already uses every core) and one-core machines are not told."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    config = ROOT / "configs" / ("digits_cnn.yaml" if kind == "cnn" else "digits_mlp.yaml")
+    stdout = _train(capsys, config, tmp_path / "run", "--set", "training.epochs=1")
+    said = [line for line in stdout.splitlines() if "--processes" in line]
+    if expected is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and expected in said[0] and "4 cores" in said[0], stdout
