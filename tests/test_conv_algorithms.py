@@ -12,7 +12,7 @@ import pytest
 
 from magmadnn_cli.core.graph import Graph, Variable, get_activation, ops
 from magmadnn_cli.core.graph.conv import Conv2D, Pool2D
-from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, candidates, fastest
+from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, MARGIN, candidates, fastest
 from magmadnn_cli.core.graph.nn import Activate
 from magmadnn_cli.nn.layers import Pool2D as Pool2DLayer
 
@@ -135,7 +135,10 @@ def test_training_times_the_auto_layers_says_so_and_keeps_the_choice_when_resume
     assert log.startswith("conv2d_0 fft (set in the config); conv2d_2 ")
     timed = re.search(r"conv2d_2 (\w+) \(timed on 32 rows: (.*)\)", log)
     times = {a: float(ms) for a, ms in re.findall(r"(\w+) ([\d.]+) ms", timed.group(2))}
-    assert set(times) == {"gemm", "winograd", "fft"} and timed.group(1) == fastest(times)
+    assert set(times) == {"gemm", "winograd", "fft"}
+    best = min(times, key=times.__getitem__)
+    near_the_margin = abs(times[best] - MARGIN * times["gemm"]) <= 0.01  # the log rounds to 0.01 ms
+    assert timed.group(1) == fastest(times) or (near_the_margin and timed.group(1) in (best, "gemm"))
     chosen = json.loads((out / "metrics.json").read_text())["conv_algorithms"]
     assert chosen == {"conv2d_0": "fft", "conv2d_2": timed.group(1)}
     code, log, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--resume", out, "--set",

@@ -17,7 +17,7 @@ import pytest
 
 from magmadnn_cli.training.checkpoint import listing, prune
 
-from conftest import group_alive
+from conftest import job_processes, wait_until_gone
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
@@ -79,17 +79,17 @@ def _newest_step(folder: Path) -> int:
 
 
 def _kill_when(p: subprocess.Popen, ready, sig: int = signal.SIGKILL) -> str | None:
-    """Send `sig` to the whole job once `ready()` holds; its stderr, or None if it ended first. Returns
-    once no process of the job is left (a killed MPI rank may outlive mpiexec for a moment, and the
-    run folder's lock refuses a resume while it lives)."""
+    """Send `sig` to the job's process group once `ready()` holds; its stderr, or None if it ended
+    first. Returns once no process of the job is left (a killed MPI rank may outlive mpiexec for a
+    moment, and the run folder's lock refuses a resume while it lives)."""
     while p.poll() is None:
         if ready():
+            job = job_processes(p.pid)  # mpiexec runs each rank in a session of its own
             os.killpg(p.pid, sig)
             stderr = p.communicate(timeout=60)[1]
-            deadline = time.monotonic() + 30
-            while group_alive(p.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until_gone(job, 30)
             return stderr
+        time.sleep(0.002)
     p.communicate()
     return None
 
@@ -126,7 +126,7 @@ def test_kill_9_in_the_middle_of_a_checkpoint_write(project):
     def writing() -> bool:  # a temp file exists: the writer is between open and rename
         return folder.is_dir() and any(e.name.endswith(".tmp") for e in os.scandir(folder)) \
             and _newest_step(folder) > 20
-    for _attempt in range(5):
+    for _attempt in range(10):
         p = _start(config, "--out", str(out))
         if _kill_when(p, writing) is not None:
             break

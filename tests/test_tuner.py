@@ -208,11 +208,13 @@ def test_sigterm_keeps_the_finished_trials(blobs, tmp_path, ranks):
     prefix = [mpiexec, "-n", str(ranks)] if ranks else []
     p = subprocess.Popen([*prefix, sys.executable, "-m", "magmadnn_cli", "tune", str(config), "--out", str(out), "-q"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 60
-    while time.time() < deadline and p.poll() is None:  # 3 trials journaled
-        if (out / "trials.jsonl").exists() and len((out / "trials.jsonl").read_text().splitlines()) > 3:
-            break
+    journal, deadline = out / "trials.jsonl", time.time() + 120
+
+    def journaled() -> int:
+        return len(journal.read_text().splitlines()) - 1 if journal.exists() else 0  # the header line
+    while time.time() < deadline and p.poll() is None and journaled() < 3:
         time.sleep(0.02)
+    assert p.poll() is None and journaled() >= 3, "the search should be running with 3 trials finished"
     p.send_signal(signal.SIGTERM)
     _, stderr = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, stderr

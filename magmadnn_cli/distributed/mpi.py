@@ -173,7 +173,7 @@ class MPICommunicator(Communicator):
             self.comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
 
 
-def wait_until_read(stream: Any, limit: float = 2.0) -> None:
+def wait_until_read(stream: Any, limit: float = 10.0) -> None:
     """Wait (at most `limit` s) until the launcher has read what this rank wrote to `stream`, when it
     is a pipe: an MPI abort kills the job at once, and the launcher drops output still in the pipe."""
     try:
