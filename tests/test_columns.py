@@ -209,3 +209,20 @@ optimizer: sgd
     code, _, err = run_cli(capsys, "validate", tmp_path / "c.yaml")
     assert code == 2 and "(1 problem)" in err and where in err and "did you mean 'category'?" in err
     assert "ColumnSpec" not in err and "function-after" not in err
+
+
+@pytest.mark.parametrize("header, names, features", [
+    ("size,color,label", ["size", "color", "label"], ["size", "color"]),      # names equal to the header
+    ("color,size,label", ["size", "color", "label"], ["color", "size"]),      # the same names, another order
+    ("size,size,label", ["size", "color", "label"], ["size", "color"]),       # a duplicate renamed by position
+])
+def test_data_names_never_train_a_header_row_as_data(tmp_path, header, names, features):
+    """data.names on a file that has a header row: the header is not a data row. The same names in
+    any order: the file's own order; names that overlap (a duplicate column renamed): by position."""
+    body = _color_data().split("\n", 1)[1]
+    if header.startswith("color"):
+        body = "".join(f"{c},{s},{l}\n" for s, c, l in (line.split(",") for line in body.splitlines()))
+    data = prepare(_cfg(tmp_path, header + "\n" + body, names=names), "classification", 0)
+    assert len(data.train.x) == 90 and data.features == features
+    assert sorted(data.classes) == ["cold", "plant", "warm"]
+    assert _columns(data)["color"].kind == "category" and _columns(data)["size"].kind == "number"

@@ -15,7 +15,7 @@ from typing import IO, Any, Callable, Iterator
 import numpy as np
 
 from ..core import backend as B
-from ..data.csv_reader import csv_header, first_row
+from ..data.csv_reader import csv_header
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.tables import ReadSpec, Table, reader_for
 from ..errors import DataError, MagmaError
@@ -28,14 +28,11 @@ Warn = Callable[[str], None]
 
 
 def _spec(path: Path, saved: SavedModel, need_target: bool, keep: tuple[str, ...] = ()) -> ReadSpec:
-    """How to read `path` for this model: its feature columns, the training file's encoding; a model
-    trained on a headerless file (data.names) reads headerless files, unless the file's first row
-    is exactly those names."""
+    """How to read `path` for this model: its feature columns, the training file's encoding and
+    column names (data.names: a file with or without that header row)."""
     cfg = saved.config.data
-    spec = ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.floatx, None, keep)
-    if cfg.names and reader_for(path).name == "csv" and first_row(path, spec.csv_format(path)) != list(cfg.names):
-        spec = ReadSpec(spec.target, spec.features, need_target, cfg, B.floatx, tuple(cfg.names), keep)
-    return spec
+    return ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.floatx,
+                    tuple(cfg.names) if cfg.names else None, keep)
 
 
 def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:

@@ -53,7 +53,8 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
         table = pacsv.read_csv(
             source,
             read_options=pacsv.ReadOptions(encoding=codecs.lookup(fmt.encoding).name, block_size=1 << 24,
-                                           column_names=list(fmt.names) if fmt.names else None),
+                                           column_names=list(fmt.names) if fmt.names else None,
+                                           skip_rows=int(bool(fmt.names) and fmt.header)),
             parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 include_columns=wanted, null_values=NULLS, strings_can_be_null=False,

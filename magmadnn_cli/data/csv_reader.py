@@ -13,7 +13,7 @@ import lzma
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
@@ -35,7 +35,8 @@ _READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read o
 class CsvFormat:
     delimiter: str = ","
     encoding: str = "utf-8"
-    names: tuple[str, ...] | None = None  # given: the file has no header row, these are its columns
+    names: tuple[str, ...] | None = None  # the columns' names, when not the header row's (data.names)
+    header: bool = True                   # the first line is a header row, not data
 
 
 class CellError(DataError):
@@ -122,14 +123,11 @@ def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line:
 def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
            names: list[str] | tuple[str, ...] | None = None) -> CsvFormat:
     """The delimiter: given, tab for .tsv, else the one of , ; tab | that splits the header into
-    the most fields and every sampled row into as many (quotes respected). `names`: the file has no
-    header row."""
-    names = tuple(names) if names else None
+    the most fields and every sampled row into as many (quotes respected). `names`: see `_named`."""
     if delimiter is not None:
-        return CsvFormat(delimiter, encoding, names)
-    name = path.name.lower()
-    if ".tsv" in name:
-        return CsvFormat("\t", encoding, names)
+        return _named(path, CsvFormat(delimiter, encoding), names)
+    if ".tsv" in path.name.lower():
+        return _named(path, CsvFormat("\t", encoding), names)
     lines = _first_lines(path, encoding)
     best, fields = ",", 1
     for candidate in DELIMITERS:
@@ -139,7 +137,20 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
             continue
         if counts and counts[0] > fields and all(c == counts[0] for c in counts):
             best, fields = candidate, counts[0]
-    return CsvFormat(best, encoding, names)
+    return _named(path, CsvFormat(best, encoding), names)
+
+
+def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None) -> CsvFormat:
+    """The columns' names (data.names) against the file's first row: the same names in any order are
+    the file's header, read as it is; a row with one of them in its place is a header they rename
+    by position (a duplicate column, say); any other first row is data (a headerless file)."""
+    if not names:
+        return fmt
+    first = first_row(path, fmt)
+    if sorted(first) == sorted(names):
+        return fmt
+    renamed = len(first) == len(names) and any(f == n for f, n in zip(first, names))
+    return replace(fmt, names=tuple(names), header=renamed)
 
 
 def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
@@ -162,7 +173,8 @@ def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
     names = [h.strip() for h in header]
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
-        raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates[:20])}")
+        raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates[:20])}; rename them "
+                        f"in the file, or give data.names: every column's name, in order (they replace the header's)")
     return names
 
 
@@ -266,10 +278,10 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
     fmt = fmt or CsvFormat()
     limit = (B.host_memory_available() or 2**40) // 2
     read = 0
-    line_no = 1 if fmt.names is not None else 2
+    line_no = 2 if fmt.header else 1
     try:
         with _open_text(path, fmt.encoding) as f:
-            if fmt.names is None:
+            if fmt.header:
                 f.readline(MAX_LINE)
             while True:
                 lines = _read_lines(f, chunk_rows, chunk_chars)
