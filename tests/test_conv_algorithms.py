@@ -9,12 +9,14 @@ import re
 
 import numpy as np
 import pytest
+import yaml
 
 from magmadnn_cli.core.graph import Graph, Variable, get_activation, ops
 from magmadnn_cli.core.graph.conv import Conv2D, Pool2D
 from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, MARGIN, candidates, fastest
 from magmadnn_cli.core.graph.nn import Activate
 from magmadnn_cli.nn.layers import Pool2D as Pool2DLayer
+from magmadnn_cli.training.modelfile import load
 
 from conftest import ROOT, check_op_grads, run_cli
 from test_conv import reference_conv
@@ -174,3 +176,24 @@ def test_a_network_without_convolutions_says_nothing_about_them(capsys, tmp_path
     assert code == 0, err
     assert "convolutions" not in log + err
     assert "conv_algorithms" not in json.loads((tmp_path / "r" / "metrics.json").read_text())
+
+
+def test_the_written_config_pins_what_auto_chose_so_it_repeats_the_run(capsys, tmp_path):
+    """Autotuning times the machine, so two runs of one config may choose differently; the run's
+    config.yaml (and the model file's) records the algorithm each auto layer ran, nested blocks
+    included, and training it again runs the same ones without timing."""
+    config = ROOT / "configs" / "resnet_small.yaml"
+    code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "a", "-q", "--set", "training.epochs=1")
+    assert code == 0, err
+    chosen = json.loads((tmp_path / "a" / "metrics.json").read_text())["conv_algorithms"]
+    written = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+
+    def convs(layers):
+        return [a for spec in layers for a in ([spec["conv_algorithm"]] if spec["type"] == "conv2d"
+                                               else convs(spec.get("layers") or []))]
+    assert convs(written["model"]["layers"]) == list(chosen.values()) and len(chosen) == 5
+    assert convs(load(tmp_path / "a" / "model.npz").config.model_dump(mode="json")["model"]["layers"]) == list(chosen.values())
+    code, log, err = run_cli(capsys, "train", tmp_path / "a" / "config.yaml", "--out", tmp_path / "b")
+    assert code == 0, err
+    assert json.loads((tmp_path / "b" / "metrics.json").read_text())["conv_algorithms"] == chosen
+    assert "timed on" not in log  # every layer set in the config: nothing timed

@@ -28,7 +28,7 @@ from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
 from ..training.async_trainer import AsyncTrainer
 from ..training.builder import (bias_warnings, batch_schedule, build_network, build_optimizer, check_output_width,
-                                task_of)
+                                pin_conv_algorithms, task_of)
 from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
 from ..training.early_stopping import EarlyStopper
 from ..training.evaluation import split_report
@@ -90,7 +90,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         metrics = report(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
         if comm.is_root:
-            write_outputs(out_dir, config, run.network, weights, run.data, run.task, metrics, history)
+            write_outputs(out_dir, pin_conv_algorithms(config, run.network), run.network, weights, run.data, run.task,
+                          metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
                                                                              if k in SPLITS}))
             reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"

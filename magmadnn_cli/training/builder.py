@@ -115,3 +115,21 @@ def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:
                          "again, so it only learns rounding noise (and runs on different rank counts drift apart); "
                          "set use_bias: false")
     return notes
+
+
+def pin_conv_algorithms(config: Config, network: Network) -> Config:
+    """The config with every `conv_algorithm: auto` layer set to the algorithm it ran: autotuning
+    times the machine, so a written config repeats its run only with the choices pinned."""
+    ran = iter(network.conv_algorithms().values())  # the network's convolutions, in the specs' order
+
+    def pinned(specs: list[Any]) -> list[Any]:
+        out = []
+        for spec in specs:
+            if spec.type == "conv2d":
+                algorithm = next(ran)
+                spec = spec.model_copy(update={"conv_algorithm": algorithm}) if spec.conv_algorithm == "auto" else spec
+            elif getattr(spec, "layers", None):
+                spec = spec.model_copy(update={"layers": pinned(spec.layers)})
+            out.append(spec)
+        return out
+    return config.model_copy(update={"model": config.model.model_copy(update={"layers": pinned(config.model.layers)})})
