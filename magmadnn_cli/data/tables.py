@@ -80,7 +80,9 @@ def _csv_columns(path: Path, spec: ReadSpec, fmt: CsvFormat) -> tuple[list[str],
         if target is None:
             raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
         if target not in names:
-            raise DataError(f"{path}: no target column {target!r}; columns are {', '.join(names)}")
+            close = [n for n in names if n.lower() == target.lower()] or difflib.get_close_matches(target, names, n=1)
+            raise DataError(f"{path}: no target column {target!r} (data.target); "
+                            + (f"did you mean {close[0]!r}? " if close else "") + f"columns are {', '.join(names[:20])}")
     wanted = spec.wanted(names)
     present = set(names)
     missing = [f for f in wanted if f not in present]
