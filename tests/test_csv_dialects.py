@@ -172,3 +172,19 @@ def test_quoted_fields_may_hold_line_breaks(capsys, tmp_path):
     import csv as _csv
     predicted = [r[0] for r in _csv.reader((tmp_path / "p.csv").open())][1:]
     assert predicted == [lab for _, _, lab in rows]
+
+
+def test_a_signal_during_the_arrow_read_is_not_swallowed(tmp_path, monkeypatch):
+    """pyarrow cancels a read on SIGINT/SIGTERM (ArrowCancelled, an ArrowException); falling back to
+    the line reader lost the signal (a stopped search ran on to its end, exit 0). It must stop."""
+    pa = pytest.importorskip("pyarrow")
+    from magmadnn_cli.data import arrow_csv
+    from magmadnn_cli.data.csv_reader import CsvFormat
+    path = tmp_path / "d.csv"
+    path.write_text("a,b,y\n1,2,0\n3,4,1\n")
+
+    def cancelled(*args, **kwargs):
+        raise pa.ArrowCancelled("Operation cancelled. Detail: received signal 15")
+    monkeypatch.setattr(arrow_csv.pacsv, "read_csv", cancelled)
+    with pytest.raises(KeyboardInterrupt):
+        arrow_csv.read_numeric(path, CsvFormat(), ["a", "b"], "y", np.float32)

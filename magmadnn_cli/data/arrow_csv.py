@@ -59,6 +59,8 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
             convert_options=pacsv.ConvertOptions(
                 include_columns=wanted, null_values=NULLS, strings_can_be_null=False,
                 column_types={**{f: kind for f in features}, **({target: pa.string()} if target else {})}))
+    except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read: pass it on (a fallback would lose it)
+        raise KeyboardInterrupt from exc
     except (pa.ArrowException, OSError, EOFError, ValueError, LookupError, UnicodeError):
         return None
     if table.column_names != wanted or table.num_rows == 0:
