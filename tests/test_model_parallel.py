@@ -110,3 +110,13 @@ def test_a_failing_rank_ends_a_model_parallel_job(tmp_path):
         "    time.sleep(0.5)\n"
         "    raise RuntimeError('model rank one broke on purpose')\n"
         "groups.model.allgather_array(np.ones(3, np.float32), [3, 3])\n"), "model rank one broke on purpose")
+
+
+@pytest.mark.parametrize("activation", ["softmax", "log_softmax"])
+def test_a_split_layer_with_a_row_wise_activation(tmp_path, activation):
+    """Softmax normalizes over the whole row: a split hidden layer applies it after the gather, not
+    to each rank's slice of the units."""
+    overrides = ["training.epochs=1", "precision=float64", f"model.layers.0.activation={activation}"]
+    one = train_on(tmp_path / "one", overrides)
+    out = train_on(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 2)
+    assert_same_weights(out, one, 1e-10)

@@ -77,9 +77,11 @@ class Dense(Layer):
         fn = get_activation(self.activation, **self.activation_args)
         if self.group is None:
             return nn.Dense(x, self.weights["kernel"], self.weights.get("bias"), fn, name=self.name)
-        part = nn.Dense(parallel.ToParts(x, self.group), self.weights["kernel"], self.weights.get("bias"), fn,
+        on_part = get_activation("linear") if fn.row_wise else fn  # softmax: over the gathered row
+        part = nn.Dense(parallel.ToParts(x, self.group), self.weights["kernel"], self.weights.get("bias"), on_part,
                         name=self.name)
-        return parallel.GatherColumns(part, self.group, self.widths)
+        whole = parallel.GatherColumns(part, self.group, self.widths)
+        return nn.Activate(whole, fn) if fn.row_wise else whole
 
     def flops(self) -> int:
         return 2 * self.input_shape[0] * self.units + (self.units if self.use_bias else 0)

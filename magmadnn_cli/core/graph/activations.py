@@ -19,6 +19,7 @@ class Activation:
     # Piecewise linear and non-decreasing: a max over a window commutes with it exactly, with the
     # same first maximum, so pooling may run before it (on the smaller array).
     commutes_with_max = False
+    row_wise = False  # each output depends on the whole row (softmax): not computable on a slice of it
 
     def __call__(self, z: Array) -> Array:
         raise NotImplementedError  # abstract
@@ -148,6 +149,7 @@ class GELU(Activation):
 class Softmax(Activation):
     """exp(z - max z) / sum exp(z - max z) over the last axis."""
     name = "softmax"
+    row_wise = True
 
     def __call__(self, z: Array) -> Array:
         xp = B.array_module(z)
@@ -162,6 +164,7 @@ class Softmax(Activation):
 class LogSoftmax(Activation):
     """z - logsumexp(z) over the last axis."""
     name = "log_softmax"
+    row_wise = True
 
     def __call__(self, z: Array) -> Array:
         xp = B.array_module(z)
