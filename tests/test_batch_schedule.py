@@ -11,7 +11,7 @@ from magmadnn_cli.config.schema import Config
 from magmadnn_cli.training.batches import BatchSchedule
 from magmadnn_cli.training.builder import build_optimizer
 
-from conftest import run_cli
+from conftest import run_cli, saved_weights
 
 
 def test_sizes_and_epoch_positions_by_hand():
@@ -35,11 +35,6 @@ def test_the_learning_rate_schedule_follows_epochs():
         assert opt.lr() == pytest.approx(lr), step
 
 
-def _weights(folder):
-    with np.load(folder / "model.npz", allow_pickle=False) as f:
-        return {k: f[k] for k in f.files if k.startswith("weights/")}
-
-
 def _train(capsys, config, out, *sets):
     code, _, err = run_cli(capsys, "train", config, "--out", out, "-q", *[a for s in sets for a in ("--set", s)])
     assert code == 0, err
@@ -51,8 +46,8 @@ def test_a_schedule_from_epoch_one_is_that_batch_size(capsys, tmp_path, blobs):
     plain = _train(capsys, config, tmp_path / "plain", "training.batch_size=64", "training.epochs=3")
     scheduled = _train(capsys, config, tmp_path / "sched", "training.batch_size=8", "training.batch_schedule={1: 64}",
                        "training.epochs=3")
-    for key, value in _weights(plain).items():
-        np.testing.assert_array_equal(_weights(scheduled)[key], value)
+    for key, value in saved_weights(plain).items():
+        np.testing.assert_array_equal(saved_weights(scheduled)[key], value)
 
 
 def test_global_steps_and_resume_mid_schedule(capsys, tmp_path, blobs):
@@ -69,8 +64,8 @@ def test_global_steps_and_resume_mid_schedule(capsys, tmp_path, blobs):
     code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "resumed", "-q", "--resume",
                            full / "checkpoints" / names[1], *[a for s in sets for a in ("--set", s)])
     assert code == 0, err
-    for key, value in _weights(full).items():
-        np.testing.assert_allclose(_weights(tmp_path / "resumed")[key], value, rtol=0, atol=1e-6)
+    for key, value in saved_weights(full).items():
+        np.testing.assert_allclose(saved_weights(tmp_path / "resumed")[key], value, rtol=0, atol=1e-6)
 
 
 def test_schedule_epochs_start_at_one(capsys, tmp_path, blobs):

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec, run_train, train_on
+from conftest import (RESNET_GEMM, ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec,
+                      run_train, train_on)
 
 
 MPIEXEC = find_mpiexec()
@@ -43,13 +44,9 @@ def test_norms_over_split_tensors(tmp_path, optimizer):
     assert_same_weights(split, whole, 1e-10)
 
 
-GEMM = [f"model.layers.{path}.conv_algorithm=gemm" for path in ("0", "3.layers.0", "3.layers.3", "5.layers.0",
-                                                               "5.layers.1")]
-
-
 def test_hybrid_with_convolutions_and_batchnorm(tmp_path):
     """resnet_small: convolutions and batchnorm replicated in each group, its dense layer split."""
-    overrides = ["training.epochs=1", "precision=float64", *GEMM]
+    overrides = ["training.epochs=1", "precision=float64", *RESNET_GEMM]
     config = ROOT / "configs" / "resnet_small.yaml"
     whole = train_on(tmp_path / "whole", overrides, config=config)
     split = train_on(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 4, config=config)

@@ -27,6 +27,7 @@ from ..files import fingerprint, write_json, write_text
 from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
 from ..training.async_trainer import AsyncTrainer
+from ..training.batches import steps_per_epoch
 from ..training.builder import (bias_warnings, batch_schedule, build_network, build_optimizer, check_output_width,
                                 pin_conv_algorithms, task_of)
 from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
@@ -34,7 +35,7 @@ from ..training.early_stopping import EarlyStopper
 from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
-from ..training.trainer import History, Trainer, steps_per_epoch
+from ..training.trainer import History, Trainer
 from .run_dir import choose, classify, locked, on_root
 
 

@@ -171,9 +171,7 @@ class AsyncParallel(DataParallel):
     def agree(self, state: Any) -> Any:
         """After a phase: every rank takes the server's weights, buffers, step count and `state` (the
         optimizer's slots stay on the server, the only rank that updates or saves them)."""
-        self.comm.bcast_array(self.net.flat_params)
-        for buffer in self.net.buffers().values():
-            self.comm.bcast_array(buffer)
+        self.broadcast()
         self.optimizer.t, state = self.comm.bcast((self.optimizer.t, state))
         return state
 

@@ -100,8 +100,7 @@ class MPICommunicator(Communicator):
     def split(self, color: int, key: int) -> "MPICommunicator":
         """The ranks with this `color` (ordered by `key`), reducing with the same strategy through
         MPI (NCCL's communicator spans the world only); aborting it ends the whole job."""
-        return MPICommunicator(self.strategy if self.strategy in ("ring", "parameter_server") else "allreduce",
-                               part_of=self, comm=self.comm.Split(color, key))
+        return MPICommunicator(self.strategy, part_of=self, comm=self.comm.Split(color, key))
 
     # Point to point: a waiting rank polls with growing pauses instead of spinning in MPI's blocking
     # receive, so a master or parameter server that mostly waits leaves its core to the workers.

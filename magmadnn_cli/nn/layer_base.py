@@ -101,10 +101,9 @@ class Layer:
         bare.activation, bare.activation_args = "linear", {}
         return bare
 
-    def split_over(self, group: Any) -> bool:
+    def split_over(self, group: Any) -> None:
         """Model parallelism: hold only this rank's part of the weights, the ranks of `group` working
-        together on every batch. Returns whether it did (by default a layer stays whole)."""
-        return False
+        together on every batch (by default a layer stays whole)."""
 
     def sublayers(self) -> list["Layer"]:
         """Layers inside this one (a block's); their weights belong to the network too."""

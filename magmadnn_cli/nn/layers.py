@@ -51,17 +51,16 @@ class Dense(Layer):
         self.group: Any = None  # the model-parallel ranks its units are split over (see `split_over`)
         self.widths: list[int] = []
 
-    def split_over(self, group: Any) -> bool:
+    def split_over(self, group: Any) -> None:
         """Hold only this rank's share of the units (columns of W, entries of b); the outputs are
         gathered over `group`. Layers with fewer units than ranks stay whole."""
         if group.size < 2 or self.units < group.size:
-            return False
+            return
         q, r = divmod(self.units, group.size)
         self.group, self.widths = group, [q + (k < r) for k in range(group.size)]  # as np.array_split
         start = sum(self.widths[:group.rank])
         for spec in self.specs:
             spec.split(0 if spec.name == "bias" else 1, slice(start, start + self.widths[group.rank]))
-        return True
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 1:

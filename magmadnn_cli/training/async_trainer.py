@@ -61,10 +61,8 @@ class AsyncTrainer(Trainer):
             return
         try:
             self.record_step(batches, step, loss_sum, correct)
-            cp = self.checkpointer
-            if step < len(batches) and cp is not None and cp.due(self.global_step, None):
-                self.check_weights()
-                cp.write(self)
+            if step < len(batches):  # (stop_requested is agreed only after the phase: never set here)
+                self._checkpoint_if_due(None)
         except DivergenceError as exc:
             self.diverged = str(exc)
 

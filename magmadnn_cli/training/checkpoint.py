@@ -253,6 +253,7 @@ def restore(ckpt: Checkpoint, trainer: Trainer) -> list[str]:
         return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues "
                 "as it would have (to float rounding), since every rank computes what one process does"]
     if not trainer.parallel.exact:
-        return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues from "
-                "its state; asynchronous SGD's late gradients depend on timing, so not along the same path"]
+        counts = f"the checkpoint was written by {ranks} rank(s), this run has {now}: " if ranks != now else ""
+        return [f"{counts}training continues from the checkpoint's state; asynchronous SGD's late gradients "
+                "depend on timing, so not along the path an uninterrupted run takes"]
     return []

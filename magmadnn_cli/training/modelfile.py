@@ -47,22 +47,22 @@ class SavedModel:
     targets: TargetScaler
 
 
-def save(path: Path, network: Network, config: Config, data: Any, task: str,
-         metrics: dict[str, Any] | None = None, weights: dict[str, np.ndarray] | None = None) -> None:
+def save(path: Path, network: Network, config: Config, data: Any, task: str, metrics: dict[str, Any],
+         weights: dict[str, np.ndarray]) -> None:
     """`data` is the run's Prepared: its normalizer, classes, features, column encoding and target
     scaling are what predict needs besides the weights (`weights`: the network's `state_dict()`,
-    when already gathered on every rank)."""
+    gathered whole, which under model parallelism takes every rank)."""
     normalizer = data.normalizer
     meta = {"config": config.model_dump(mode="json"), "classes": data.classes, "features": data.features,
             "columns": data.encoder.to_json() if data.encoder.columns else None,
             "target_scale": {"shift": data.targets.shift.tolist(), "spread": data.targets.spread.tolist()}
             if data.targets.active else None,
             "sample_shape": list(network.input_shape), "task": task, "scale": normalizer.scale,
-            "metrics": metrics or {}, "magmadnn_version": __version__}
+            "metrics": metrics, "magmadnn_version": __version__}
     arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
               "meta": np.array(json.dumps(meta, default=str)),
               "norm/shift": normalizer.shift, "norm/spread": normalizer.spread}
-    arrays.update({f"weights/{name}": w for name, w in (weights or network.state_dict()).items()})
+    arrays.update({f"weights/{name}": w for name, w in weights.items()})
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     atomic_write(path, lambda f: f.write(buffer.getvalue()))

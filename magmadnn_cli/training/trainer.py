@@ -27,7 +27,7 @@ from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
 from ..nn.network import Network
 from ..reporting import Reporter
-from .batches import BatchSchedule, steps_per_epoch  # noqa: F401 (steps_per_epoch: re-exported)
+from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from .interrupts import StopSignals, resume_command
