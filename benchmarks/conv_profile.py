@@ -2,7 +2,7 @@
 (batch 64, float32), each op timed on its own over many steps, beside the whole step, PyTorch's
 step (when installed) and the GEMM floor of the step's FLOPs, all in one run.
 
-    python benchmarks/conv_profile.py [--steps 50] [--algorithm auto|gemm|winograd|fft]
+    python benchmarks/conv_profile.py [--steps 50] [--algorithm auto|gemm|winograd|fft] [--case lenet5|cifar]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from magmadnn_cli.core import backend as B
 
-from conv import best, gemm_floor, lenet, ours, torch_step  # benchmarks/ is the script's folder
+from conv import best, cifar_layer, gemm_floor, lenet, ours, torch_step  # benchmarks/ is the script's folder
 
 
 def instrument(ops) -> dict[str, list[float]]:
@@ -44,9 +44,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--algorithm", default="auto", help="every conv layer's algorithm (auto: timed)")
+    parser.add_argument("--case", choices=("lenet5", "cifar"), default="lenet5",
+                        help="the LeNet-5 step (batch 64) or the CIFAR-sized 3x3 layer (batch 32)")
     args = parser.parse_args()
     B.select("cpu")
-    layers, shape, batch, loss = lenet()
+    layers, shape, batch, loss = lenet() if args.case == "lenet5" else cifar_layer()
     step, chosen, flops = ours(layers, shape, batch, loss, args.algorithm)
     print("convolutions:", chosen)
     whole = best(step, args.steps)
@@ -64,7 +66,7 @@ def main() -> None:
     print(f"{'sum of ops (best of each)':<44} {total * 1e3:>7.3f}")
     print(f"{'whole step':<44} {whole * 1e3:>7.3f}")
     print(f"{'GEMM floor of the step FLOPs':<44} {gemm_floor(flops, args.steps) * 1e3:>7.3f}")
-    torch = torch_step("lenet5", batch)
+    torch = torch_step(args.case, batch)
     if torch:
         t = best(torch, args.steps)
         print(f"{'PyTorch CPU step':<44} {t * 1e3:>7.3f}   ours/torch {whole / t:.2f}")

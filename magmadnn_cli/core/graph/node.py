@@ -7,6 +7,7 @@ each node receives from any number of consumers.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -204,3 +205,18 @@ def unbroadcast(grad: Array, shape: tuple[int, ...]) -> Array:
     if stretched:
         grad = grad.sum(axis=stretched, keepdims=True)
     return grad.reshape(shape)
+
+
+def column_sums(a: Array, out: Array | None = None) -> Array:
+    """a.sum(axis=0) of a 2-D array (pass a.T for row sums); on the CPU as ones @ a, which BLAS
+    does 2-4x as fast as numpy's sum."""
+    if B.array_module(a) is not np:
+        return a.sum(axis=0, out=out)
+    return np.matmul(_ones(a.shape[0], a.dtype), a, out=out)
+
+
+@functools.cache
+def _ones(n: int, dtype: Any) -> np.ndarray:
+    ones = np.ones(n, dtype)
+    ones.flags.writeable = False
+    return ones
