@@ -226,3 +226,23 @@ def test_data_names_never_train_a_header_row_as_data(tmp_path, header, names, fe
     assert len(data.train.x) == 90 and data.features == features
     assert sorted(data.classes) == ["cold", "plant", "warm"]
     assert _columns(data)["color"].kind == "category" and _columns(data)["size"].kind == "number"
+
+
+def _typo_csv(typo_row: int = 7, rows: int = 40) -> str:
+    lines = ["width,code,label"]
+    for i in range(1, rows + 1):
+        width = "3..5" if i == typo_row else f"{2 + i * 0.037:.3f}"
+        lines.append(f"{width},{'XY'[i % 2] if i % 3 == 0 else i % 4},{'ab'[i % 2]}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_number_column_with_a_stray_text_cell_is_refused_not_read_as_categories(tmp_path):
+    """39 of 40 cells are numbers: the text one is a typo to fix, not 40 one-hot categories."""
+    with pytest.raises(DataError, match=r"m\.csv: column 'width', data row 7: '3\.\.5' is not a number, while 39 "
+                                        r"of its 40 present cells in the training rows are") as caught:
+        prepare(_cfg(tmp_path, _typo_csv()), "classification", 0)
+    assert "data.columns.width: category" in str(caught.value)
+    typed = prepare(_cfg(tmp_path, _typo_csv(), columns={"width": "category"}), "classification", 0)
+    assert _columns(typed)["width"].kind == "category"
+    codes = _columns(prepare(_cfg(tmp_path, _typo_csv(typo_row=0)), "classification", 0))["code"]
+    assert codes.kind == "category" and codes.categories == ["0", "1", "2", "3", "X", "Y"]  # a third text: codes

@@ -43,6 +43,18 @@ def test_run_names_are_one_safe_path_component(name, capsys, tmp_path, monkeypat
     assert _snapshot(tmp_path) == before
 
 
+def test_a_run_refused_after_its_folder_was_made_leaves_no_folders_behind(capsys, tmp_path, monkeypatch):
+    """The run folder and every parent the run created (runs/, --out's new parents) go with a refusal."""
+    config = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    wrong_width = ["--set", "model.layers.1.units=4", "-q"]
+    _refused(run_cli(capsys, "train", config, *wrong_width), "the output layer has 4 units")
+    _refused(run_cli(capsys, "train", config, "--out", "new/deeper/run", *wrong_width), "4 units")
+    assert _snapshot(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blobs.csv", "c.yaml"]
+
+
 def test_out_holding_the_users_files_is_refused(capsys, tmp_path, monkeypatch):
     config = _project(tmp_path)
     (tmp_path / "config.yaml").write_text("# my hand-commented config\nname: mine\n")

@@ -123,12 +123,17 @@ def test_the_message_before_an_abort_reaches_the_user(tmp_path):
     assert lost == 0, f"the message was lost in {lost} of 20 aborts"
 
 
-def test_a_user_error_under_mpi_exits_cleanly(project):
-    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(project / "x"), "--set",
-                       "model.layers.1.units=4", ranks=2)
-    assert result.returncode != 0
-    assert "the output layer has 4 units; expected 3" in result.stderr
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_user_error_under_mpi_is_said_once_and_leaves_nothing(project, tmp_path, ranks):
+    """A mistake every rank finds in the data (here: the output width) is one message, exit 2, with
+    no MPI abort noise and no run folder (nor its lock) left behind."""
+    out = tmp_path / "runs" / "x"
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(out), "--set", "model.layers.1.units=4",
+                       ranks=ranks)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("the output layer has 4 units; expected 3") == 1, result.stderr
+    assert "rank " not in result.stderr and "Abort" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_strip_processes():

@@ -102,7 +102,7 @@ class FolderLock:
         self.held = False
 
     def __enter__(self) -> "FolderLock":
-        self.created = not self.folder.exists()
+        self.created = [f for f in (self.folder, *self.folder.parents) if not f.exists()]  # deepest first
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -115,8 +115,7 @@ class FolderLock:
                 self.path.unlink(missing_ok=True)  # the holder died: take over
                 continue
             except OSError as exc:
-                if self.created:
-                    self.folder.rmdir()  # leave nothing behind
+                self._remove_created()  # leave nothing behind
                 raise MagmaError(f"{self.folder}: cannot write here: {exc.strerror or exc}") from exc
             with os.fdopen(fd, "w") as f:
                 json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
@@ -152,10 +151,18 @@ class FolderLock:
             left = {p.name for p in self.folder.iterdir()}
             if left <= {MARKER}:
                 (self.folder / MARKER).unlink(missing_ok=True)
-                if self.created:
-                    self.folder.rmdir()
+                self._remove_created()
         except OSError:
             pass
+
+    def _remove_created(self) -> None:
+        """Remove the folders `__enter__` made (the run folder, then the parents it made: runs/),
+        each only while empty: another run may have started in one meanwhile."""
+        for folder in self.created:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
 
 
 def _alive(pid: int) -> bool:
@@ -188,6 +195,25 @@ def on_root(comm: Any, make: Callable[[], Any]) -> Any:
         failure.collective = True
         raise failure
     return comm.bcast(value)
+
+
+def on_every_rank(comm: Any, make: Callable[[], Any]) -> Any:
+    """Run `make()` on every rank (local work: no collectives inside). A MagmaError on any rank is
+    raised on every rank together, the lowest failing rank's, so it is said once and no rank waits
+    for, or aborts, the others (every rank reads the same data and finds the same mistake)."""
+    if comm.size == 1:
+        return make()
+    value, error = None, None
+    try:
+        value = make()
+    except MagmaError as exc:
+        error = exc
+    first = next((e for e in comm.allgather(None if error is None else (str(error), error.exit_code)) if e), None)
+    if first is None:
+        return value
+    failure = error if error is not None and str(error) == first[0] else MagmaError(first[0])
+    failure.exit_code, failure.collective = first[1], True
+    raise failure
 
 
 def locked(comm: Any, folder: Path, kind: Kind) -> contextlib.AbstractContextManager:

@@ -36,7 +36,7 @@ from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
-from .run_dir import choose, classify, locked, on_root
+from .run_dir import choose, classify, locked, on_every_rank, on_root
 
 
 @dataclass
@@ -123,25 +123,9 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     exactly this)."""
     reporter = reporter or Reporter()
     seed = config.seed if config.seed is not None else 0
-    device = B.select(config.device, config.precision, config.memory)
-    if device == "gpu":
-        B.use_gpu_device(comm.local_rank)
-    task = task_of(config)
-    data = prepare(config.data, task, seed, fold)
+    device, task, data = on_every_rank(comm, lambda: device_and_data(config, comm, seed, fold))
     groups = parallel_layout(config, comm, reporter)
-    network = build_network(config, data.sample_shape, seed, groups.model)
-    check_run(config, network, data)
-    weights = class_weights(config.training.class_weight, data.classes, data.train.y)
-    if weights is not None:
-        network.class_weights = B.to_device(weights.astype(B.floatx))
-    if init_from is not None:
-        try:
-            network.load_state_dict(load_model(init_from).weights)
-        except MagmaError as exc:
-            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
-                                len(data.train.x))
-    check_memory(config, network, len(optimizer.slots), len(data.train.x))
+    network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
     parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm, groups,
                              config.distributed.strategy == "async", config.distributed.max_staleness)
     policy = config.training.checkpoint if checkpoints is not None else None
@@ -185,6 +169,35 @@ def make_trainer(config: Config, parallel: DataParallel, task: str, reporter: Re
         config.training.eval_batch_size,
         (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
         saver, stop_on_signal=bool(saver is not None and policy and policy.on_signal))
+
+
+def device_and_data(config: Config, comm: Communicator, seed: int,
+                    fold: tuple[int, int] | None) -> tuple[str, str, Prepared]:
+    """The device this rank computes on, the task, and the data read and split."""
+    device = B.select(config.device, config.precision, config.memory)
+    if device == "gpu":
+        B.use_gpu_device(comm.local_rank)
+    task = task_of(config)
+    return device, task, prepare(config.data, task, seed, fold)
+
+
+def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,
+                          init_from: Path | None) -> tuple[Network, Any]:
+    """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
+    network = build_network(config, data.sample_shape, seed, groups.model)
+    check_run(config, network, data)
+    weights = class_weights(config.training.class_weight, data.classes, data.train.y)
+    if weights is not None:
+        network.class_weights = B.to_device(weights.astype(B.floatx))
+    if init_from is not None:
+        try:
+            network.load_state_dict(load_model(init_from).weights)
+        except MagmaError as exc:
+            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
+    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
+                                len(data.train.x))
+    check_memory(config, network, len(optimizer.slots), len(data.train.x))
+    return network, optimizer
 
 
 def parallel_layout(config: Config, comm: Communicator, reporter: Reporter) -> ModelGroups:

@@ -227,7 +227,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
 def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, median: float, source: str) -> tuple[Column, int]:
     """One column fitted, and how many of its training cells were missing."""
     spec = cfg.column_spec(name)
-    kind = spec.type or _inferred(raw, j)
+    kind = spec.type or _inferred(raw, j, name, source)
     missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
     strategy = spec.missing or cfg.missing_values
     if missing.any() and strategy == "error":
@@ -253,13 +253,30 @@ def _medians(x: np.ndarray) -> list[float]:
     return [float(v) if np.isfinite(v) else 0.0 for v in values]
 
 
-def _inferred(raw: RawColumns, j: int) -> str:
-    """number unless a cell is text; boolean when every text value is true/false, yes/no, ..."""
+def _inferred(raw: RawColumns, j: int, name: str, source: str) -> str:
+    """number unless a cell is text; boolean when every text value is true/false, yes/no, ...;
+    a column of numbers with a few stray text cells (typos) is refused, not read as categories."""
     if j not in raw.text:
         return "number"
     cells = raw.text[j]
     present = np.unique(np.char.lower(np.char.strip(cells[~is_missing(cells)].astype(str))))
-    return "boolean" if len(present) and np.isin(present, TRUE + FALSE).all() else "category"
+    if len(present) and np.isin(present, TRUE + FALSE).all():
+        return "boolean"
+    _refuse_stray_text(raw, j, name, source)
+    return "category"
+
+
+def _refuse_stray_text(raw: RawColumns, j: int, name: str, source: str, share: float = 0.9) -> None:
+    """When at least `share` of the column's present cells are numbers, its text cells are typos."""
+    cells = raw.text[j]
+    present = ~is_missing(cells)
+    numeric = np.isin(cells, [u for u in np.unique(cells[present]) if _is_number(str(u))]) & present
+    count, total = int(numeric.sum()), int(present.sum())
+    if total and count >= share * total:
+        bad = raw.first(present & ~numeric)
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, "
+                        f"while {count} of its {total} present cells in the training rows are; fix the cell (or leave it blank: "
+                        f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
 
 
 def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
