@@ -275,8 +275,9 @@ def _refuse_stray_text(raw: RawColumns, j: int, name: str, source: str, share: f
     if total and count >= share * total:
         bad = raw.first(present & ~numeric)
         raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, "
-                        f"while {count} of its {total} present cells in the training rows are; fix the cell (or leave it blank: "
-                        f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
+                        f"while {count} of its {total} present cells in the training rows are; fix the cell (or "
+                        f"leave it blank: a missing cell), or read the column's values as categories "
+                        f"(data.columns.{name}: category)")
 
 
 def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
