@@ -87,6 +87,20 @@ def test_yaml_problems(tmp_path):
     assert "expected a mapping of sections" in _errors_for(tmp_path, "- just\n- a list\n")
 
 
+@pytest.mark.parametrize("text,line,shown,fix", [
+    ("name: x\ndata:\n  train: a.csv\n   target: y\n", 4, "   target: y", "indented deeper"),
+    ("name: x\n\tseed: 1\n", 2, "\tseed: 1", "spaces, not tabs"),
+    ("name: x\ndata: {train: a.csv, target: y\nseed: 1\n", 3, "seed: 1", "not closed"),
+    ("name: x\nmodel:\n  layers: [dense, relu\n", 4, "", "not closed"),
+    ("name: 'x\nseed: 1\n", 3, "", "quote"),
+])
+def test_yaml_syntax_errors_show_the_line_and_a_fix(tmp_path, text, line, shown, fix):
+    message = _errors_for(tmp_path, text)
+    assert f"c.yaml:{line}:" in message and fix in message, message
+    if shown:
+        assert f"line {line}: {shown!r}" in message, message
+
+
 def test_missing_and_directory_config(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")

@@ -99,10 +99,35 @@ def parse_yaml(text: str, origin: str) -> tuple[Any, Any]:
         problem = exc.problem or exc.context or "invalid YAML"
         if "could not determine a constructor" in str(problem):
             problem = f"{problem}; tags that build Python objects are not allowed"
-        raise ConfigError(f"{origin}{line}: {problem}") from exc
+        fix = "" if origin.startswith("--set") else _syntax_fix(exc, text)  # --set: the origin shows the text
+        raise ConfigError(f"{origin}{line}: {problem}{fix}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{origin}: invalid YAML: {exc}") from exc
     return data, node
+
+
+def _syntax_fix(exc: yaml.MarkedYAMLError, text: str) -> str:
+    """The offending line as written and the likely fix of a YAML syntax error ('' for others)."""
+    problem, context = str(exc.problem or ""), str(exc.context or "")
+    opened = exc.context_mark.line + 1 if exc.context_mark else None
+    if "quoted scalar" in context:
+        fix = f"the quote opened on line {opened} is not closed"
+    elif "flow mapping" in context or "flow sequence" in context:
+        bracket = "{" if "mapping" in context else "["
+        fix = f"the {bracket} opened on line {opened} lacks a ',' between two entries, or is not closed"
+    elif "'\\t'" in problem:
+        fix = "YAML indents with spaces, not tabs: replace the tab"
+    elif "mapping values are not allowed" in problem:
+        fix = "a key indented deeper than the key above it, or a value holding ': ' (quote the value)"
+    elif "could not find expected ':'" in problem:
+        fix = "a line that is not `key: value` (a missing ': ', or an unclosed quote above it)"
+    elif exc.problem_mark is None or "constructor" in problem or "duplicate key" in problem:
+        return ""
+    else:
+        fix = "check this line's indentation and quotes"
+    lines, number = text.splitlines(), exc.problem_mark.line + 1 if exc.problem_mark else 0
+    shown = f"\nline {number}: {lines[number - 1][:100]!r}" if 0 < number <= len(lines) else ""
+    return f"{shown}\nfix: {fix}"
 
 
 def _expanded_size(node: Any, memo: dict[int, int]) -> int:
