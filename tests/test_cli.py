@@ -98,6 +98,18 @@ def test_evaluate_reports_full_metrics(capsys, blobs, tmp_path):
     assert code == 0 and "confusion matrix" in out and "macro_f1" in out
 
 
+def test_evaluate_on_the_training_file_warns_that_it_holds_the_training_rows(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    csv = blobs.parent / "blobs.csv"
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", csv, "--json")
+    assert code == 0 and json.loads(out)["rows"] == 120
+    assert f"{csv} is the file this model was trained on" in " ".join(err.split()), err
+    assert f"magmadnn evaluate {tmp_path / 'run' / 'model.npz'} --split validation" in " ".join(err.split())
+    blobs_csv(tmp_path / "fresh.csv", n=60, seed=5)
+    code, _, err = run_cli(capsys, "evaluate", tmp_path / "run", tmp_path / "fresh.csv", "--json")
+    assert code == 0 and "trained on" not in err
+
+
 def test_init_from_warm_starts_and_checks_shapes(capsys, blobs, tmp_path):
     _train(capsys, blobs, tmp_path / "a", "-q")
     _train(capsys, blobs, tmp_path / "b", "-q", "--init-from", tmp_path / "a" / "model.npz", "--set", "training.epochs=0")

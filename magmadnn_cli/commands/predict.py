@@ -8,6 +8,7 @@ import csv
 import itertools
 import io
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
@@ -66,14 +67,26 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
         spec = _spec(data_path, saved, True)
         table = reader_for(data_path).read(data_path, spec)
         x, unseen = _inputs(table, saved, strict)
-        if (note := unseen_note(unseen, str(data_path))) and warn:
-            warn(note)
+        for note in (unseen_note(unseen, str(data_path)), training_file_note(saved, model_path, data_path)):
+            if note and warn:
+                warn(note)
         y = map_labels(table.y, saved.config.data.label_map)
         data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path))))
         source = str(data_path)
     report = split_report(network, data, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size,
                           targets=saved.targets)
     return {"model": str(model_path), "data": source, "rows": len(data.x), "task": saved.task, **report}
+
+
+def training_file_note(saved: SavedModel, model_path: Path, data_path: Path) -> str | None:
+    """A warning when `data_path` is the very file the model was trained on (its fingerprint)."""
+    recorded = saved.metrics.get("data_sha256")
+    if recorded is None or recorded != fingerprint(data_path):
+        return None
+    held = "test" if saved.config.data.test_split > 0 or saved.config.data.test else "validation"
+    return (f"{data_path} is the file this model was trained on: its rows include the training rows, so these "
+            f"metrics overstate how it does on new data; `magmadnn evaluate {shlex.quote(str(model_path))} --split {held}` "
+            f"scores the run's held-out {held} rows")
 
 
 def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
