@@ -108,6 +108,9 @@ def test_evaluate_on_the_training_file_warns_that_it_holds_the_training_rows(cap
     blobs_csv(tmp_path / "fresh.csv", n=60, seed=5)
     code, _, err = run_cli(capsys, "evaluate", tmp_path / "run", tmp_path / "fresh.csv", "--json")
     assert code == 0 and "trained on" not in err
+    _train(capsys, blobs, tmp_path / "all", "-q", "--set", "data.validation_split=0")
+    code, _, err = run_cli(capsys, "evaluate", tmp_path / "all", csv)
+    assert code == 0 and "the run held out no rows to score" in " ".join(err.split()) and "--split" not in err
 
 
 def test_init_from_warm_starts_and_checks_shapes(capsys, blobs, tmp_path):

@@ -27,7 +27,7 @@ NA,red,no,,small
 
 def _cfg(tmp_path, text=MESSY, **data):
     (tmp_path / "m.csv").write_text(text)
-    return DataConfig(train=tmp_path / "m.csv", target="label", validation_split=0.0, **data)
+    return DataConfig(train=tmp_path / "m.csv", target="label", **({"validation_split": 0.0} | data))
 
 
 def _columns(prepared):
@@ -246,3 +246,10 @@ def test_a_number_column_with_a_stray_text_cell_is_refused_not_read_as_categorie
     assert _columns(typed)["width"].kind == "category"
     codes = _columns(prepare(_cfg(tmp_path, _typo_csv(typo_row=0)), "classification", 0))["code"]
     assert codes.kind == "category" and codes.categories == ["0", "1", "2", "3", "X", "Y"]  # a third text: codes
+
+
+def test_a_typo_in_any_row_is_named_whichever_split_it_lands_in(tmp_path):
+    """Wherever the split puts the one text cell (training or held-out rows), the error names it."""
+    for row in range(1, 41):
+        with pytest.raises(DataError, match=rf"column 'width', data row {row}: '3\.\.5' is not a number"):
+            prepare(_cfg(tmp_path, _typo_csv(typo_row=row), validation_split=0.25), "classification", 0)

@@ -51,6 +51,7 @@ def test_a_run_refused_after_its_folder_was_made_leaves_no_folders_behind(capsys
     wrong_width = ["--set", "model.layers.1.units=4", "-q"]
     _refused(run_cli(capsys, "train", config, *wrong_width), "the output layer has 4 units")
     _refused(run_cli(capsys, "train", config, "--out", "new/deeper/run", *wrong_width), "4 units")
+    _refused(run_cli(capsys, "train", config, "--out", "new/" + "x" * 300 + "/run", "-q"), "cannot create the folder")
     assert _snapshot(tmp_path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blobs.csv", "c.yaml"]
 

@@ -67,9 +67,10 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
         spec = _spec(data_path, saved, True)
         table = reader_for(data_path).read(data_path, spec)
         x, unseen = _inputs(table, saved, strict)
-        for note in (unseen_note(unseen, str(data_path)), training_file_note(saved, model_path, data_path)):
-            if note and warn:
-                warn(note)
+        if warn:
+            for note in (unseen_note(unseen, str(data_path)), training_file_note(saved, model_path, data_path)):
+                if note:
+                    warn(note)
         y = map_labels(table.y, saved.config.data.label_map)
         data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path))))
         source = str(data_path)
@@ -83,10 +84,13 @@ def training_file_note(saved: SavedModel, model_path: Path, data_path: Path) -> 
     recorded = saved.metrics.get("data_sha256")
     if recorded is None or recorded != fingerprint(data_path):
         return None
-    held = "test" if saved.config.data.test_split > 0 or saved.config.data.test else "validation"
+    cfg = saved.config.data
+    held = next((name for name, kept in (("test", cfg.test_split > 0 or cfg.test),
+                                         ("validation", cfg.validation_split > 0 or cfg.validation)) if kept), None)
+    way = (f"`magmadnn evaluate {shlex.quote(str(model_path))} --split {held}` scores the run's held-out {held} rows"
+           if held else "the run held out no rows to score (data.validation_split, data.test_split)")
     return (f"{data_path} is the file this model was trained on: its rows include the training rows, so these "
-            f"metrics overstate how it does on new data; `magmadnn evaluate {shlex.quote(str(model_path))} --split {held}` "
-            f"scores the run's held-out {held} rows")
+            f"metrics overstate how it does on new data; {way}")
 
 
 def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:

@@ -106,6 +106,7 @@ class FolderLock:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            self._remove_created()  # the parents made before the failure
             raise MagmaError(f"{self.folder}: cannot create the folder: {exc.strerror or exc}") from exc
         for _ in range(2):
             try:
@@ -162,7 +163,8 @@ class FolderLock:
             try:
                 folder.rmdir()
             except OSError:
-                return
+                if os.path.isdir(folder):  # not empty: keep it and its parents (else mkdir never made it)
+                    return
 
 
 def _alive(pid: int) -> bool:

@@ -262,22 +262,24 @@ def _inferred(raw: RawColumns, j: int, name: str, source: str) -> str:
     present = np.unique(np.char.lower(np.char.strip(cells[~is_missing(cells)].astype(str))))
     if len(present) and np.isin(present, TRUE + FALSE).all():
         return "boolean"
-    _refuse_stray_text(raw, j, name, source)
-    return "category"
+    return _category_unless_numbers(raw, j, name, source)
 
 
-def _refuse_stray_text(raw: RawColumns, j: int, name: str, source: str, share: float = 0.9) -> None:
-    """When at least `share` of the column's present cells are numbers, its text cells are typos."""
+def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, share: float = 0.9) -> str:
+    """category; number when every present training cell is one (the text is in other rows, which
+    then name their cell); refused when at least `share` of them are (the text cells are typos)."""
     cells = raw.text[j]
     present = ~is_missing(cells)
     numeric = np.isin(cells, [u for u in np.unique(cells[present]) if _is_number(str(u))]) & present
     count, total = int(numeric.sum()), int(present.sum())
-    if total and count >= share * total:
-        bad = raw.first(present & ~numeric)
-        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, "
-                        f"while {count} of its {total} present cells in the training rows are; fix the cell (or "
-                        f"leave it blank: a missing cell), or read the column's values as categories "
-                        f"(data.columns.{name}: category)")
+    if not total or count < share * total:
+        return "category"
+    if count == total:
+        return "number"
+    bad = raw.first(present & ~numeric)
+    raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, while "
+                    f"{count} of its {total} present cells in the training rows are; fix the cell (or leave it blank: "
+                    f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
 
 
 def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
