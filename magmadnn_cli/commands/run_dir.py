@@ -193,9 +193,7 @@ def on_root(comm: Any, make: Callable[[], Any]) -> Any:
             error = str(exc)
     error = comm.bcast(error)
     if error is not None:
-        failure = MagmaError(error)
-        failure.collective = True
-        raise failure
+        _raise_together(MagmaError(error))
     return comm.bcast(value)
 
 
@@ -213,8 +211,12 @@ def on_every_rank(comm: Any, make: Callable[[], Any]) -> Any:
     first = next((e for e in comm.allgather(None if error is None else (str(error), error.exit_code)) if e), None)
     if first is None:
         return value
-    failure = error if error is not None and str(error) == first[0] else MagmaError(first[0])
-    failure.exit_code, failure.collective = first[1], True
+    _raise_together(error if error is not None else MagmaError(first[0]), first[1])  # rank 0 prints the first
+
+
+def _raise_together(failure: MagmaError, exit_code: int = MagmaError.exit_code) -> None:
+    """Raise `failure` as one that every rank raises at this point (no MPI abort needed)."""
+    failure.exit_code, failure.collective = exit_code, True
     raise failure
 
 

@@ -259,18 +259,19 @@ def _inferred(raw: RawColumns, j: int, name: str, source: str) -> str:
     if j not in raw.text:
         return "number"
     cells = raw.text[j]
-    present = np.unique(np.char.lower(np.char.strip(cells[~is_missing(cells)].astype(str))))
-    if len(present) and np.isin(present, TRUE + FALSE).all():
+    present = ~is_missing(cells)
+    values = np.unique(cells[present])
+    if len(values) and np.isin(np.char.lower(np.char.strip(values.astype(str))), TRUE + FALSE).all():
         return "boolean"
-    return _category_unless_numbers(raw, j, name, source)
+    return _category_unless_numbers(raw, j, name, source, present, values)
 
 
-def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, share: float = 0.9) -> str:
+def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, present: np.ndarray,
+                             values: np.ndarray, share: float = 0.9) -> str:
     """category; number when every present training cell is one (the text is in other rows, which
     then name their cell); refused when at least `share` of them are (the text cells are typos)."""
     cells = raw.text[j]
-    present = ~is_missing(cells)
-    numeric = np.isin(cells, [u for u in np.unique(cells[present]) if _is_number(str(u))]) & present
+    numeric = np.isin(cells, [v for v in values if _is_number(str(v))]) & present
     count, total = int(numeric.sum()), int(present.sum())
     if not total or count < share * total:
         return "category"
