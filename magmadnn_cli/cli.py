@@ -4,9 +4,10 @@ readable message (exit 2). `--debug` shows the traceback."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 import yaml
@@ -16,6 +17,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from . import signals
 from .errors import Interrupted, MagmaError
 from .reporting import QuietOnClosedPipe
 
@@ -272,22 +274,30 @@ def main() -> None:
         sys.argv.remove("--debug")
     if not _runs_on_every_rank(sys.argv[1:]):
         return  # under mpirun, commands that are not data-parallel run (print, write) once, on rank 0
-    try:
-        app()
-    except Interrupted as exc:
+    with signals.watching():
+        try:
+            app()
+        except BaseException as exc:  # noqa: BLE001 (every ending maps to its exit code and message)
+            _exit_for(exc)
+
+
+def _exit_for(exc: BaseException) -> NoReturn:
+    """End the command as it ended: training's checkpointed stop, any ending after a stop signal
+    (numpy or pyarrow may have turned its KeyboardInterrupt into another error), typer's own exit,
+    a user mistake (exit 2) or a bug (exit 1, and how to see the traceback)."""
+    if isinstance(exc, Interrupted):
         _fail(exc, exc.exit_code, "interrupted: ")
-    except MagmaError as exc:
-        _fail(exc, exc.exit_code)
-    except ValidationError as exc:
-        _fail(exc, 2)
-    except KeyboardInterrupt:
+    if signals.received() or isinstance(exc, KeyboardInterrupt):
         err.print("interrupted")
-        sys.exit(130)
-    except Exception as exc:  # a bug, not a user mistake: say so, and how to see the traceback
-        if STATE["debug"]:
-            raise
-        _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
-              "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
+        sys.exit(128 + (signals.received() or signal.SIGINT))
+    if isinstance(exc, SystemExit):
+        raise exc
+    if isinstance(exc, (MagmaError, ValidationError)):
+        _fail(exc, getattr(exc, "exit_code", 2))
+    if STATE["debug"]:
+        raise exc
+    _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
+          "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
 
 
 def _runs_on_every_rank(args: list[str]) -> bool:

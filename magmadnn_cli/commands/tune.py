@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from ..config.schema import Config, Distribution, SearchConfig
 from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
-from ..training.interrupts import Interruptible, ignoring_stop_signals
+from ..signals import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
 from .run_dir import choose, locked, on_root

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import signals
 from ..core import backend as B
 from .columns import MISSING
 from .csv_reader import DECOMPRESSORS, CsvFormat, is_stream, stream_bytes
@@ -62,6 +63,7 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
     except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read: pass it on (a fallback would lose it)
         raise KeyboardInterrupt from exc
     except (pa.ArrowException, OSError, EOFError, ValueError, LookupError, UnicodeError):
+        signals.check()  # the line reader takes the file, unless a stop signal caused the error
         return None
     if table.column_names != wanted or table.num_rows == 0:
         return None

@@ -19,6 +19,7 @@ from typing import Any, Iterator, TextIO
 
 import numpy as np
 
+from .. import signals
 from ..core import backend as B
 from ..errors import DataError
 from .columns import is_missing
@@ -229,8 +230,8 @@ def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[in
     if not text:
         try:
             return parse_rows(lines, path, names, columns, first_line, fmt, dtype), {}
-        except CellError:
-            pass  # missing or text cells in this chunk: read them as text, column by column
+        except CellError:  # missing or text cells in this chunk: read them as text, column by column
+            signals.check()  # unless the "cell" was a stop signal numpy turned into a parse error
     cells = parse_rows(lines, path, names, columns, first_line, fmt, str)
     x = np.full(cells.shape, np.nan, dtype)
     strings = {}
@@ -242,7 +243,7 @@ def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[in
                 x[~missing, j] = column[~missing].astype(np.float64)
                 continue
             except ValueError:
-                pass
+                signals.check()
         strings[j] = np.where(missing, "", column)
     return x, strings
 
@@ -297,6 +298,7 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
                 lines = [line for line in lines if line.strip()]
                 if not lines:
                     return
+                signals.check()  # a stop signal whose exception a caller's fallback took for bad data
                 yield line_no, lines
                 line_no += physical
     except UnicodeDecodeError as exc:

@@ -27,10 +27,11 @@ from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
 from ..nn.network import Network
 from ..reporting import Reporter
+from ..signals import StopSignals
 from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
-from .interrupts import StopSignals, resume_command
+from .interrupts import resume_command
 
 Array = Any
 Augment = Callable[[Array, np.ndarray, int], Array]  # (batch, rows' global positions, epoch key) -> batch

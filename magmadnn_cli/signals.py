@@ -1,0 +1,112 @@
+"""Stop signals (SIGINT, SIGTERM), one owner for the process. While a command runs (`watching`),
+the first one is recorded and raised at once as KeyboardInterrupt. numpy and pyarrow can turn that
+exception into another (numpy 2's string ufuncs re-raise it as a TypeError) or a reader can take it
+for bad input and fall back, so readers `check()` where they fall back and the CLI reports any
+ending after a signal as the interruption it was. Inside, training records the first signal only,
+so the loop can finish its step, write a checkpoint and exit cleanly, and a second one stops at once
+(`StopSignals`); a search stops at once and keeps its finished trials (`Interruptible`)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from types import FrameType
+from typing import Any, Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """While active (a context manager), `received` holds the first signal number caught (0: none)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if self.enabled:
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received:  # the second signal: the user means it
+            self.__exit__()
+            _stop_now(signum, frame)
+        self.received = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+
+class Interruptible(StopSignals):
+    """While active, SIGINT and SIGTERM raise KeyboardInterrupt at once, for work that may stop
+    anywhere (a search, between or inside trials); `received` holds the signal number."""
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        _stop_now(signum, frame)
+
+
+@contextlib.contextmanager
+def ignoring_stop_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored (a search's workers: the master stops the job)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+_received = [0]  # the first stop signal of the running command (0: none)
+
+
+def record(signum: int) -> None:
+    """Note a stop signal for the command (the first one counts)."""
+    _received[0] = _received[0] or signum
+
+
+def received() -> int:
+    """The command's first stop signal, 0 if none came."""
+    return _received[0]
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt if a stop signal came, in case its exception was turned into another."""
+    if _received[0]:
+        raise KeyboardInterrupt
+
+
+def _stop_now(signum: int, frame: FrameType | None) -> None:
+    record(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+    """While a command runs: a stop signal is recorded and raised (a signal the command was started
+    ignoring, as under nohup or in a background job, stays ignored); cleared after."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
+        for sig, handler in previous.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(sig, _stop_now)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        _received[0] = 0
