@@ -15,7 +15,7 @@ import pytest
 from magmadnn_cli.core import backend as B
 from magmadnn_cli.training.modelfile import load, restore
 
-from conftest import ROOT, blobs_csv, run_cli, write_csv
+from conftest import BLOBS_CONFIG, ROOT, blobs_csv, run_cli, write_csv
 
 
 def _train(capsys, config, out, *extra):
@@ -168,6 +168,26 @@ def test_summary_lists_layers_parameters_and_flops(capsys, blobs):
     assert code == 0
     assert "dense_0" in out and "(16,)" in out and "131" in out  # 4*16+16 = 80, 16*3+3 = 51 -> 131
     assert "total" in out
+
+
+def test_summary_counts_the_inputs_the_trained_model_has(capsys, tmp_path):
+    """Category columns are one-hot encoded on the training rows only: summary's input width and
+    parameter count are those of the model `train` writes (a newcomer saw 446 inputs in summary and
+    330 in the model, whose vocabulary had left out the held-out rows' categories)."""
+    r = np.random.default_rng(0)
+    rows = [[f"c{i}", r.choice(["x", "y"]), round(float(r.normal()), 3), "a" if i % 2 else "b"] for i in range(60)]
+    write_csv(tmp_path / "d.csv", ["code", "kind", "f", "label"], rows)  # `code`: one value per row
+    config = tmp_path / "c.yaml"
+    config.write_text(BLOBS_CONFIG.replace("blobs.csv", "d.csv").replace("units: 3", "units: 2"))
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", config, "--out", run, "-q", "--set", "training.epochs=1")[0] == 0
+    with np.load(run / "model.npz", allow_pickle=False) as f:
+        inputs = f["weights/dense_0/kernel"].shape[0]
+        params = sum(f[k].size for k in f.files if k.startswith("weights/"))
+    code, out, _ = run_cli(capsys, "summary", config)
+    assert code == 0
+    assert f"input ({inputs},)" in out and inputs == 48 + 2 + 1  # 60 rows less the 12 validation rows
+    assert f"{params:,}" in out.split("total")[1]
 
 
 def test_non_tty_output_has_no_control_characters(blobs, tmp_path):

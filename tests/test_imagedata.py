@@ -34,7 +34,7 @@ def test_mnist_idx_pair(tmp_path, suffix):
     assert t.x.shape == (7, 1, 28, 28) and t.x.dtype == np.float32
     np.testing.assert_array_equal(t.x[:, 0], images)
     np.testing.assert_array_equal(t.y, labels)
-    assert sample_shape_of(DataConfig(train=tmp_path / f"train-images-idx3-ubyte{suffix}")) == (1, 28, 28)
+    assert sample_shape_of(DataConfig(train=tmp_path / f"train-images-idx3-ubyte{suffix}"), "classification", 0) == (1, 28, 28)
 
 
 def test_idx_problems(tmp_path):

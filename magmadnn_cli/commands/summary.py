@@ -1,5 +1,6 @@
-"""`magmadnn summary`: one row per layer with output shape, parameters and FLOPs per sample. Builds
-the layers' shapes only: no weights are allocated and no device is selected."""
+"""`magmadnn summary`: one row per layer with output shape, parameters and FLOPs per sample, for
+the input `train` would give the network (columns encoded on the same split's training rows).
+Builds the layers' shapes only: no weights are allocated and no device is selected."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from ..data.prepare import sample_shape_of
 from ..core.graph.convolution import candidates
 from ..nn.layers import Conv2D, all_layers
 from ..reporting import grid
-from ..training.builder import build_layers
+from ..training.builder import build_layers, task_of
 
 
 def summarize(config: Config) -> Any:
-    shape = sample_shape_of(config.data)
+    shape = sample_shape_of(config.data, task_of(config), config.seed or 0)
     title = f"{config.name}: input {shape}"
+    if config.seed is None and not (config.data.shape or config.data.synthetic):
+        title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
     rows = []
     total_params = total_flops = 0
     layers = build_layers(config)

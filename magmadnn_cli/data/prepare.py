@@ -227,6 +227,18 @@ def _read(cfg: DataConfig, seed: int) -> Table:
     return table
 
 
+def _split(table: Table, cfg: DataConfig, task: str, seed: int,
+           fold: tuple[int, int] | None = None) -> tuple[list[Any], np.ndarray, dict[str, np.ndarray]]:
+    """(the classes, the encoded targets, each split's rows): the seeded, stratified split."""
+    classes = class_labels(table.y, task, table.source)
+    labels = encode_targets(table.y, task, classes, table.source)
+    codes = labels.reshape(-1).astype(np.int64) if task != "regression" and cfg.stratify else None
+    parts = split_rows(len(labels), cfg, seed, codes, fold)
+    if len(parts["train"]) == 0:
+        raise DataError(f"{table.source}: no training rows left after the validation/test split")
+    return classes, labels, parts
+
+
 def fit_encoder(table: Table, rows: np.ndarray, cfg: DataConfig) -> tuple[ColumnEncoder, list[str]]:
     if table.x.ndim > 2:
         return ColumnEncoder([]), []
@@ -237,12 +249,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     """Read the configured data, split it (seeded, stratified for classes; or fold k of K), encode the
     columns, labels and targets and fit the normalizers, on the training rows only."""
     table = _read(cfg, seed)
-    classes = class_labels(table.y, task, table.source)
-    labels = encode_targets(table.y, task, classes, table.source)
-    codes = labels.reshape(-1).astype(np.int64) if task != "regression" and cfg.stratify else None
-    parts = split_rows(len(labels), cfg, seed, codes, fold)
-    if len(parts["train"]) == 0:
-        raise DataError(f"{table.source}: no training rows left after the validation/test split")
+    classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
@@ -270,12 +277,15 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes)
 
 
-def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
-    """The per-sample input shape after column encoding (categories widen a row)."""
+def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
+    """The per-sample input shape `prepare` gives: columns encoded as fitted on the training rows of
+    the same split (a category seen only in held-out rows adds no input)."""
     if cfg.shape:
         return tuple(cfg.shape)
     if cfg.synthetic is not None:
         return (cfg.synthetic.features,)
-    table = read_table(cfg.train, ReadSpec.of(cfg, need_target=False))
-    encoder, _ = fit_encoder(table, np.arange(len(table.x)), cfg)
+    table = _read(cfg, seed)
+    if table.x.ndim > 2:
+        return tuple(table.x.shape[1:])
+    encoder, _ = fit_encoder(table, _split(table, cfg, task, seed)[2]["train"], cfg)
     return tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)

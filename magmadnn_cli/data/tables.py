@@ -248,18 +248,3 @@ def synthetic(spec: SyntheticData, seed: int) -> Table:
     w2 = rng.normal(size=(spec.hidden, spec.classes)) / np.sqrt(spec.hidden)
     scores = np.tanh(x @ w1) @ w2 + spec.noise * rng.normal(size=(spec.samples, spec.classes))
     return Table(RawColumns(x), scores.argmax(axis=1), [f"x{i}" for i in range(spec.features)], "synthetic")
-
-
-def sample_shape_of(cfg: DataConfig) -> tuple[int, ...]:
-    """The per-sample input shape before column encoding, read cheaply (CSV header, NPZ array
-    header) without loading the data."""
-    if cfg.shape:
-        return tuple(cfg.shape)
-    if cfg.synthetic is not None:
-        return (cfg.synthetic.features,)
-    path = cfg.train
-    reader = reader_for(path)
-    if reader.name != "csv":
-        return tuple(reader.read(path, ReadSpec.of(cfg)).x.shape[1:])
-    spec = ReadSpec.of(cfg, need_target=False)
-    return (len(spec.wanted(csv_header(path, spec.csv_format(path)))),)
