@@ -253,3 +253,33 @@ def test_a_typo_in_any_row_is_named_whichever_split_it_lands_in(tmp_path):
     for row in range(1, 41):
         with pytest.raises(DataError, match=rf"column 'width', data row {row}: '3\.\.5' is not a number"):
             prepare(_cfg(tmp_path, _typo_csv(typo_row=row), validation_split=0.25), "classification", 0)
+
+
+def _ids_csv(rows: int = 60) -> str:
+    lines = ["customer_id,plan,width,label"] + [f"C{1000 + i},{'ab'[i % 3 == 0]},{i * 0.1:.1f},{'xy'[i % 2]}"
+                                                for i in range(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_identifier_column_is_refused_with_the_fix_not_one_hot_encoded(tmp_path):
+    """A text column with a different value in every training row (C1000, C1001, ...) is an ID:
+    as one-hot categories it gives one input per row that no new row matches (a newcomer's 100k-row
+    file asked for 33.5 GiB and died of MemoryError). Declared types decide for themselves."""
+    with pytest.raises(DataError, match=r"m\.csv: column 'customer_id' looks like an identifier: each of its 48 "
+                                        r"present training cells is a different value") as caught:
+        prepare(_cfg(tmp_path, _ids_csv(), validation_split=0.2), "classification", 0)
+    assert "data.columns.customer_id: ignore" in str(caught.value)
+    ignored = prepare(_cfg(tmp_path, _ids_csv(), columns={"customer_id": "ignore"}), "classification", 0)
+    assert ignored.features == ["plan", "width"] and ignored.train.x.shape[1] == 3
+    kept = prepare(_cfg(tmp_path, _ids_csv(), columns={"customer_id": "category"}), "classification", 0)
+    assert _columns(kept)["customer_id"].kind == "category" and len(_columns(kept)["customer_id"].categories) == 60
+    few = prepare(_cfg(tmp_path, _ids_csv(rows=12)), "classification", 0)  # a toy table: names may all differ
+    assert _columns(few)["customer_id"].kind == "category"
+
+
+def test_encoded_features_larger_than_memory_are_refused_before_allocating(tmp_path, monkeypatch):
+    from magmadnn_cli.core import backend
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 10_000)  # bytes
+    with pytest.raises(DataError, match=r"m\.csv: the encoded features would take .* \(60 rows x 63 inputs\); "
+                                        r"the host has .* available\. The widest column: 'customer_id' \(60 inputs\)"):
+        prepare(_cfg(tmp_path, _ids_csv(), columns={"customer_id": "category"}), "classification", 0)

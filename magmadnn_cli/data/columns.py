@@ -274,13 +274,25 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
     numeric = np.isin(cells, [v for v in values if _is_number(str(v))]) & present
     count, total = int(numeric.sum()), int(present.sum())
     if not total or count < share * total:
-        return "category"
+        return _category_unless_identifier(name, source, total, values)
     if count == total:
         return "number"
     bad = raw.first(present & ~numeric)
     raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, while "
                     f"{count} of its {total} present cells in the training rows are; fix the cell (or leave it blank: "
                     f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
+
+
+def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:
+    """category, unless each of at least `rows` present training cells is a different value: an ID,
+    whose one-hot columns (one per row) no new row would match."""
+    if present < rows or len(values) < present:
+        return "category"
+    shown = ", ".join(str(v) for v in values[:3])
+    raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
+                    f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
+                    f"no new row matches; leave it out (data.columns.{name}: ignore), or keep it as categories if "
+                    f"its values do repeat in new data (data.columns.{name}: category)")
 
 
 def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,

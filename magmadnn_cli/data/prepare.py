@@ -197,7 +197,22 @@ def encode_features(table: Table, encoder: ColumnEncoder, strict: bool = False) 
         return table.x, {}
     if encoder.identity and len(encoder.columns) != table.x.shape[1]:
         raise DataError(f"{table.source}: {table.x.shape[1]} feature columns; the model expects {len(encoder.columns)}")
+    _check_encoded_size(table, encoder)
     return encoder.transform(table.raw, table.source, strict)
+
+
+def _check_encoded_size(table: Table, encoder: ColumnEncoder) -> None:
+    """Refuse, before allocating, an encoded matrix (plus the widest column's one-hot mask) larger
+    than the host's available memory, naming the column that widens it most."""
+    rows, available = len(table.x), B.host_memory_available()
+    widest = max(encoder.columns, key=lambda c: c.width)
+    need = rows * (encoder.width * table.x.dtype.itemsize + widest.width)
+    if available is None or need <= available:
+        return
+    raise DataError(f"{table.source}: the encoded features would take {B.gib(need)} ({rows:,} rows x "
+                    f"{encoder.width:,} inputs); the host has {B.gib(available)} available. The widest column: "
+                    f"{widest.name!r} ({widest.width:,} inputs); leave it out (data.columns.{widest.name}: ignore), "
+                    "or use fewer rows")
 
 
 def unseen_note(unseen: dict[str, int], source: str) -> str | None:
