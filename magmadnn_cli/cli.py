@@ -50,6 +50,7 @@ def _root(debug: Annotated[bool, typer.Option("--debug", metavar="", help="show 
 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="no progress, per-trial lines or tables")]
+OverwriteFileOpt = Annotated[bool, typer.Option("--overwrite", metavar="", help="replace an existing --output file")]
 OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", metavar="", help="allow --processes above 4 per core")]
 
 
@@ -181,6 +182,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
                                                  "NPZ (x) or images; - for stdin")],
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write (- or none: stdout); "
                               "never a link, device or one of the inputs")] = None,
+            overwrite: OverwriteFileOpt = False,
             proba: Annotated[bool, typer.Option("--proba", metavar="", help="add a prob_<label> column per class")] = False,
             keep: Annotated[Optional[list[str]], typer.Option("--keep", "-k", help="copy this input column (e.g. an "
                             "ID) to the output, before the predictions (repeatable)", show_default=False)] = None,
@@ -190,7 +192,8 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
     from .commands.predict import predict as run_predict
     from .reporting import silence_stdout
     try:
-        rows = run_predict(model, data, output, proba, device, keep=tuple(keep or ()), strict=strict, warn=_warn)
+        rows = run_predict(model, data, output, proba, device, keep=tuple(keep or ()), strict=strict, warn=_warn,
+                           overwrite=overwrite)
     except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly, as `cat` does
         silence_stdout()
         raise typer.Exit(141) from None
@@ -216,11 +219,12 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning curves) or a search folder "
                                                 "(objective by hyperparameter)")],
          output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG to write [default: "
-                           "FOLDER/curves.png or FOLDER/objective.png]")] = None) -> None:
+                           "FOLDER/curves.png or FOLDER/objective.png]")] = None,
+         overwrite: OverwriteFileOpt = False) -> None:
     """Plot a run's loss and metrics per epoch (train vs validation, best epoch marked), or a search's
     objective against each hyperparameter. Needs matplotlib (the `plot` extra)."""
     from .commands.plot import plot as run_plot
-    written = run_plot(folder, output)
+    written = run_plot(folder, output, overwrite)
     err.print(f"wrote {written}", markup=False, highlight=False)
 
 

@@ -23,6 +23,26 @@ def umask() -> int:
     return mask
 
 
+def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool = False) -> None:
+    """A file output (`--output`) may replace an existing regular file only with --overwrite, and
+    never a link, a device, a folder or one of the command's own inputs."""
+    if out.is_symlink():
+        raise MagmaError(f"--output {out}: is a symbolic link; it is not replaced (give the real path)")
+    if out.exists() and not out.is_file():
+        kind = "a folder" if out.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise MagmaError(f"--output {out}: is {kind}; give a file path")
+    for given in inputs:
+        try:
+            same = out.exists() and given.exists() and os.path.samefile(out, given)
+        except OSError:
+            same = False
+        if same:
+            raise MagmaError(f"--output {out}: is the command's own input {given}; writing it would destroy it")
+    if out.exists() and not overwrite:
+        raise MagmaError(f"--output {out}: exists; it is not replaced without --overwrite (add it, or give "
+                         "another path)")
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """`write(f)` into a temp file beside `path`, fsync, rename over `path`. The file gets the mode a
     new file gets (0666 less the umask), not mkstemp's private 0600."""

@@ -131,6 +131,20 @@ def test_predict_never_writes_over_links_devices_or_its_inputs(capsys, tmp_path)
     assert code == 0 and out.splitlines()[0] == "prediction" and len(out.splitlines()) == 121
 
 
+def test_predict_replaces_an_existing_file_only_with_overwrite(capsys, tmp_path):
+    """A newcomer's `predict ... -o churn.yaml` replaced their config with predictions, exit 0."""
+    model = _model(capsys, tmp_path)
+    data = tmp_path / "blobs.csv"
+    (tmp_path / "mine.yaml").write_text("my: config\n")
+    before = _snapshot(tmp_path)
+    _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml"),
+             f"--output {tmp_path / 'mine.yaml'}: exists; it is not replaced without --overwrite")
+    assert _snapshot(tmp_path) == before
+    code, _, err = run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml", "--overwrite")
+    assert code == 0, err
+    assert (tmp_path / "mine.yaml").read_text().splitlines()[0] == "prediction"
+
+
 def test_tune_over_an_earlier_search_is_refused_with_the_ways_on(capsys, tmp_path):
     config = _project(tmp_path, BLOBS_CONFIG.replace("epochs: 15", "epochs: 2")
                       + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")

@@ -34,6 +34,20 @@ def test_a_runs_learning_curves(capsys, blobs, tmp_path):
     pixels = _image(run / "curves.png")
     assert pixels.shape[:2] == (400, 1200)  # loss and accuracy side by side, 6 x 4 inches each at 100 dpi
     assert _not_blank(pixels)
+    assert run_cli(capsys, "plot", run)[0] == 0  # its own curves.png, in its own run folder: redrawn
+
+
+def test_plot_replaces_a_file_it_did_not_choose_only_with_overwrite(capsys, blobs, tmp_path):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.epochs=2")[0] == 0
+    (tmp_path / "notes.yaml").write_text("mine\n")
+    (tmp_path / "link.png").symlink_to(tmp_path / "notes.yaml")
+    for target, says in (("notes.yaml", "exists; it is not replaced without --overwrite"), ("link.png", "symbolic link")):
+        code, _, err = run_cli(capsys, "plot", run, "-o", tmp_path / target)
+        assert code == 2 and says in err, err
+    assert (tmp_path / "notes.yaml").read_text() == "mine\n"
+    assert run_cli(capsys, "plot", run, "-o", tmp_path / "notes.yaml", "--overwrite")[0] == 0
+    assert _not_blank(_image(tmp_path / "notes.yaml"))
 
 
 def test_a_searchs_objective_by_hyperparameter(capsys, blobs, tmp_path):

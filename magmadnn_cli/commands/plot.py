@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MagmaError
-from ..files import atomic_write
+from ..files import atomic_write, check_output_file
 from .run_dir import classify
 
 
@@ -27,8 +27,11 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot(folder: Path, out: Path | None = None) -> Path:
-    """Write the folder's plot as PNG (default: <folder>/curves.png or objective.png); returns it."""
+def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path:
+    """Write the folder's plot as PNG (default: <folder>/curves.png or objective.png, redrawn each
+    time; an existing `out` is replaced only with `overwrite`); returns it."""
+    if out is not None:
+        check_output_file(out, overwrite=overwrite)
     kind = classify(folder)
     if kind == "run" or (folder / "metrics.csv").is_file():
         figure, name = _learning_curves(folder), "curves.png"

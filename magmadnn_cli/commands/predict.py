@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import itertools
 import io
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from ..data.csv_reader import csv_header
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.tables import ReadSpec, Table, reader_for
 from ..errors import DataError, MagmaError
-from ..files import atomic_write, fingerprint
+from ..files import atomic_write, check_output_file, fingerprint
 from ..training.builder import task_of
 from ..training.evaluation import split_report
 from ..training.modelfile import SavedModel, load, restore
@@ -111,31 +110,15 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
     return chosen
 
 
-def check_output(out: Path, inputs: tuple[Path, ...]) -> None:
-    """An output may replace a regular file the user names, never a link, a device, a folder, or
-    one of the command's own inputs."""
-    if out.is_symlink():
-        raise DataError(f"--output {out}: is a symbolic link; it is not replaced (give the real path, or - for stdout)")
-    if out.exists() and not out.is_file():
-        kind = "a folder" if out.is_dir() else "not a regular file (a device, pipe or socket)"
-        raise DataError(f"--output {out}: is {kind}; give a file path, or - for stdout")
-    for given in inputs:
-        try:
-            same = out.exists() and given.exists() and os.path.samefile(out, given)
-        except OSError:
-            same = False
-        if same:
-            raise DataError(f"--output {out}: is the command's own input {given}; writing it would destroy it")
-
-
 def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = False, device: str = "auto",
             chunk_rows: int = 65536, keep: tuple[str, ...] = (), strict: bool = False,
-            warn: Warn | None = None) -> int:
+            warn: Warn | None = None, overwrite: bool = False) -> int:
     """Write predictions as CSV (to `out`, atomically, or to stdout for None or `-`); returns the row
-    count. `keep` columns are copied in front of the predictions."""
+    count. `keep` columns are copied in front of the predictions; an existing `out` is replaced only
+    with `overwrite`."""
     out = None if out is not None and str(out) == "-" else out
     if out is not None:
-        check_output(out, (model_path, data_path))
+        check_output_file(out, (model_path, data_path), overwrite)
     saved = load(model_path)
     if proba and saved.task == "regression":
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
