@@ -283,3 +283,34 @@ def test_encoded_features_larger_than_memory_are_refused_before_allocating(tmp_p
     with pytest.raises(DataError, match=r"m\.csv: the encoded features would take .* \(60 rows x 63 inputs\); "
                                         r"the host has .* available\. The widest column: 'customer_id' \(60 inputs\)"):
         prepare(_cfg(tmp_path, _ids_csv(), columns={"customer_id": "category"}), "classification", 0)
+
+
+@pytest.mark.parametrize("task,labels,loss", [("classification", "ab", "cross_entropy"), ("regression", "", "mse")])
+def test_rows_without_a_target_are_left_out_and_named(tmp_path, capsys, task, labels, loss):
+    """Blank, NA and ? in the target column are missing targets (as in feature columns): those rows
+    are left out with a note naming them, as Ludwig drops them; they were a 5-class output error
+    ('?', 'NA' read as classes) or 'regression targets must be numbers'."""
+    lines = ["x,y"]
+    for i in range(40):
+        target = (labels[i % 2] if labels else f"{i * 0.5:.1f}") if i not in (3, 17, 30) else ["", "NA", "?"][i % 3]
+        lines.append(f"{i * 0.1:.1f},{target}")
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    data = prepare(DataConfig(train=tmp_path / "t.csv", target="y", validation_split=0.0), task, 0)
+    assert len(data.train.x) == 37
+    assert data.classes == (["a", "b"] if labels else [])
+    assert any("3 row(s) without a target (blank, NA, ?: data rows 4, 18, 31) left out" in n for n in data.notes), \
+        data.notes
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: t\nseed: 0\ndata: {{train: t.csv, target: y}}\nmodel:\n  layers:\n    - {{type: dense, "
+                      f"units: {2 if labels else 1}{', activation: softmax' if labels else ''}}}\nloss: {loss}\n"
+                      "optimizer: {type: adam}\ntraining: {epochs: 1}\n")
+    code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", tmp_path / "t.csv", "--json")
+    assert code == 0 and json.loads(out)["rows"] == 37 and "data rows 4, 18, 31" in err, err
+
+
+def test_a_file_with_no_targets_at_all_is_refused(tmp_path):
+    (tmp_path / "t.csv").write_text("x,y\n1,\n2,NA\n")
+    with pytest.raises(DataError, match=r"t\.csv: every row's target \(column 'y'\) is missing"):
+        prepare(DataConfig(train=tmp_path / "t.csv", target="y", validation_split=0.0), "classification", 0)

@@ -58,7 +58,8 @@ CASES = {
     "infinite feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value inf"),
     "inf feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value"),
     "one class": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n2,3,4,5,a\n" * 5)), "train", "single class"),
-    "empty label": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,2,3,4,\n")), "train", "empty cell"),
+    "no labels": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,\n1,2,3,4,NA\n")), "train",
+                  "every row's target (column 'label') is missing"),
     "missing target column": (lambda t: (_config(t), _csv(t, "f1,f2,f3,f4,y\n1,2,3,4,a\n")), "train", "no target column 'label'"),
     "duplicate header": (lambda t: (_config(t), _csv(t, "f1,f1,f3,f4,label\n1,2,3,4,a\n")), "train", "duplicate column names"),
     "data is a directory": (lambda t: (_config(t), (t / "blobs.csv").mkdir()), "train", "is a directory"),
@@ -109,7 +110,12 @@ CASES = {
                                                  .replace("target: label", "target: y\n  features: [f1, f2]")
                                                  .replace("cross_entropy", "mse")),
                                                  _csv(t, "f1,f2,y\n" + "1,2,nan\n" * 20)),
-                                  "train", "blobs.csv: the target of data row 1 is [nan] (20 non-finite target(s) in all)"),
+                                  "train", "blobs.csv: every row's target (column 'y') is missing"),
+    "infinite regression target": (lambda t: (_config(t, BLOBS_CONFIG.replace("units: 3, activation: softmax", "units: 1")
+                                                  .replace("target: label", "target: y\n  features: [f1, f2]")
+                                                  .replace("cross_entropy", "mse")),
+                                                  _csv(t, "f1,f2,y\n" + "1,2,3\n1,2,inf\n" * 10)),
+                                   "train", "blobs.csv: the target of data row 2 is [inf] (10 non-finite target(s) in all)"),
     "NaN initial weights": (lambda t: (_config(t, BLOBS_CONFIG.replace("activation: relu}",
                                                                        "activation: relu, kernel_initializer: {type: constant, value: .nan}}")),
                                        blobs_csv(t / "blobs.csv")),

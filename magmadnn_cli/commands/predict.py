@@ -67,7 +67,8 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
         table = reader_for(data_path).read(data_path, spec)
         x, unseen = _inputs(table, saved, strict)
         if warn:
-            for note in (unseen_note(unseen, str(data_path)), training_file_note(saved, model_path, data_path)):
+            for note in (*table.notes, unseen_note(unseen, str(data_path)),
+                         training_file_note(saved, model_path, data_path)):
                 if note:
                     warn(note)
         y = map_labels(table.y, saved.config.data.label_map)

@@ -266,6 +266,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     table = _read(cfg, seed)
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
+    notes = table.notes + notes
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
     normalizer = Normalizer.fit(x[parts["train"]], cfg.normalize, cfg.scale,
@@ -281,7 +282,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             ox = reshaped(ox, cfg.shape, str(path))
             if ox.shape[1:] != x.shape[1:]:
                 raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
-            notes += [n for n in [unseen_note(unseen, str(path))] if n]
+            notes += other.notes + [n for n in [unseen_note(unseen, str(path))] if n]
             oy = map_labels(other.y, cfg.label_map)
             splits[name] = Split(normalizer(ox), targets(encode_targets(oy, task, classes, str(path))))
         elif len(parts[name]):

@@ -17,7 +17,7 @@ from ..core import backend as B
 from ..errors import DataError
 from ..files import load_npz
 from .arrow_csv import read_numeric
-from .columns import RawColumns
+from .columns import RawColumns, is_missing
 from .csv_reader import STDIN, CsvFormat, check_file, csv_header, detect, is_stream, iter_csv_chunks, parse_cells, \
     parse_rows
 from .images import image_format, read_images
@@ -32,6 +32,7 @@ class Table:
     features: list[str]
     source: str
     kept: dict[str, np.ndarray] = field(default_factory=dict)  # ReadSpec.keep columns, as text
+    notes: list[str] = field(default_factory=list)  # what reading left out, said once
 
     @property
     def x(self) -> np.ndarray:
@@ -134,7 +135,7 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
         if arrow is not None:
             x, y = arrow
             _check_finite(x, path, wanted)
-            return Table(RawColumns(x), typed_labels(y) if y is not None else None, wanted, str(path))
+            return _labelled(Table(RawColumns(x), y, wanted, str(path)), spec.target)
     parts = list(csv_chunks(path, spec))
     if not parts:
         raise DataError(f"{path}: the CSV has a header but no data rows")
@@ -143,17 +144,35 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
                      {j: np.concatenate([p.raw.cells(j) for p in parts]) for j in text_cols})
     for j in text_cols:
         raw.x[:, j] = np.nan
-    y = typed_labels(np.concatenate([p.y for p in parts])) if parts[0].y is not None and spec.need_target else None
+    y = np.concatenate([p.y for p in parts]) if parts[0].y is not None and spec.need_target else None
     _check_finite(raw.x, path, parts[0].features)
-    return Table(raw, y, parts[0].features, str(path))
+    return _labelled(Table(raw, y, parts[0].features, str(path)), spec.target)
+
+
+def _labelled(table: Table, target: str | None) -> Table:
+    """The table without the rows whose target cell is missing (blank, NA, ?, ...: as in feature
+    columns), a note naming them; targets typed."""
+    if table.y is None:
+        return table
+    missing = is_missing(table.y)
+    if missing.all():
+        raise DataError(f"{table.source}: every row's target (column {target!r}) is missing (blank, NA, ?, ...); "
+                        "is data.target the right column?")
+    if missing.any():
+        rows = np.flatnonzero(missing)
+        shown = ", ".join(str(table.raw.row(int(r))) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        table.notes.append(f"{table.source}: {len(rows)} row(s) without a target (blank, NA, ?: data rows {shown}) "
+                           "left out")
+        kept = np.flatnonzero(~missing)
+        table.raw, table.y = table.raw.rows(kept), table.y[kept]
+        table.kept = {k: v[kept] for k, v in table.kept.items()}
+    table.y = typed_labels(table.y)
+    return table
 
 
 def typed_labels(raw: np.ndarray) -> np.ndarray:
     """Targets as ints if they all are, else floats if they all are, else stripped strings."""
     raw = np.char.strip(raw.astype(str))
-    if np.any(raw == ""):
-        row = int(np.flatnonzero(raw == "")[0])
-        raise DataError(f"the target column has an empty cell (data row {row + 1}); drop the rows without a target")
     for kind in (np.int64, np.float64):
         try:
             return raw.astype(kind)
