@@ -332,3 +332,27 @@ def test_async_or_split_configs_are_noted_once_and_trials_run_whole(capsys, blob
     assert flat.count("distributed strategy async: each trial trains on one process") == 1
     assert "needs 2 ranks" not in flat
     assert "strategy: async" in (tmp_path / "s" / "best_config.yaml").read_text()  # the user's layout, kept
+
+
+@pytest.mark.parametrize("space,says", [
+    ("model.layers.0.unitz: [4, 8]", "search.space.model.layers.0.unitz = 4: model.layers.0.unitz: unknown key 'unitz'"),
+    ("model.layers.7.units: [4, 8]", "search.space.model.layers.7.units = 4: model.layers.7: no list item 7 (the list "
+                                     "has 2)"),
+    ("optimizer.learning_rate: [0.01, -1]", "search.space.optimizer.learning_rate = -1: optimizer.learning_rate: "),
+    ("optimizer.learning_rate: {uniform: [-1, 0.01]}", "search.space.optimizer.learning_rate = -1.0: "),
+], ids=["key typo", "no such layer", "bad value", "bad bound"])
+def test_a_bad_search_space_is_one_error_before_any_trial(capsys, blobs, tmp_path, space, says):
+    """A newcomer's typo in a searched key ran every trial to the same failure (exit 0); a negative
+    learning rate failed one trial and the search went on."""
+    blobs.write_text(blobs.read_text() + f"\nsearch:\n  space:\n    model.layers.0.units: [4, 8]\n    {space}\n")
+    code, _, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")
+    assert code == 2 and says in err, err
+    assert not (tmp_path / "t").exists()
+    code, _, err = run_cli(capsys, "validate", blobs)
+    assert code == 2 and says in err, err
+
+
+def test_a_reversed_range_is_one_problem(capsys, blobs, tmp_path):
+    blobs.write_text(blobs.read_text() + "\nsearch:\n  space:\n    optimizer.learning_rate: {loguniform: [0.1, 0.001]}\n")
+    code, _, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")
+    assert code == 2 and "low must not exceed high" in err and "valid list" not in err and "(1 problem)" in err, err

@@ -213,7 +213,11 @@ def parallel_layout(config: Config, comm: Communicator, reporter: Reporter) -> M
 
 
 def check(config: Config) -> None:
-    """Every check `train` makes before its first step, without training or writing: `validate`."""
+    """Every check `train` makes before its first step, without training or writing, and `tune`'s
+    of a search space: `validate`."""
+    if config.search is not None:
+        from .trial_config import check_space  # noqa: PLC0415
+        check_space(config.model_dump(mode="json"), config.search)
     build(config, SingleProcess())
 
 

@@ -3,22 +3,61 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
-from ..config.loading import apply_override, parse_override
-from ..config.schema import Config, DistributedConfig
+from pydantic import ValidationError
+
+from ..config.loading import apply_override, format_validation_error, parse_override
+from ..config.schema import Config, Distribution, DistributedConfig, SearchConfig
+from ..errors import ConfigError
 
 Overrides = dict[str, Any]
 
 
 def trial_config(base: dict, overrides: Overrides) -> Config:
     """The base config (as plain data) with the overrides merged, validated again."""
+    return Config.model_validate(_trial_data(base, overrides))
+
+
+def _trial_data(base: dict, overrides: Overrides) -> dict:
     data = copy.deepcopy(base)
     data.pop("search", None)
     for key, value in overrides.items():
-        path, _ = parse_override(f"{key}=0")
-        apply_override(data, path, copy.deepcopy(value), f"search.space.{key}")
-    return Config.model_validate(data)
+        apply_override(data, _path(key), copy.deepcopy(value), f"search.space.{key} = {value!r}")
+    return data
+
+
+def _path(key: str) -> tuple:
+    return parse_override(f"{key}=0")[0]
+
+
+def check_space(base: dict, search: SearchConfig) -> None:
+    """Each searched key at each of its values (a range's bounds) makes a valid config: a typo in a
+    key or a bad value is one error before any trial runs."""
+    problems = []
+    for key, spec in search.space.items():
+        for value in _values(spec):
+            origin = f"search.space.{key} = {value!r}"
+            try:
+                data = _trial_data(base, {key: value})
+                Config.model_validate(data)
+            except ConfigError as exc:
+                problems.append(str(exc))
+            except ValidationError as exc:
+                problems.append(format_validation_error(exc, data, Path("config"), {}, {_path(key): origin})
+                                .split("\n", 1)[1])
+            else:
+                continue
+            break  # one problem per key
+    if problems:
+        raise ConfigError(f"invalid search space ({len(problems)} key(s)):\n" + "\n".join(problems))
+
+
+def _values(spec: list[Any] | Distribution) -> list[Any]:
+    if isinstance(spec, list):
+        return spec
+    return list(spec.uniform or spec.loguniform or spec.int_uniform)  # a range: its bounds
 
 
 def one_process(config: Config) -> Config:

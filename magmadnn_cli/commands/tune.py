@@ -31,7 +31,7 @@ from ..signals import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
 from .run_dir import choose, locked, on_root
-from .trial_config import Overrides, one_process, split_layouts, trial_config
+from .trial_config import Overrides, check_space, one_process, split_layouts, trial_config
 from .trial_log import TrialLog, saved_seed
 
 
@@ -164,6 +164,7 @@ def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: 
     (other ranks return [])."""
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
+    check_space(config.model_dump(mode="json"), config.search)
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
     on_root(comm, lambda: choose(out_dir, "search", explicit=True, overwrite=overwrite, continuing=resume))
     with locked(comm, out_dir, "search"):

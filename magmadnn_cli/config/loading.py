@@ -357,7 +357,7 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
     return message, extra
 
 
-SHAPE_MISMATCHES = ("model_type", "dict_type", "model_attributes_type")
+SHAPE_MISMATCHES = ("model_type", "dict_type", "model_attributes_type", "list_type")
 
 
 def _other_member(error: dict[str, Any], path: Location, paths: list[Location]) -> bool:
