@@ -193,3 +193,20 @@ def test_the_readme_config_reference_shows_the_real_defaults():
 def test_set_mistakes_point_at_the_set_argument(override, where, capsys, blobs):
     code, _, err = run_cli(capsys, "validate", blobs, "--set", override)
     assert code == 2 and where in " ".join(err.split()), err
+
+
+def test_a_file_name_with_spaces_gives_a_safe_run_name_and_a_bad_name_says_what_is_allowed(capsys, tmp_path):
+    from conftest import BLOBS_CONFIG, blobs_csv
+    blobs_csv(tmp_path / "blobs.csv")
+    config = tmp_path / "my blobs (v2).yaml"
+    config.write_text(BLOBS_CONFIG.replace("name: blobs\n", ""))
+    assert load_config(config).name == "my_blobs__v2_"
+    code, _, err = run_cli(capsys, "validate", config, "--set", "name=a/b")
+    assert code == 2 and "name: not a safe name" in err and "expected letters, digits, _ . -" in err, err
+
+
+def test_a_model_file_given_as_the_config_is_named_as_such(capsys, tmp_path):
+    import numpy as np
+    np.savez(tmp_path / "model.npz", a=np.zeros(3))
+    code, _, err = run_cli(capsys, "summary", tmp_path / "model.npz")
+    assert code == 2 and "a zip or .npz file (a model file?), not a YAML config" in err and "evaluate" in err, err

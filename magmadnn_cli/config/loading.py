@@ -81,6 +81,11 @@ def _shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text):,} characters)"
 
 
+def _binary_kind(raw: bytes) -> str:
+    return ("a zip or .npz file (a model file?)" if raw[:2] == b"PK" else "a gzip file" if raw[:2] == b"\x1f\x8b"
+            else "not UTF-8 text")
+
+
 def parse_yaml(text: str, origin: str) -> tuple[Any, Any]:
     """YAML text -> (data, its root node), through the guarded loader; errors name `origin` and line."""
     try:
@@ -175,8 +180,12 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
             raise ConfigError(f"{path}: larger than {MAX_BYTES // 2**20} MiB; a config is a few kB (is this the "
                               "right file?)")
         text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: {_binary_kind(raw)}, not a YAML config (UTF-8 text: name, data, model, ...)"
+                          + ("; `magmadnn evaluate` and `predict` take a model file" if raw[:2] == b"PK" else "")
+                          ) from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc.strerror or exc}") from exc
     data, node = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (name, data, model, ...); "
@@ -231,7 +240,7 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), d
         key, value = parse_override(text)
         apply_override(data, key, value, f"--set {text}")
         origins[key] = f"--set {text}"
-    data.setdefault("name", path.stem)
+    data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem).lstrip(".-")[:100] or "run")
     _resolve_paths(data, path.parent, origins)
     try:
         config = Config.model_validate(data)
@@ -352,6 +361,9 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
         expected = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         return "invalid value", (f"\n  expected one of: {', '.join(expected)}\n  received: {_shorten(repr(received))}"
                                  + _suggest(received, expected))
+    if kind == "string_pattern_mismatch" and path and path[-1] == "name":
+        return "not a safe name", (f"\n  expected letters, digits, _ . - (not starting with . or -), at most 100; "
+                                   f"it names a folder\n  received: {_shorten(repr(received))}")
     message = _shorten(error["msg"].removeprefix("Value error, ").replace("Input should be", "expected"), 400)
     extra = "" if kind == "value_error" else f"\n  received: {_shorten(repr(received))}"
     return message, extra
