@@ -27,6 +27,14 @@ def _obj_npz(tmp, name):
 
 
 HEADER = "f1,f2,f3,f4,label\n"
+def _corrupt_gzip(folder) -> None:
+    import gzip
+    blobs_csv(folder / "plain.csv", n=3000)
+    packed = bytearray(gzip.compress((folder / "plain.csv").read_bytes()))
+    packed[100:1100] = bytes(1000)  # a damaged block in the middle
+    (folder / "blobs.csv.gz").write_bytes(bytes(packed))
+
+
 CASES = {
     # config files
     "empty config": (lambda t: _config(t, ""), "train", "expected a mapping of sections"),
@@ -58,6 +66,15 @@ CASES = {
     "infinite feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value inf"),
     "inf feature": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n1,inf,3,4,b\n")), "train", "non-finite value"),
     "one class": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,a\n2,3,4,5,a\n" * 5)), "train", "single class"),
+    "rot13 encoding": (lambda t: (_config(t, BLOBS_CONFIG.replace("target: label", "target: label\n  encoding: rot13")),
+                                  blobs_csv(t / "blobs.csv")), "train", "unknown text encoding 'rot13'"),
+    "a feature twice": (lambda t: (_config(t, BLOBS_CONFIG.replace("target: label", "target: label\n  features: [f1, f1]")),
+                                   blobs_csv(t / "blobs.csv")), "train", "duplicate column names: f1"),
+    "the target as a feature": (lambda t: (_config(t, BLOBS_CONFIG.replace("target: label",
+                                                                          "target: label\n  features: [f1, label]")),
+                                           blobs_csv(t / "blobs.csv")), "train", "'label' is the target"),
+    "corrupt gzip": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "blobs.csv.gz")), _corrupt_gzip(t)),
+                     "train", "blobs.csv.gz: cannot read"),
     "no labels": (lambda t: (_config(t), _csv(t, HEADER + "1,2,3,4,\n1,2,3,4,NA\n")), "train",
                   "every row's target (column 'label') is missing"),
     "missing target column": (lambda t: (_config(t), _csv(t, "f1,f2,f3,f4,y\n1,2,3,4,a\n")), "train", "no target column 'label'"),

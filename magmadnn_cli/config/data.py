@@ -79,12 +79,14 @@ class DataConfig(Strict):
     def _known_encoding(cls, value: str) -> str:
         import codecs  # noqa: PLC0415
         try:
-            codecs.lookup(value)
+            text = codecs.lookup(value)._is_text_encoding  # rot13 and base64 are codecs, not text encodings
         except LookupError:
-            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1, cp1252)") from None
+            text = False
+        if not text:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1, cp1252)")
         return value
 
-    @field_validator("names")
+    @field_validator("names", "features")
     @classmethod
     def _names_unique(cls, value: list[str] | None) -> list[str] | None:
         if value is not None:
@@ -95,6 +97,8 @@ class DataConfig(Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
+        if self.features and self.target in self.features:
+            raise ValueError(f"features: {self.target!r} is the target; list only the input columns")
         if (self.train is None) == (self.synthetic is None):
             raise ValueError("give exactly one of data.train (a file) or data.synthetic")
         if self.validation_split + self.test_split >= 1.0:

@@ -12,6 +12,7 @@ import io
 import lzma
 import re
 import sys
+import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -98,7 +99,7 @@ def check_file(path: Path) -> None:
         raise DataError(f"{path}: is a directory; expected a data file")
 
 
-READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, lzma.LZMAError, csv.Error)
+READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error, csv.Error)
 
 
 def _first_lines(path: Path, encoding: str, count: int = 20) -> list[str]:
