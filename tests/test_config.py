@@ -209,4 +209,4 @@ def test_a_model_file_given_as_the_config_is_named_as_such(capsys, tmp_path):
     import numpy as np
     np.savez(tmp_path / "model.npz", a=np.zeros(3))
     code, _, err = run_cli(capsys, "summary", tmp_path / "model.npz")
-    assert code == 2 and "a zip or .npz file (a model file?), not a YAML config" in err and "evaluate" in err, err
+    assert code == 2 and "a zip or .npz file (a model file?" in err and "not a YAML config" in err, err

@@ -13,20 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import run_cli, write_csv
+from conftest import BLOBS_CONFIG, run_cli, write_csv
 
-CONFIG = """\
-name: colours
-seed: 0
-data: {train: train.csv, target: label}
-model:
-  layers:
-    - {type: dense, units: 8, activation: relu}
-    - {type: dense, units: 2, activation: softmax}
-loss: cross_entropy
-optimizer: {type: adam, learning_rate: 0.01}
-training: {epochs: 1, batch_size: 32}
-"""
+CONFIG = BLOBS_CONFIG.replace("blobs.csv", "train.csv").replace("units: 3", "units: 2")
 
 
 def _rows(n: int, seed: int) -> list[list]:
@@ -43,7 +32,8 @@ def project(tmp_path_factory):
     write_csv(folder / "train.csv", ["f1", "f2", "colour", "label"], _rows(200, 0))
     (folder / "colours.yaml").write_text(CONFIG)
     write_csv(folder / "big.csv", ["f1", "f2", "colour", "label"], _rows(250_000, 1))
-    done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", "colours.yaml", "--out", "run", "-q"],
+    done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", "colours.yaml", "--out", "run", "-q",
+                           "--set", "training.epochs=1"],
                           cwd=folder, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return folder

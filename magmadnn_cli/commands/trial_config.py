@@ -34,24 +34,24 @@ def _path(key: str) -> tuple:
 
 def check_space(base: dict, search: SearchConfig) -> None:
     """Each searched key at each of its values (a range's bounds) makes a valid config: a typo in a
-    key or a bad value is one error before any trial runs."""
-    problems = []
-    for key, spec in search.space.items():
-        for value in _values(spec):
-            origin = f"search.space.{key} = {value!r}"
-            try:
-                data = _trial_data(base, {key: value})
-                Config.model_validate(data)
-            except ConfigError as exc:
-                problems.append(str(exc))
-            except ValidationError as exc:
-                problems.append(format_validation_error(exc, data, Path("config"), {}, {_path(key): origin})
-                                .split("\n", 1)[1])
-            else:
-                continue
-            break  # one problem per key
+    key or a bad value is one error (per key) before any trial runs."""
+    problems = [problem for key, spec in search.space.items()
+                if (problem := next(filter(None, (_problem(base, key, v) for v in _values(spec))), None))]
     if problems:
         raise ConfigError(f"invalid search space ({len(problems)} key(s)):\n" + "\n".join(problems))
+
+
+def _problem(base: dict, key: str, value: Any) -> str | None:
+    """What is wrong with the base config with `key` set to `value`, located at that key; None if valid."""
+    try:
+        data = _trial_data(base, {key: value})
+        Config.model_validate(data)
+    except ConfigError as exc:
+        return str(exc)
+    except ValidationError as exc:
+        origin = {_path(key): f"search.space.{key} = {value!r}"}
+        return format_validation_error(exc, data, Path("config"), {}, origin).split("\n", 1)[1]
+    return None
 
 
 def _values(spec: list[Any] | Distribution) -> list[Any]:

@@ -81,9 +81,11 @@ def _shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text):,} characters)"
 
 
-def _binary_kind(raw: bytes) -> str:
-    return ("a zip or .npz file (a model file?)" if raw[:2] == b"PK" else "a gzip file" if raw[:2] == b"\x1f\x8b"
-            else "not UTF-8 text")
+def _not_a_config(raw: bytes) -> str:
+    """What a file that is not UTF-8 text looks like, for the message."""
+    if raw[:2] == b"PK":
+        return "a zip or .npz file (a model file? `magmadnn evaluate` and `predict` take one)"
+    return "a gzip file" if raw[:2] == b"\x1f\x8b" else "not UTF-8 text"
 
 
 def parse_yaml(text: str, origin: str) -> tuple[Any, Any]:
@@ -181,8 +183,7 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
                               "right file?)")
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: {_binary_kind(raw)}, not a YAML config (UTF-8 text: name, data, model, ...)"
-                          + ("; `magmadnn evaluate` and `predict` take a model file" if raw[:2] == b"PK" else "")
+        raise ConfigError(f"{path}: {_not_a_config(raw)}, not a YAML config (UTF-8 text: name, data, model, ...)"
                           ) from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc.strerror or exc}") from exc

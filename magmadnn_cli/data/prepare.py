@@ -204,6 +204,8 @@ def encode_features(table: Table, encoder: ColumnEncoder, strict: bool = False) 
 def _check_encoded_size(table: Table, encoder: ColumnEncoder) -> None:
     """Refuse, before allocating, an encoded matrix (plus the widest column's one-hot mask) larger
     than the host's available memory, naming the column that widens it most."""
+    if encoder.identity:  # numbers only: at most a copy of the table already in memory
+        return
     rows, available = len(table.x), B.host_memory_available()
     widest = max(encoder.columns, key=lambda c: c.width)
     need = rows * (encoder.width * table.x.dtype.itemsize + widest.width)
