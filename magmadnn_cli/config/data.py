@@ -64,7 +64,9 @@ class DataConfig(Strict):
     validation_split: UnitFloat = 0.1
     test_split: UnitFloat = 0.0
     stratify: bool = Field(True, description="classification splits and folds keep each class's share")
-    normalize: Literal["none", "minmax", "standard"] = "none"
+    normalize: Literal["auto", "none", "minmax", "standard"] = Field(
+        "auto", description="auto: tables' number columns standardized (mean 0, std 1 on the training rows, "
+                            "stored in the model), images as read (data.scale); none | minmax | standard")
     target_normalize: Literal["auto", "standard", "none"] = Field(
         "auto", description="regression targets: auto = standard (fitted on training rows, stored; predictions "
                             "in the data's units)")

@@ -271,8 +271,10 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     notes = table.notes + notes
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
-    normalizer = Normalizer.fit(x[parts["train"]], cfg.normalize, cfg.scale,
-                                encoder.number_mask() if encoder.columns else None)
+    numbers = encoder.number_mask() if encoder.columns else None
+    method = normalize_method(cfg.normalize, x)
+    normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers)
+    notes += [n for n in [scale_note(x[parts["train"]], cfg, numbers, encoder.output_names())] if n]
     scale_targets = task == "regression" and cfg.target_normalize != "none"
     targets = TargetScaler.fit(labels[parts["train"]]) if scale_targets else TargetScaler()
     splits: dict[str, Split | None] = {"train": Split(normalizer(x[parts["train"]]), targets(labels[parts["train"]]))}
@@ -293,6 +295,36 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             splits[name] = None
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes)
+
+
+def normalize_method(setting: str, x: np.ndarray) -> str:
+    """`data.normalize` resolved: auto standardizes tables (flat rows) and leaves images as read."""
+    if setting != "auto":
+        return setting
+    return "standard" if x.ndim == 2 else "none"
+
+
+SCALE_GAP = 100.0  # number columns whose spreads differ more than this train poorly unscaled
+
+
+def scale_note(x: np.ndarray, cfg: DataConfig, numbers: np.ndarray | None, names: list[str]) -> str | None:
+    """With `normalize: none` chosen, one line when number columns differ in scale by more than
+    SCALE_GAP times, naming the widest and narrowest and the fix."""
+    if cfg.normalize != "none" or x.ndim != 2 or len(x) < 2:
+        return None
+    std = x.astype(np.float64).std(axis=0) * float(cfg.scale or 1.0)
+    usable = (std > 0) & (numbers if numbers is not None else True)
+    if usable.sum() < 2:
+        return None
+    cols = np.flatnonzero(usable)
+    wide, narrow = cols[np.argmax(std[cols])], cols[np.argmin(std[cols])]
+    if std[wide] <= SCALE_GAP * std[narrow]:
+        return None
+    name = (lambda j: names[j] if j < len(names) else f"column {j + 1}")
+    return (f"data.normalize: none, but the number columns differ in scale by {std[wide] / std[narrow]:,.0f}x "
+            f"(widest: {name(wide)}, std {std[wide]:.4g}; narrowest: {name(narrow)}, std {std[narrow]:.4g}): "
+            "training may be slow or poor. Fix: data.normalize: standard (or leave the key out: auto "
+            "standardizes number columns)")
 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
