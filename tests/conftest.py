@@ -206,12 +206,6 @@ def assert_a_failing_rank_ends_the_job(folder, body: str, message: str) -> None:
 DIGITS = ROOT / "configs" / "digits_mlp.yaml"
 
 
-# Autotuning times on each run's per-rank batch, so runs on different rank counts may pick different
-# (equally right) convolution algorithms: tests comparing resnet_small runs pin every convolution.
-RESNET_GEMM = [f"model.layers.{path}.conv_algorithm=gemm" for path in ("0", "3.layers.0", "3.layers.3", "5.layers.0",
-                                                                      "5.layers.1")]
-
-
 def run_train(out, overrides: list[str], ranks: int = 0, config=DIGITS, quiet: bool = True,
               extra: tuple[str, ...] = (), launcher: tuple[str, ...] = ("-m", "magmadnn_cli"),
               extra_env: dict[str, str] | None = None):

@@ -127,11 +127,11 @@ def test_max_pool_before_relu_gives_the_same_values_and_gradients():
     assert isinstance(tanh_out, Pool2D)  # tanh saturates: ties would move, so no reordering
 
 
-def test_training_times_the_auto_layers_says_so_and_keeps_the_choice_when_resumed(capsys, tmp_path):
+def test_training_times_the_fastest_layers_says_so_and_keeps_the_choice_when_resumed(capsys, tmp_path):
     out = tmp_path / "r"
     code, log, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--out", out, "--set",
                              "training.epochs=2", "--set", "model.layers.0.conv_algorithm=fft", "--set",
-                           "training.checkpoint.every_epochs=1")
+                             "model.layers.2.conv_algorithm=fastest", "--set", "training.checkpoint.every_epochs=1")
     assert code == 0, err
     log = re.search(r"convolutions: (.*)", log).group(1)
     assert log.startswith("conv2d_0 fft (set in the config); conv2d_2 ")
@@ -144,7 +144,8 @@ def test_training_times_the_auto_layers_says_so_and_keeps_the_choice_when_resume
     chosen = json.loads((out / "metrics.json").read_text())["conv_algorithms"]
     assert chosen == {"conv2d_0": "fft", "conv2d_2": timed.group(1)}
     code, log, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--resume", out, "--set",
-                             "training.epochs=3", "--set", "model.layers.0.conv_algorithm=fft")
+                             "training.epochs=3", "--set", "model.layers.0.conv_algorithm=fft", "--set",
+                             "model.layers.2.conv_algorithm=fastest")
     assert code == 0, err
     assert "convolutions:" not in log + err  # the checkpoint's choice, not a new timing
     assert json.loads((out / "metrics.json").read_text())["conv_algorithms"] == chosen
@@ -157,8 +158,11 @@ def test_summary_names_each_convolutions_algorithm(capsys):
     assert code == 0, err
     text = " ".join(out.split())
     assert "conv2d_0: gemm (winograd cannot run this layer)" in text and "conv2d_2: fft" in text
-    code, out, _ = run_cli(capsys, "summary", ROOT / "configs" / "digits_cnn.yaml")
-    assert "conv2d_0: the fastest of gemm/winograd/fft, timed when training starts" in " ".join(out.split())
+    code, out, _ = run_cli(capsys, "summary", ROOT / "configs" / "digits_cnn.yaml", "--set",
+                           "model.layers.2.conv_algorithm=fastest")
+    text = " ".join(out.split())
+    assert "conv2d_0: gemm (auto: the fixed rule)" in text
+    assert "conv2d_2: the fastest of gemm/winograd/fft, timed when training starts" in text
 
 
 def test_a_forced_algorithm_that_cannot_run_the_layer_is_said_to_fall_back(capsys, tmp_path):
@@ -178,12 +182,15 @@ def test_a_network_without_convolutions_says_nothing_about_them(capsys, tmp_path
     assert "conv_algorithms" not in json.loads((tmp_path / "r" / "metrics.json").read_text())
 
 
-def test_the_written_config_pins_what_auto_chose_so_it_repeats_the_run(capsys, tmp_path):
-    """Autotuning times the machine, so two runs of one config may choose differently; the run's
-    config.yaml (and the model file's) records the algorithm each auto layer ran, nested blocks
+def test_the_written_config_pins_what_fastest_chose_so_it_repeats_the_run(capsys, tmp_path):
+    """Autotuning (`fastest`) times the machine, so two runs of one config may choose differently; the
+    run's config.yaml (and the model file's) records the algorithm each such layer ran, nested blocks
     included, and training it again runs the same ones without timing."""
     config = ROOT / "configs" / "resnet_small.yaml"
-    code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "a", "-q", "--set", "training.epochs=1")
+    fastest_everywhere = [f"--set=model.layers.{path}.conv_algorithm=fastest"
+                          for path in ("0", "3.layers.0", "3.layers.3", "5.layers.0", "5.layers.1")]
+    code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "a", "-q", "--set", "training.epochs=1",
+                           *fastest_everywhere)
     assert code == 0, err
     chosen = json.loads((tmp_path / "a" / "metrics.json").read_text())["conv_algorithms"]
     written = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import (RESNET_GEMM, ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec,
+from conftest import (ROOT, assert_a_failing_rank_ends_the_job, assert_same_weights, find_mpiexec,
                       run_train, train_on)
 
 
@@ -46,7 +46,7 @@ def test_norms_over_split_tensors(tmp_path, optimizer):
 
 def test_hybrid_with_convolutions_and_batchnorm(tmp_path):
     """resnet_small: convolutions and batchnorm replicated in each group, its dense layer split."""
-    overrides = ["training.epochs=1", "precision=float64", *RESNET_GEMM]
+    overrides = ["training.epochs=1", "precision=float64"]
     config = ROOT / "configs" / "resnet_small.yaml"
     whole = train_on(tmp_path / "whole", overrides, config=config)
     split = train_on(tmp_path / "split", [*overrides, "distributed.model_parallel=2"], 4, config=config)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..config.schema import Config
 from ..data.prepare import sample_shape_of
-from ..core.graph.convolution import candidates
+from ..core.graph.convolution import candidates, rule
 from ..nn.layers import Conv2D, all_layers
 from ..reporting import grid
 from ..training.builder import build_layers, task_of
@@ -44,8 +44,10 @@ def _short(layer: Any) -> str:
 
 def _algorithm(layer: Conv2D) -> str:
     """What runs a convolution layer: the forced algorithm (or gemm, where it cannot run the layer),
-    or for auto the candidates that training times on its first batch."""
+    for auto the fixed rule's choice, for fastest the candidates that training times on its first batch."""
     options = candidates(layer.geometry())
     if layer.algorithm == "auto":
+        return f"{rule(layer.geometry(), layer.input_shape[0], layer.filters)} (auto: the fixed rule)"
+    if layer.algorithm == "fastest":
         return f"the fastest of {'/'.join(options)}, timed when training starts" if len(options) > 1 else "gemm"
     return layer.algorithm if layer.algorithm in options else f"gemm ({layer.algorithm} cannot run this layer)"

@@ -110,9 +110,11 @@ class Conv2DLayer(AlphaFor):
     use_bias: bool = True
     kernel_initializer: Initializer = "he_uniform"
     bias_initializer: Initializer = "zeros"
-    conv_algorithm: Literal["auto", "gemm", "winograd", "fft"] = Field(
-        "auto", description="auto: time each algorithm that can run the layer at the start of training and keep "
-        "the fastest; winograd needs 3x3 stride 1 undilated kernels, fft stride 1 (else gemm runs)")
+    conv_algorithm: Literal["auto", "fastest", "gemm", "winograd", "fft"] = Field(
+        "auto", description="auto: a fixed rule of the layer's shape (the same model on any machine load and rank "
+        "count); fastest: time each algorithm that can run the layer when training starts and keep the fastest "
+        "(opt-in: timing depends on the machine's load; pinned in the run's config); winograd needs 3x3 stride 1 "
+        "undilated kernels, fft stride 1 (else gemm runs)")
 
 
 class Pool2DLayer(LayerBase):

@@ -194,7 +194,7 @@ class Conv2D(Layer):
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         op = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self._pad(),
-                         self.dilation, "gemm" if self.algorithm == "auto" else self.algorithm)
+                         self.dilation, self.algorithm)
         self.ops.append(op)
         y: Node = op
         if self.activation == "linear":

@@ -162,10 +162,10 @@ class Network:
         return [layer for layer in all_layers(self.layers) if isinstance(layer, Conv2D)]
 
     def tune_convolutions(self, x: Array) -> dict[str, dict[str, float]]:
-        """Time every algorithm that can run each `conv_algorithm: auto` layer, one forward +
+        """Time every algorithm that can run each `conv_algorithm: fastest` layer, one forward +
         backward on the activations this batch gives it, and keep the fastest. Returns the
         seconds per layer and algorithm."""
-        auto = [layer for layer in self.conv_layers() if layer.algorithm == "auto"]
+        auto = [layer for layer in self.conv_layers() if layer.algorithm == "fastest"]
         if not auto or len(x) == 0:
             return {}
         self.predict(x)  # leaves each convolution's input in its node

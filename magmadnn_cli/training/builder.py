@@ -118,8 +118,9 @@ def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:
 
 
 def pin_conv_algorithms(config: Config, network: Network) -> Config:
-    """The config with every `conv_algorithm: auto` layer set to the algorithm it ran: autotuning
-    times the machine, so a written config repeats its run only with the choices pinned."""
+    """The config with every `conv_algorithm: auto` or `fastest` layer set to the algorithm it ran:
+    `fastest` times the machine, so a written config repeats its run only with the choices pinned
+    (and a pinned auto layer keeps its algorithm if a later version changes the rule)."""
     ran = iter(network.conv_algorithms().values())  # the network's convolutions, in the specs' order
 
     def pinned(specs: list[Any]) -> list[Any]:
@@ -127,7 +128,8 @@ def pin_conv_algorithms(config: Config, network: Network) -> Config:
         for spec in specs:
             if spec.type == "conv2d":
                 algorithm = next(ran)
-                spec = spec.model_copy(update={"conv_algorithm": algorithm}) if spec.conv_algorithm == "auto" else spec
+                spec = spec.model_copy(update={"conv_algorithm": algorithm}) if spec.conv_algorithm in ("auto", "fastest") \
+                    else spec
             elif getattr(spec, "layers", None):
                 spec = spec.model_copy(update={"layers": pinned(spec.layers)})
             out.append(spec)

@@ -219,17 +219,22 @@ class Trainer:
         return history
 
     def choose_conv_algorithms(self, x: Array) -> None:
-        """dMath's autotuning: rank 0 times the candidate algorithms of every `auto` convolution
-        on a batch of the training data (the rows one rank runs per step) and every rank runs its
-        choice, so all ranks compute alike; a resumed run keeps its checkpoint's choice. (Under
-        model parallelism rank 0's whole group runs the timing passes, which gather over it.)"""
+        """Each convolution's algorithm: `auto` by the fixed rule (every rank alike, no timing);
+        `fastest` by dMath's autotuning, opt-in: rank 0 times the candidates on a batch of the
+        training data (the rows one rank runs per step) and every rank runs its choice. A resumed
+        run keeps its checkpoint's choice. (Under model parallelism rank 0's whole group runs the
+        timing passes, which gather over it.)"""
         if not self.net.conv_layers():
             return
         if self.conv_algorithms is None:
             rows = -(-self.sizes.size(self.position.epoch) // self.shares)
-            timing = self.data_comm.is_root
-            tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if timing else None
-            times, self.conv_algorithms = self.comm.bcast(tuned)
+            times: dict[str, dict[str, float]] = {}
+            if any(layer.algorithm == "fastest" for layer in self.net.conv_layers()):
+                timing = self.data_comm.is_root
+                tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if timing else None
+                times, self.conv_algorithms = self.comm.bcast(tuned)
+            else:
+                self.conv_algorithms = self.net.conv_algorithms()
             asked = {layer.name: layer.algorithm for layer in self.net.conv_layers()}
             self.reporter.info(_conv_report(self.conv_algorithms, asked, times, min(rows, len(x))))
         self.net.set_conv_algorithms(self.conv_algorithms)
@@ -291,6 +296,8 @@ def _conv_report(chosen: dict[str, str], asked: dict[str, str], times: dict[str,
         if name in times:
             timed = ", ".join(f"{a} {s * 1e3:.2f} ms" for a, s in sorted(times[name].items(), key=lambda i: i[1]))
             parts.append(f"{name} {algorithm} (timed on {rows} rows: {timed})")
+        elif asked.get(name) == "auto":
+            parts.append(f"{name} {algorithm} (auto: the fixed rule)")
         elif asked.get(name, algorithm) != algorithm:
             parts.append(f"{name} {algorithm} (the config's {asked[name]} cannot run this layer)")
         else:

@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import backend as B
-from .convolution import ALGORITHMS, CHOICES, Geometry, Pair, candidates, fastest, output_size, time_algorithms
+from .convolution import ALGORITHMS, CHOICES, Geometry, Pair, candidates, fastest, output_size, rule, time_algorithms
 from .node import IN_PLACE, Array, Node, Op
 
 
 class Conv2D(Op):
     """y[n, f] = sum_c,i,j w[f, c, i, j] x[n, c, s*y + d*i - p, s*x + d*j - p] + b[f].
 
-    `algorithm` names the registry entry that runs it; an algorithm that cannot run this geometry
-    falls back to gemm (see `effective_algorithm`). `tune(x)` times every candidate and keeps the
-    fastest (dMath's autotuning)."""
+    `algorithm` names the registry entry that runs it, or `auto` (the fixed `rule`); an algorithm
+    that cannot run this geometry falls back to gemm (see `effective_algorithm`). `tune(x)` times
+    every candidate and keeps the fastest (dMath's autotuning, for `fastest`)."""
 
     def __init__(self, x: Node, w: Node, b: Node | None, stride: Pair, pad: Pair, dilation: Pair,
                  algorithm: str = "gemm") -> None:
@@ -28,8 +28,12 @@ class Conv2D(Op):
         return Geometry(tuple(w.shape[2:]), self.stride, self.pad, self.dilation)
 
     def effective_algorithm(self, w: Array) -> str:
-        """The algorithm that runs: the chosen one where it supports the layer, else gemm."""
-        return self.algorithm if self.algorithm in candidates(self._geometry(w)) else "gemm"
+        """The algorithm that runs: the chosen one where it supports the layer, else gemm; for auto
+        (and fastest before it is timed) the fixed rule's."""
+        geometry = self._geometry(w)
+        if self.algorithm in ("auto", "fastest"):
+            return rule(geometry, int(w.shape[1]), int(w.shape[0]))
+        return self.algorithm if self.algorithm in candidates(geometry) else "gemm"
 
     def tune(self, x: Array) -> dict[str, float]:
         """Time every algorithm that supports this layer on `x` and keep the fastest (`fastest`'s
