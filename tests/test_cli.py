@@ -132,7 +132,26 @@ def test_output_width_must_match_the_classes(capsys, blobs, tmp_path):
 
 def test_missing_data_file_is_a_clean_error(capsys, blobs, tmp_path):
     code, out, err = run_cli(capsys, "train", blobs, "--set", f"data.train={tmp_path / 'nope.csv'}")
-    assert code == 2 and "nope.csv: file not found" in err and "Traceback" not in out + err
+    assert code == 2 and "Traceback" not in out + err
+    assert f"--set data.train={tmp_path / 'nope.csv'}: data.train: {tmp_path / 'nope.csv'} not found" in err
+
+
+def test_a_data_path_relative_to_the_wrong_folder_names_the_line_the_rule_and_the_file_meant(capsys, tmp_path,
+                                                                                           monkeypatch):
+    """The config lives in work/, the data beside the working directory: the path is resolved from the
+    config's folder (the rule), and the message says so and names the file that does exist."""
+    from conftest import BLOBS_CONFIG, blobs_csv
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "c.yaml").write_text(BLOBS_CONFIG)
+    blobs_csv(tmp_path / "blobs.csv")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "train", "work/c.yaml")
+    message = " ".join(err.split())
+    assert code == 2 and "Traceback" not in out + err
+    assert (f"work/c.yaml:5: data.train: blobs.csv not found: {tmp_path / 'work' / 'blobs.csv'} (paths in a config "
+            f"file are relative to the config file's folder, {tmp_path / 'work'}). {tmp_path / 'blobs.csv'} exists "
+            "in the working directory: write data.train: ../blobs.csv") in message
+    assert not (tmp_path / "runs").exists()  # nothing claimed or written
 
 
 @pytest.mark.parametrize("make,message", [

@@ -132,6 +132,7 @@ def test_paths_resolve_relative_to_the_config_file(blobs, tmp_path, monkeypatch)
 def test_a_missing_seed_is_drawn_and_recorded(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(BLOBS_CONFIG.replace("seed: 1\n", ""))
+    (tmp_path / "blobs.csv").write_text("f1,label\n1,a\n")
     assert isinstance(load_config(path).seed, int)
 
 

@@ -115,7 +115,7 @@ CASES = {
                                     "train", "padding 2 must be smaller than pool_size 2"),
     "no target": (lambda t: (_config(t, BLOBS_CONFIG.replace("  target: label\n", "")), blobs_csv(t / "blobs.csv")),
                   "train", "data.target must name the target column"),
-    "missing data file": (lambda t: _config(t), "train", "blobs.csv: file not found"),
+    "missing data file": (lambda t: _config(t), "train", "data.train: blobs.csv not found"),
     "early stopping without validation": (lambda t: (_config(t, BLOBS_CONFIG.replace("validation_split: 0.2", "validation_split: 0")
                                                         + "  early_stopping: {monitor: val_loss}\n"), blobs_csv(t / "blobs.csv")),
                                           "train", "val_loss needs validation data"),

@@ -242,26 +242,50 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), d
         apply_override(data, key, value, f"--set {text}")
         origins[key] = f"--set {text}"
     data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem).lstrip(".-")[:100] or "run")
-    _resolve_paths(data, path.parent, origins)
+    written = _resolve_paths(data, path.parent, origins)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, data, path, lines, origins)) from exc
+    for key, text in written.items():
+        _check_data_file(key, text, Path(data[key[0]][key[1]]), _where(key, path, lines, origins),
+                         None if key in origins else path.resolve().parent)
     if config.seed is None and draw_seed:
         config = config.model_copy(update={"seed": secrets.randbelow(2**31)})
     return config
 
 
-def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> None:
+def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> dict[Location, str]:
     """Data paths, `~` and `$VARS` expanded, made absolute: those from the file relative to the file,
     those from --set relative to the working directory. Absolute, so the config a run writes trains
-    again from any directory."""
+    again from any directory. Returns each resolved path's text as written."""
+    written = {}
     for key in PATH_FIELDS:
         section = data.get(key[0])
         if isinstance(section, dict) and isinstance(section.get(key[1]), str) and section[key[1]] != "-":
+            written[key] = section[key[1]]
             p = Path(os.path.expandvars(section[key[1]])).expanduser()
             start = Path.cwd() if key in origins else base
             section[key[1]] = os.path.abspath(p if p.is_absolute() else start / p)
+    return written
+
+
+def _check_data_file(key: Location, text: str, resolved: Path, where: str, config_dir: Path | None) -> None:
+    """A data path that names nothing: where it was given, the rule it was resolved by, and the file
+    the user probably meant when the same text names one from the working directory."""
+    if resolved.exists():
+        return
+    dotted = ".".join(map(str, key))
+    if config_dir is None:
+        raise ConfigError(f"{where}: {dotted}: {text} not found ({resolved}; a path given with --set is relative "
+                          "to the working directory)")
+    message = (f"{where}: {dotted}: {text} not found: {resolved} (paths in a config file are relative to the "
+               f"config file's folder, {config_dir})")
+    here = Path(os.path.expandvars(text)).expanduser().absolute()
+    if not Path(text).is_absolute() and here.exists():
+        message += (f". {here} exists in the working directory: write {dotted}: "
+                    f"{os.path.relpath(here, config_dir)} (relative to the config file) or the absolute path")
+    raise ConfigError(message)
 
 
 # -- error messages ------------------------------------------------------------------------------
