@@ -1,5 +1,6 @@
 """Progress and results, reported through one place: a live rich progress bar on a terminal, one
-plain line per epoch otherwise (log files get no control characters), or nothing with --quiet."""
+plain line per epoch otherwise (log files get no control characters), or with --quiet only where the
+results were written."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ class Reporter:
     def stop(self) -> None: ...
 
     def info(self, text: str) -> None: ...
+
+    def done(self, text: str) -> None:
+        """Where the results went: said even with --quiet (rank 0 only), one plain line."""
+        if self.warnings:
+            self._print(text, markup=False, highlight=False)
 
     def _print(self, *objects: Any, **options: Any) -> None:
         """Print to the console; once its reader has gone (`| head`), go on silently."""

@@ -332,3 +332,9 @@ def test_a_cpu_cnn_on_one_process_is_told_the_cores_it_leaves_idle(capsys, blobs
         assert said == []
     else:
         assert len(said) == 1 and expected in said[0] and "4 cores" in said[0], stdout
+
+
+def test_quiet_still_says_where_the_results_were_written(capsys, blobs, tmp_path):
+    code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "-q")
+    assert code == 0, err
+    assert out.splitlines() == [f"wrote {tmp_path / 'r'}/model.npz, metrics.json, metrics.csv, config.yaml, checkpoints/"]

@@ -76,9 +76,11 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if config.seed is None:  # drawn once for all ranks, or the resumed run's
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
-    out_dir = output_folder(out_dir, ckpt, config, comm, overwrite, reporter)
+    out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
     with locked(comm, out_dir, "run"):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
+        if moved:  # said once the run's checks have passed: a refused run claims no folder
+            reporter.info(moved)
         if tip := idle_cores_tip(run):
             reporter.info(tip)
         if ckpt is not None:
@@ -95,25 +97,25 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                           metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
                                                                              if k in SPLITS}))
-            reporter.info(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
+            reporter.done(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
                           + (", checkpoints/" if run.saver is not None else ""))
         comm.barrier()
     return RunResult(out_dir, metrics, history)
 
 
 def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
-                   overwrite: bool, reporter: Reporter) -> Path:
+                  overwrite: bool) -> tuple[Path, str | None]:
     """--out, the resumed run's folder, or runs/<name> (its next free version when it holds a run). A
     resume continues in the checkpoint's own run folder (or any folder, for a checkpoint kept
-    outside a run); another run's folder is only replaced with --overwrite."""
+    outside a run); another run's folder is only replaced with --overwrite. Also returns the line
+    that says a new version was chosen (None when the wanted folder is used)."""
     origin = ckpt.path.parent.parent if ckpt is not None else None  # the run the checkpoint belongs to
     wanted = given or origin or Path("runs") / config.name
     continuing = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin) or classify(origin) != "run")
     chosen = on_root(comm, lambda: choose(wanted, "run", given is not None or ckpt is not None, overwrite, continuing))
-    if chosen != wanted:
-        reporter.info(f"{wanted} holds an earlier run, which is kept; this run writes {chosen} "
-                      "(--overwrite replaces the earlier one)")
-    return chosen
+    moved = None if chosen == wanted else (f"{wanted} holds an earlier run, which is kept; this run writes {chosen} "
+                                           "(--overwrite replaces the earlier one)")
+    return chosen, moved
 
 
 def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
