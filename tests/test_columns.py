@@ -314,3 +314,8 @@ def test_a_file_with_no_targets_at_all_is_refused(tmp_path):
     (tmp_path / "t.csv").write_text("x,y\n1,\n2,NA\n")
     with pytest.raises(DataError, match=r"t\.csv: every row's target \(column 'y'\) is missing"):
         prepare(DataConfig(train=tmp_path / "t.csv", target="y", validation_split=0.0), "classification", 0)
+
+
+def test_a_misspelt_feature_is_named_with_a_suggestion(tmp_path):
+    with pytest.raises(DataError, match=r"missing feature column\(s\) colr \(data.features\); did you mean 'color'\?"):
+        prepare(_cfg(tmp_path, features=["size", "colr"]), "classification", 0)

@@ -73,6 +73,12 @@ class ReadSpec:
 
 
 # -- CSV -----------------------------------------------------------------------------------------
+def _closest(name: str, names: list[str]) -> str:
+    """'; did you mean ...?' for the column most like `name` (case first), or ''."""
+    close = [n for n in names if n.lower() == name.lower()] or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _csv_columns(path: Path, spec: ReadSpec, fmt: CsvFormat) -> tuple[list[str], list[str]]:
     """The file's column names and the feature columns to read (checked against each other)."""
     names = csv_header(path, fmt)
@@ -81,23 +87,21 @@ def _csv_columns(path: Path, spec: ReadSpec, fmt: CsvFormat) -> tuple[list[str],
         if target is None:
             raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
         if target not in names:
-            close = [n for n in names if n.lower() == target.lower()] or difflib.get_close_matches(target, names, n=1)
-            raise DataError(f"{path}: no target column {target!r} (data.target); "
-                            + (f"did you mean {close[0]!r}? " if close else "") + f"columns are {', '.join(names[:20])}")
+            raise DataError(f"{path}: no target column {target!r} (data.target){_closest(target, names)}; "
+                            f"columns are {', '.join(names[:20])}")
     wanted = spec.wanted(names)
     present = set(names)
     missing = [f for f in wanted if f not in present]
     if missing:
         raise DataError(f"{path}: missing feature column(s) {', '.join(missing[:10])}"
                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-                        + f"; the file has {', '.join(names[:20])}")
+                        + f" (data.features){_closest(missing[0], names)}; the file has {', '.join(names[:20])}")
     if not wanted:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
     unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]
     if unknown and not spec.features:
-        close = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6)
         raise DataError(f"{path}: data.columns names {unknown[0]!r}, which is not a column of the file"
-                        + (f"; did you mean {close[0]!r}?" if close else f"; columns are {', '.join(names[:20])}"))
+                        + (_closest(unknown[0], names) or f"; columns are {', '.join(names[:20])}"))
     absent = [k for k in spec.keep if k not in present]
     if absent:
         raise DataError(f"{path}: no column {absent[0]!r} to keep; columns are {', '.join(names[:20])}")
