@@ -77,3 +77,46 @@ def test_without_matplotlib_the_message_says_how_to_get_it(capsys, blobs, tmp_pa
 def test_plot_of_a_folder_that_is_neither(capsys, tmp_path):
     code, _, err = run_cli(capsys, "plot", tmp_path)
     assert code == 2 and "not a magmadnn run (metrics.csv) or search (trials.csv) folder" in err
+
+
+def test_a_cross_validations_metrics_per_fold_with_their_mean(capsys, blobs, tmp_path):
+    """A `train --folds` folder has one metrics row per fold (no epochs): each metric is drawn per fold,
+    one line per split, with the mean over the folds."""
+    import json
+
+    from magmadnn_cli.commands.plot import _cross_validation
+    cv = tmp_path / "cv"
+    assert run_cli(capsys, "train", blobs, "--folds", "3", "--out", cv, "-q", "--set", "training.epochs=3")[0] == 0
+    code, _, err = run_cli(capsys, "plot", cv)
+    assert code == 0 and f"wrote {cv / 'folds.png'}" in err, err
+    pixels = _image(cv / "folds.png")
+    assert pixels.shape[:2] == (800, 1000) and _not_blank(pixels)  # loss, accuracy, macro_f1, mcc: 2 x 2 panels
+    metrics = json.loads((cv / "metrics.json").read_text())
+    figure = _cross_validation(cv)
+    axes = [ax for ax in figure.axes if ax.has_data()]
+    assert [ax.get_title() for ax in axes] == ["loss", "accuracy", "macro_f1", "mcc"]
+    for ax in axes:
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        for split in ("train", "validation", "test"):
+            folds = [f[split][ax.get_title()] for f in metrics["per_fold"]]
+            assert list(lines[split].get_xdata()) == [1, 2, 3]
+            np.testing.assert_allclose(lines[split].get_ydata(), folds)
+            mean = metrics["mean"][split][ax.get_title()]
+            label = f"{split} mean {mean:.4g}"
+            np.testing.assert_allclose(lines[label].get_ydata(), mean)
+
+
+def test_the_search_plots_legend_names_only_what_the_search_holds(capsys, blobs, tmp_path):
+    from magmadnn_cli.commands.plot import _search_scatter
+    blobs.write_text(blobs.read_text().replace("epochs: 15", "epochs: 2") + "search: {method: grid, space: "
+                     "{optimizer.learning_rate: [0.01, 0.02, 0.05]}}\n")
+    assert run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")[0] == 0
+
+    def legend(folder):
+        return [t.get_text() for t in _search_scatter(folder).axes[0].get_legend().get_texts()]
+    assert legend(tmp_path / "t") == ["finished"]
+    trials = tmp_path / "t" / "trials.csv"
+    trials.write_text(trials.read_text().replace("\n1,ok,", "\n1,pruned,"))
+    assert legend(tmp_path / "t") == ["finished", "pruned (stopped early)"]
+    trials.write_text(trials.read_text().replace(",ok,", ",pruned,"))
+    assert legend(tmp_path / "t") == ["pruned (stopped early)"]

@@ -1,6 +1,7 @@
 """`magmadnn plot`: learning curves of a run (loss and each metric per epoch, train against
-validation, the best epoch marked), or a search's objective against each hyperparameter.
-matplotlib is an optional extra (`pip install 'magmadnn-cli[plot]'`)."""
+validation, the best epoch marked), a cross-validation's metrics per fold (each split's line and its
+mean over the folds), or a search's objective against each hyperparameter. matplotlib is an optional
+extra (`pip install 'magmadnn-cli[plot]'`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import csv
 import io
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
 from .run_dir import classify
+
+SPLITS = ("train", "validation", "test")
 
 
 def _pyplot() -> Any:
@@ -28,23 +32,40 @@ def _pyplot() -> Any:
 
 
 def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path:
-    """Write the folder's plot as PNG (default: <folder>/curves.png or objective.png, redrawn each
-    time; an existing `out` is replaced only with `overwrite`); returns it."""
+    """Write the folder's plot as PNG (default: <folder>/curves.png, folds.png or objective.png, redrawn
+    each time; an existing `out` is replaced only with `overwrite`); returns it."""
     if out is not None:
         check_output_file(out, overwrite=overwrite)
-    kind = classify(folder)
-    if kind == "run" or (folder / "metrics.csv").is_file():
-        figure, name = _learning_curves(folder), "curves.png"
-    elif kind == "search" or (folder / "trials.csv").is_file():
-        figure, name = _search_scatter(folder), "objective.png"
-    else:
-        raise MagmaError(f"{folder}: not a magmadnn run (metrics.csv) or search (trials.csv) folder")
+    figure, name = _figure(folder)
     target = out or folder / name
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     _pyplot().close(figure)
     atomic_write(target, lambda f: f.write(buffer.getvalue()))
     return target
+
+
+def _figure(folder: Path) -> tuple[Any, str]:
+    """The folder's figure and its default file name, by what the folder holds."""
+    kind, metrics = classify(folder), folder / "metrics.csv"
+    if metrics.is_file():
+        if "fold" in _columns(metrics) and "epoch" not in _columns(metrics):  # `train --folds`
+            return _cross_validation(folder), "folds.png"
+        return _learning_curves(folder), "curves.png"
+    if kind == "search" or (folder / "trials.csv").is_file():
+        return _search_scatter(folder), "objective.png"
+    if kind == "run":
+        raise MagmaError(f"{folder}: no metrics.csv yet; a run writes it when it ends (this one has not ended, "
+                         "or was interrupted)")
+    raise MagmaError(f"{folder}: not a magmadnn run (metrics.csv) or search (trials.csv) folder")
+
+
+def _columns(path: Path) -> list[str]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise MagmaError(f"{path}: cannot read: {exc}") from exc
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -94,6 +115,46 @@ def _best_epoch(folder: Path) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def _cross_validation(folder: Path) -> Any:
+    """One panel per metric: its value in each fold, one line per split, and each split's mean over
+    the folds (dashed, in the split's colour)."""
+    rows = _rows(folder / "metrics.csv")
+    if not rows:
+        raise MagmaError(f"{folder / 'metrics.csv'}: no folds to plot")
+    columns = [c.split("_", 1) for c in rows[0] if "_" in c and c.split("_", 1)[0] in SPLITS]
+    metrics = list(dict.fromkeys(metric for _, metric in columns))
+    splits = [s for s in SPLITS if any(split == s for split, _ in columns)]
+    folds = [int(_number(r["fold"])) for r in rows]
+    plt = _pyplot()
+    width = min(2, len(metrics))
+    height = math.ceil(len(metrics) / width)
+    figure, axes = plt.subplots(height, width, figsize=(5 * width, 4 * height), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        _fold_panel(ax, metric, splits, folds, rows)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_visible(False)
+    figure.suptitle(f"{folder.name}: {len(folds)}-fold cross-validation")
+    figure.tight_layout()
+    return figure
+
+
+def _fold_panel(ax: Any, metric: str, splits: list[str], folds: list[int], rows: list[dict[str, str]]) -> None:
+    for split in splits:
+        values = [_number(r.get(f"{split}_{metric}")) for r in rows]
+        present = [v for v in values if not math.isnan(v)]
+        if not present:
+            continue
+        line, = ax.plot(folds, values, marker="o", label=split)
+        mean = statistics.fmean(present)
+        ax.axhline(mean, color=line.get_color(), linestyle="--", alpha=0.7, label=f"{split} mean {mean:.4g}")
+    ax.set_title(metric)
+    ax.set_xlabel("fold")
+    ax.set_xticks(folds)
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
 def _search_scatter(folder: Path) -> Any:
     rows = [r for r in _rows(folder / "trials.csv") if r.get("status") != "failed"]
     params = [k for k in (rows[0] if rows else {}) if k.startswith("param:")]
@@ -106,10 +167,11 @@ def _search_scatter(folder: Path) -> Any:
         numeric = not any(math.isnan(x) for x in xs)
         labels = [r[param] for r in rows]
         positions = xs if numeric else [sorted(set(labels)).index(v) for v in labels]
-        for status, marker in (("ok", "o"), ("pruned", "x")):
+        for status, marker, label in (("ok", "o", "finished"), ("pruned", "x", "pruned (stopped early)")):
             chosen = [i for i, r in enumerate(rows) if r["status"] == status]
-            ax.scatter([positions[i] for i in chosen], [_number(rows[i]["objective"]) for i in chosen],
-                       marker=marker, label=status)
+            if chosen:  # the legend names only what the search holds
+                ax.scatter([positions[i] for i in chosen], [_number(rows[i]["objective"]) for i in chosen],
+                           marker=marker, label=label)
         if numeric and min(xs) > 0 and max(xs) / min(xs) > 50:
             ax.set_xscale("log")
         if not numeric:
