@@ -83,7 +83,8 @@ def train(config: ConfigArg, set_: SetOpt = None,
                                help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None,
           oversubscribe: OversubscribeOpt = False,
           folds: Annotated[Optional[int], typer.Option("--folds", "-k", min=2, max=100, help="K-fold cross-validation "
-                           "(stratified): mean and std of every metric over the held-out folds; writes no model",
+                           "(stratified by class; shuffled for regression): mean and std of every metric over the "
+                           "held-out folds; writes no model",
                            show_default=False)] = None) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
     checkpoints (resume with --resume RUN_DIR)."""
@@ -103,9 +104,10 @@ def train(config: ConfigArg, set_: SetOpt = None,
 def tune(config: ConfigArg, set_: SetOpt = None,
          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
          resume: Annotated[bool, typer.Option("--resume", metavar="", help="run only the trials the search's "
-                           "trials.jsonl lacks")] = False,
-         overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="replace an earlier search in --out "
-                              "(without it, such a folder is refused)")] = False,
+                           "trials.jsonl lacks (without --out: the newest runs/<name>-tune*)")] = False,
+         overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="replace the earlier search in --out "
+                              "(without it, a re-run writes runs/<name>-tune-2, ... and an --out holding a search is "
+                              "refused)")] = False,
          quiet: QuietOpt = False,
          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
                               help="ranks: rank 0 hands out trials, the others train them")] = None,
@@ -114,8 +116,7 @@ def tune(config: ConfigArg, set_: SetOpt = None,
     from .reporting import make_reporter
     from .commands.tune import tune as run_tune
     cfg, comm = _config_on_ranks(config, set_, processes, strategy=False, oversubscribe=oversubscribe)
-    run_tune(cfg, out_dir or Path("runs") / f"{cfg.name}-tune", make_reporter(quiet, comm.rank), comm, resume,
-             overwrite)
+    run_tune(cfg, out_dir, make_reporter(quiet, comm.rank), comm, resume, overwrite)
 
 
 StrictOpt = Annotated[bool, typer.Option("--strict", metavar="", help="refuse categories the model did not see in "
@@ -177,7 +178,7 @@ def _print_report(report: dict) -> None:
 
 
 @app.command()
-def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`")],
+def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
             data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns (others are ignored), "
                                                  "NPZ (x) or images; - for stdin")],
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write (- or none: stdout); "
@@ -217,12 +218,14 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 
 @app.command()
 def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning curves) or a search folder "
-                                                "(objective by hyperparameter)")],
+                                                "(objective by hyperparameter) or a cross-validation folder "
+                                                "(metrics per fold)")],
          output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG to write [default: "
-                           "FOLDER/curves.png or FOLDER/objective.png]")] = None,
+                           "FOLDER/curves.png, objective.png or folds.png]")] = None,
          overwrite: OverwriteFileOpt = False) -> None:
-    """Plot a run's loss and metrics per epoch (train vs validation, best epoch marked), or a search's
-    objective against each hyperparameter. Needs matplotlib (the `plot` extra)."""
+    """Plot a run's loss and metrics per epoch (train vs validation, best epoch marked), a search's
+    objective against each hyperparameter, or a cross-validation's metrics per fold (with their mean).
+    Needs matplotlib (the `plot` extra)."""
     from .commands.plot import plot as run_plot
     written = run_plot(folder, output, overwrite)
     err.print(f"wrote {written}", markup=False, highlight=False)

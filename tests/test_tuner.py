@@ -97,7 +97,8 @@ def test_search_writes_results_records_failures_and_best_config_trains(capsys, b
     assert len(failed) == 8 and all("units" in r["reason"] for r in failed)
     rows = list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))
     assert len(rows) == 16 and "param:model.layers.0.units" in rows[0]
-    best = max((r for r in results if r["status"] != "failed"), key=lambda r: r["val_accuracy"])
+    best = min((r for r in results if r["status"] == "ok"),
+               key=lambda r: (-r["val_accuracy"], r["val_loss"], r["trial"]))  # ties: lowest val_loss, then order
     best_config = yaml.safe_load((tmp_path / "t" / "best_config.yaml").read_text())
     assert best_config["model"]["layers"][0]["units"] == best["param:model.layers.0.units"]
     assert (tmp_path / "t" / "model.npz").exists()
@@ -356,3 +357,40 @@ def test_a_reversed_range_is_one_problem(capsys, blobs, tmp_path):
     blobs.write_text(blobs.read_text() + "\nsearch:\n  space:\n    optimizer.learning_rate: {loguniform: [0.1, 0.001]}\n")
     code, _, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")
     assert code == 2 and "low must not exceed high" in err and "valid list" not in err and "(1 problem)" in err, err
+
+
+def test_ties_on_the_objective_are_broken_by_val_loss_and_said(capsys, blobs, tmp_path):
+    """Both learning rates separate the blobs (val_accuracy 1.0); the first trial has the higher
+    val_loss. The choice goes to the lower val_loss, and the tie and its rule are printed with it."""
+    blobs.write_text(blobs.read_text() + "search: {method: grid, space: {optimizer.learning_rate: [0.01, 0.05]}}\n")
+    code, out, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t")
+    assert code == 0, err
+    rows = list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))
+    assert rows[0]["objective"] == rows[1]["objective"] == "1.0"
+    assert float(rows[1]["val_loss"]) < float(rows[0]["val_loss"])
+    best = yaml.safe_load((tmp_path / "t" / "best_config.yaml").read_text())
+    assert best["optimizer"]["learning_rate"] == 0.05
+    said = " ".join(out.split())
+    assert "tie-break: 2 trials share the best objective 1; chosen by the lowest val_loss: trial 1 (val_loss " in said, out
+    assert "best: trial 1 " in said
+
+
+def test_the_tie_break_order():
+    """Objective in its direction, then the second key (val_loss lowest for accuracy; val_accuracy
+    highest for a loss objective), then trial order; a missing value ranks last."""
+    from magmadnn_cli.commands.objective import rank_key, tie_break
+    accuracy = SearchConfig(objective="val_accuracy")
+    trials = [{"trial": 0, "val_accuracy": 0.9, "val_loss": 0.2}, {"trial": 1, "val_accuracy": 0.9, "val_loss": 0.1},
+              {"trial": 2, "val_accuracy": 0.9, "val_loss": 0.1}, {"trial": 3, "val_accuracy": 0.8, "val_loss": 0.01},
+              {"trial": 4, "val_accuracy": 0.9, "val_loss": None}]
+    ranked = sorted(trials, key=lambda r: rank_key(accuracy, r))
+    assert [r["trial"] for r in ranked] == [1, 2, 0, 4, 3]
+    note = tie_break(accuracy, ranked[0], trials)
+    assert note.startswith("tie-break: 4 trials share the best objective 0.9; chosen by the lowest val_loss, then "
+                           "trial order: trial 1 (val_loss 0.1; trial 2: 0.1, trial 0: 0.2, trial 4: none)"), note
+    loss = SearchConfig(objective="val_loss")
+    assert [r["trial"] for r in sorted(trials[:3], key=lambda r: rank_key(loss, r))] == [1, 2, 0]
+    same_loss = [{"trial": 0, "val_accuracy": 0.5, "val_loss": 0.1}, {"trial": 1, "val_accuracy": 0.7, "val_loss": 0.1}]
+    assert min(same_loss, key=lambda r: rank_key(loss, r))["trial"] == 1
+    assert tie_break(accuracy, trials[3], [trials[3]]) is None
+    assert "then trial order" in tie_break(accuracy, trials[1], trials[1:3])

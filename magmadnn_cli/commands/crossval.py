@@ -1,17 +1,20 @@
-"""`magmadnn train CONFIG --folds K`: stratified K-fold cross-validation (Ludwig's `experiment
---k_fold`, scikit-learn's `cross_validate`). Fold k holds out every K-th row of the stratified
-order as its test split and trains on the rest (data.validation_split of them kept for
-validation); the report is each metric's mean and standard deviation over the folds. Under MPI
-the folds are dealt to the ranks (fold k on rank k mod N), each training alone."""
+"""`magmadnn train CONFIG --folds K`: K-fold cross-validation (Ludwig's `experiment --k_fold`,
+scikit-learn's `cross_validate`), stratified by class for classification and shuffled for regression.
+Fold k holds out every K-th row of the seeded (stratified) order as its test split and trains on the
+rest (data.validation_split of them kept for validation); the report is each metric's mean and
+standard deviation over the folds. Under MPI the folds are dealt to the ranks (fold k on rank k mod
+N), each training alone. The run folder follows `train`'s rule (run_dir) and is marked as a
+cross-validation, which writes no model."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import yaml
@@ -21,15 +24,21 @@ from ..distributed import Communicator, SingleProcess
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..reporting import Reporter, metrics_table
-from .run_dir import locked
-from .train import SPLITS, build, output_folder, report
+from ..training.builder import task_of
+from ..training.checkpoint import clear
+from .run_dir import MODEL, choose, locked, on_root, version_note
+from .train import SPLITS, build, report
 
 
-def fold_metrics(config: Config, k: int, folds: int) -> tuple[dict[str, Any], list[str]]:
+def fold_metrics(config: Config, k: int, folds: int,
+                 checked: Callable[[], None] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Train on every fold but k and report each split's metrics (fold k is the test split), with
-    what the data preparation noted (types inferred, cells imputed)."""
+    what the data preparation noted (types inferred, cells imputed). `checked` is called once the
+    fold's run has passed its checks, before it trains."""
     started = time.perf_counter()
     run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
+    if checked is not None:
+        checked()
     history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper)
     run.trainer.check_weights()
     return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}, run.data.notes
@@ -52,35 +61,30 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
 def train_folds(config: Config, folds: int, out_dir: Path | None = None, reporter: Reporter | None = None,
                 comm: Communicator | None = None, overwrite: bool = False) -> tuple[Path, dict[str, Any]]:
     """`train --folds K`: the seed (drawn once for all ranks if unset) and the run folder chosen as
-    `train` chooses them, then `cross_validate`."""
+    `train` chooses them (--out, or runs/<name> or its next free version), then `cross_validate`."""
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
     if config.seed is None:
         config = config.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
-    out_dir = output_folder(out_dir, None, config, comm, overwrite, reporter)
-    return out_dir, cross_validate(config, folds, out_dir, reporter, comm)
+    wanted = out_dir or Path("runs") / config.name
+    chosen = on_root(comm, lambda: choose(wanted, "run", out_dir is not None, overwrite))
+    return chosen, cross_validate(config, folds, chosen, reporter, comm, version_note(wanted, chosen, "run"))
 
 
 def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter,
-                   comm: Communicator | None = None) -> dict[str, Any]:
+                   comm: Communicator | None = None, note: str | None = None) -> dict[str, Any]:
     """Run the K folds (dealt over the ranks), write metrics.json (per fold, mean, std), metrics.csv
-    (one row per fold) and config.yaml to `out_dir`; return the metrics (on every rank)."""
+    (one row per fold) and config.yaml to `out_dir`; return the metrics (on every rank). `note` (where
+    the run writes) is said once fold 1 has passed its checks."""
     comm = comm or SingleProcess()
     if config.data.validation is not None or config.data.test is not None:
         raise MagmaError("--folds splits data.train into folds; data.validation / data.test files are not used by "
                          "cross-validation: remove them (or train without --folds)")
     started = time.perf_counter()
-    reporter.info(f"{config.name}: {folds}-fold cross-validation ({'stratified' if config.data.stratify else 'shuffled'}, "
-                  f"seed {config.seed}), {comm.size} process(es)"
+    how = "stratified" if config.data.stratify and task_of(config) != "regression" else "shuffled"
+    reporter.info(f"{config.name}: {folds}-fold cross-validation ({how}, seed {config.seed}), {comm.size} process(es)"
                   + ("; data.test_split is not used: each fold holds out 1/K of the rows" if config.data.test_split else ""))
-    with locked(comm, out_dir, "run"):
-        mine = {}
-        for k in range(comm.rank, folds, comm.size):
-            mine[k], notes = fold_metrics(config, k, folds)
-            for note in notes if k == comm.rank else []:  # said once (fold 1's training rows)
-                reporter.info(note)
-            _say(reporter, mine[k], folds)
-        gathered = {k: r for part in comm.allgather(mine) for k, r in part.items()}
-        results = [gathered[k] for k in range(folds)]
+    with locked(comm, out_dir, "run", {"folds": folds}):
+        results = _run_folds(config, folds, comm, reporter, lambda: _begin(out_dir, note, reporter))
         metrics = {"name": config.name, "folds": folds, "processes": comm.size,
                    "wall_time_s": round(time.perf_counter() - started, 3),
                    "data_sha256": fingerprint(config.data.train), **summarize(results), "per_fold": results}
@@ -89,10 +93,39 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
             rows = {f"{split} {stat}": metrics[stat][split] for split in ("test", "train")
                     for stat in ("mean", "std") if split in metrics[stat]}
             reporter.table(metrics_table(f"{config.name} — {folds}-fold cross-validation (test = the held-out fold)", rows))
-            reporter.info(f"wrote {out_dir}/metrics.json, metrics.csv, config.yaml (no model: train without --folds "
+            reporter.done(f"wrote {out_dir}/metrics.json, metrics.csv, config.yaml (no model: train without --folds "
                           "for one)")
         comm.barrier()
     return metrics
+
+
+def _run_folds(config: Config, folds: int, comm: Communicator, reporter: Reporter,
+               begin: Callable[[], None]) -> list[dict[str, Any]]:
+    """This rank's folds (k = rank, rank + N, ...), then every rank's, in fold order. Fold 1 runs on
+    rank 0: once it has passed its checks, `begin` claims the folder."""
+    mine = {}
+    for k in range(comm.rank, folds, comm.size):
+        mine[k], notes = fold_metrics(config, k, folds, begin if k == 0 else None)
+        for note in notes if k == comm.rank else []:  # said once (fold 1's training rows)
+            reporter.info(note)
+        _say(reporter, mine[k], folds)
+    gathered = {k: r for part in comm.allgather(mine) for k, r in part.items()}
+    return [gathered[k] for k in range(folds)]
+
+
+def _begin(out_dir: Path, note: str | None, reporter: Reporter) -> None:
+    """The run starts writing `out_dir`: say where (when not the default folder), and remove the model
+    and checkpoints of a run it replaces (--overwrite), which would otherwise outlive it."""
+    if note:
+        reporter.info(note)
+    model, checkpoints = out_dir / MODEL, out_dir / "checkpoints"
+    had_model = model.exists()
+    model.unlink(missing_ok=True)
+    removed = clear(checkpoints)
+    with contextlib.suppress(OSError):
+        checkpoints.rmdir()  # only when empty
+    if had_model or removed:
+        reporter.info(f"removed {MODEL} and {removed} checkpoint(s) of the run this one replaces in {out_dir}")
 
 
 def _say(reporter: Reporter, result: dict[str, Any], folds: int) -> None:

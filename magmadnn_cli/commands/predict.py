@@ -1,6 +1,6 @@
-"""`magmadnn evaluate` and `magmadnn predict`: from the model file alone, no config needed. Input
-rows are read by the same readers as training (every format) and encoded by the model's own
-column encoding (categories, booleans, missing cells), normalization and target scaling."""
+"""`magmadnn evaluate` and `magmadnn predict`: from the model file (or its run folder) alone, no config
+needed. Input rows are read by the same readers as training (every format) and encoded by the model's
+own column encoding (categories, booleans, missing cells), normalization and target scaling."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from ..files import atomic_write, check_output_file, fingerprint
 from ..training.builder import task_of
 from ..training.evaluation import split_report
 from ..training.modelfile import SavedModel, load, restore
+from .run_dir import model_file
 
 Warn = Callable[[str], None]
 
@@ -55,8 +56,9 @@ def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, 
 
 def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,
              strict: bool = False, warn: Warn | None = None) -> dict[str, Any]:
-    """Metrics of a model on a labelled file, or (`split`) on the held-out split of its own run."""
-    model_path = model_path / "model.npz" if model_path.is_dir() else model_path
+    """Metrics of a model (a file or a run folder) on a labelled file, or (`split`) on the held-out
+    split of its own run."""
+    model_path = model_file(model_path)
     saved = load(model_path)
     B.select(device, saved.config.precision)
     network = restore(saved)
@@ -114,10 +116,12 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
 def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = False, device: str = "auto",
             chunk_rows: int = 65536, keep: tuple[str, ...] = (), strict: bool = False,
             warn: Warn | None = None, overwrite: bool = False) -> int:
-    """Write predictions as CSV (to `out`, atomically, or to stdout for None or `-`); returns the row
-    count. `keep` columns are copied in front of the predictions; an existing `out` is replaced only
-    with `overwrite`."""
+    """Write predictions of a model (a file or a run folder) as CSV (to `out`, atomically, or to stdout
+    for None or `-`); returns the row count. `keep` columns are copied in front of the predictions; an
+    existing `out` is replaced only with `overwrite`. The first chunk is predicted before anything is
+    written, so a mistake in it (--strict's unseen category) leaves stdout empty."""
     out = None if out is not None and str(out) == "-" else out
+    model_path = model_file(model_path)
     if out is not None:
         check_output_file(out, (model_path, data_path), overwrite)
     saved = load(model_path)
@@ -129,11 +133,14 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     header = list(keep) + _header(saved, network, proba)
     tally: dict[str, Any] = {"rows": 0, "unseen": {}}
 
+    first = _predicted_rows(next(chunks), network, saved, proba, keep, strict, tally)
+
     def write(f: IO[bytes]) -> None:
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
         try:
             writer = csv.writer(text, lineterminator="\n")
             writer.writerow(header)
+            writer.writerows(first.tolist())
             for table in chunks:
                 writer.writerows(_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist())
             text.flush()

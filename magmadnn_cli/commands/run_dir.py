@@ -5,7 +5,9 @@ A folder a command writes holds a marker, `.magmadnn` (JSON: what wrote it), and
 writes it, a lock, `.magmadnn.lock` (JSON: PID and host). Re-running a config writes a new version of
 its default folder (runs/NAME, runs/NAME-2, runs/NAME-3, ... as Ludwig's experiment_run_N); an
 explicit `--out` holding an earlier run is refused unless `--overwrite`; a folder holding anything
-else (the user's own files) is refused always.
+else (the user's own files) is refused always. The same rule holds for `train`, `train --folds` and
+`tune` (whose default folder is runs/NAME-tune). `predict` and `evaluate` read a run folder's model, or
+say why it holds none (`model_file`).
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import socket
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 from .. import __version__
-from ..errors import MagmaError
+from ..errors import MagmaError, ModelFileError
 from ..files import write_json
+from ..training.interrupts import resume_command
 
 MARKER = ".magmadnn"
 LOCK = ".magmadnn.lock"
+MODEL = "model.npz"
 Kind = Literal["run", "search"]
 # What earlier versions (before the marker existed) left in a folder of each kind
 OLD_LAYOUTS: dict[str, tuple[set[str], str]] = {
@@ -74,6 +80,8 @@ def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, co
     if state in ("new", "empty"):
         return folder
     if state != kind:
+        if not explicit:
+            return _next_version(folder, kind)
         raise MagmaError(f"--out {folder}: holds a magmadnn {state}, not a {kind}; give another folder")
     if continuing or overwrite:
         return folder
@@ -82,6 +90,24 @@ def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, co
         raise MagmaError(f"--out {folder}: holds an earlier {kind} ({_listing(folder)}); it is not replaced. "
                          f"Use another --out, --overwrite to replace it, or `magmadnn {verb}` to continue it")
     return _next_version(folder, kind)
+
+
+def version_note(wanted: Path, chosen: Path, kind: Kind) -> str | None:
+    """What to say once a run writes `chosen` in place of the default `wanted` (which holds an earlier
+    run): said when the run starts writing, never before its checks have passed."""
+    if chosen == wanted:
+        return None
+    return (f"{wanted} holds an earlier {kind}, which is kept; this {kind} writes {chosen} "
+            "(--overwrite replaces the earlier one)")
+
+
+def newest_version(folder: Path, kind: Kind) -> Path:
+    """The newest of `folder`, `folder`-2, `folder`-3, ... holding a `kind` (`folder` when none does):
+    the one that the same command without --out wrote last (what `tune --resume` continues)."""
+    pattern = re.compile(re.escape(folder.name) + r"(?:-(\d+))?")
+    found = [(int(m.group(1) or 1), p) for p in (folder.parent.iterdir() if folder.parent.is_dir() else ())
+             if (m := pattern.fullmatch(p.name)) and classify(p) == kind]
+    return max(found)[1] if found else folder
 
 
 def _next_version(folder: Path, kind: Kind) -> Path:
@@ -96,8 +122,8 @@ class FolderLock:
     """Holds `<folder>/.magmadnn.lock` while a command writes the folder; refuses a folder that a
     live process holds (naming its PID); takes over the lock of a process that died."""
 
-    def __init__(self, folder: Path, kind: Kind) -> None:
-        self.folder, self.kind = Path(folder), kind
+    def __init__(self, folder: Path, kind: Kind, detail: dict[str, Any] | None = None) -> None:
+        self.folder, self.kind, self.detail = Path(folder), kind, detail or {}
         self.path = self.folder / LOCK
         self.held = False
 
@@ -122,7 +148,7 @@ class FolderLock:
                 json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
             self.held = True
             try:
-                write_json(self.folder / MARKER, {"kind": self.kind, "magmadnn_version": __version__})
+                write_json(self.folder / MARKER, {"kind": self.kind, **self.detail, "magmadnn_version": __version__})
             except BaseException:
                 self.__exit__()
                 raise
@@ -130,11 +156,10 @@ class FolderLock:
         raise MagmaError(f"{self.path}: another process keeps taking this lock; try again")
 
     def _refuse_if_live(self) -> None:
-        try:
-            holder = json.loads(self.path.read_text(encoding="utf-8"))
-            pid, host = int(holder["pid"]), str(holder["host"])
-        except (OSError, ValueError, KeyError, TypeError):
+        holder = _holder(self.folder)
+        if holder is None:
             return  # unreadable: a writer killed before it wrote the lock's contents
+        pid, host = holder
         if host == socket.gethostname() and pid != os.getpid() and _alive(pid):
             raise MagmaError(f"{self.folder}: another magmadnn (PID {pid}) is writing this folder now; wait for "
                              "it, stop it, or use another --out")
@@ -165,6 +190,15 @@ class FolderLock:
             except OSError:
                 if os.path.isdir(folder):  # not empty: keep it and its parents (else mkdir never made it)
                     return
+
+
+def _holder(folder: Path) -> tuple[int, str] | None:
+    """(PID, host) of the process whose lock `folder` holds; None without a readable lock."""
+    try:
+        holder = json.loads((folder / LOCK).read_text(encoding="utf-8"))
+        return int(holder["pid"]), str(holder["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _alive(pid: int) -> bool:
@@ -220,9 +254,11 @@ def _raise_together(failure: MagmaError, exit_code: int = MagmaError.exit_code) 
     raise failure
 
 
-def locked(comm: Any, folder: Path, kind: Kind) -> contextlib.AbstractContextManager:
-    """The folder's lock, held by rank 0 for the `with` block; a refusal is raised on every rank."""
-    lock = FolderLock(folder, kind)
+def locked(comm: Any, folder: Path, kind: Kind,
+           detail: dict[str, Any] | None = None) -> contextlib.AbstractContextManager:
+    """The folder's lock, held by rank 0 for the `with` block; a refusal is raised on every rank.
+    `detail` is recorded in the folder's marker (e.g. a cross-validation's folds)."""
+    lock = FolderLock(folder, kind, detail)
     on_root(comm, lambda: lock.__enter__() and None)
     return _released_at_exit(lock) if comm.is_root else contextlib.nullcontext()
 
@@ -233,3 +269,65 @@ def _released_at_exit(lock: FolderLock) -> Iterator[None]:
         yield
     finally:
         lock.__exit__()
+
+
+# -- reading a run folder's model -------------------------------------------------------------------
+def model_file(path: Path) -> Path:
+    """The model file `path` names: the file itself, or the model.npz of a run or search folder. A
+    folder without one is an error saying what the folder holds and the command that makes a model."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    if (path / MODEL).is_file():
+        return path / MODEL
+    raise ModelFileError(_no_model(path))
+
+
+def _no_model(folder: Path) -> str:
+    """Why `folder` holds no model.npz, and the command that writes one."""
+    from ..training.checkpoint import listing  # noqa: PLC0415 (heavy: only when a folder lacks its model)
+    kind, holder = classify(folder), _holder(folder)
+    if kind in ("run", "search") and holder and holder[1] == socket.gethostname() and _alive(holder[0]):
+        return f"{folder}: a magmadnn (PID {holder[0]}) is writing this {kind} now; its {MODEL} is written when it ends"
+    if kind == "run" and (checkpoints := listing(folder / "checkpoints")):
+        return (f"{folder}: the run was interrupted before its model was written (newest checkpoint: "
+                f"{checkpoints[-1].name}); continue it with: {resume_command(folder)} (CONFIG: the config it was "
+                "trained with)")
+    if kind == "run" and (folds := _folds(folder)) is not None:
+        return _cross_validation_note(folder, folds)
+    if kind == "run":
+        return (f"{folder}: the run stopped before its model was written, and left no checkpoint to resume from; "
+                f"train it again: magmadnn train CONFIG --out {shlex.quote(str(folder))} --overwrite")
+    if kind == "search":
+        return (f"{folder}: the search stopped before it wrote its best model; continue it with: magmadnn tune "
+                f"CONFIG --out {shlex.quote(str(folder))} --resume")
+    return (f"{folder}: no {MODEL} in this folder; expected a model file or a run folder written by "
+            "`magmadnn train` or `magmadnn tune`")
+
+
+def _folds(folder: Path) -> int | None:
+    """K for a cross-validation's folder (its marker says so; before markers did, its metrics.json)."""
+    folds = _json_object(folder / MARKER).get("folds")
+    if folds is None:
+        metrics = _json_object(folder / "metrics.json")
+        folds = metrics.get("folds") if "per_fold" in metrics else None
+    return folds if isinstance(folds, int) else None
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _cross_validation_note(folder: Path, folds: int) -> str:
+    """A cross-validation writes no model: the command that trains one on its resolved config."""
+    config = folder / "config.yaml"
+    out = next(p for p in (folder.with_name(f"{folder.name}-model{'' if n == 1 else f'-{n}'}")
+                           for n in range(1, 100_000)) if classify(p) in ("new", "empty"))
+    command = shlex.join(["magmadnn", "train", str(config) if config.is_file() else "CONFIG", "--out", str(out)])
+    unfinished = "" if config.is_file() else " (it did not finish; CONFIG: the config it ran)"
+    return (f"{folder} is a cross-validation (train --folds {folds}), which writes no model{unfinished}; train one "
+            f"on all its rows with: {command}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,17 @@ def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def saved_seed(folder: Path) -> int | None:
     """The seed the journal's search ran with (for a config that leaves `seed` out)."""
     return read(Path(folder) / NAME)[0].get("seed")
+
+
+def resume_command(out_dir: Path) -> str:
+    """The command that continues this search: the one that started it, with --out and --resume."""
+    args = sys.argv[1:] if sys.argv[1:2] == ["tune"] else ["tune", "CONFIG"]
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--out", "-o"):
+            skip = True
+        elif arg not in ("--resume", "--overwrite") and not arg.startswith("--out="):
+            kept.append(arg)
+    return shlex.join(["magmadnn", *kept, "--out", str(out_dir), "--resume"])

@@ -30,10 +30,10 @@ from ..errors import Interrupted, MagmaError
 from ..signals import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
-from .run_dir import choose, locked, on_root
+from .objective import objective_direction, objective_value, rank_key, second_key, tie_break, weighted
+from .run_dir import choose, locked, newest_version, on_root, version_note
 from .trial_config import Overrides, check_space, one_process, split_layouts, trial_config
-from .trial_log import TrialLog, saved_seed
-
+from .trial_log import TrialLog, resume_command, saved_seed
 
 
 def sample_trials(search: SearchConfig) -> list[Overrides]:
@@ -61,26 +61,11 @@ def _draw(spec: list[Any] | Distribution, rng: np.random.Generator) -> Any:
     return int(rng.integers(low, high + 1))
 
 
-def objective_direction(search: SearchConfig) -> str:
-    """The given direction; for `auto`, the objective's own: maximize accuracy, minimize loss and time
-    (a one-metric weighting with a negative weight flips it; mixes must say, see the schema)."""
-    if search.direction != "auto":
-        return search.direction
-    metric, weight = (search.objective, 1.0) if isinstance(search.objective, str) else \
-        next(iter(search.objective.items()))
-    maximize = (metric == "val_accuracy") == (weight > 0)
-    return "maximize" if maximize else "minimize"
+class TrialReporter(Reporter):
+    """A trial's training says its warnings, not where it wrote its folder: the search says where its
+    results went, once."""
 
-
-def objective_value(search: SearchConfig, result: dict[str, Any]) -> float:
-    return weighted(search, result.get("val_accuracy"), result.get("val_loss"), result.get("time_s"))
-
-
-def weighted(search: SearchConfig, val_accuracy: Any, val_loss: Any, seconds: Any) -> float:
-    """The objective from its metrics (NaN where one it needs is missing)."""
-    names = {"val_accuracy": val_accuracy, "val_loss": val_loss, "time": seconds}
-    weights = {search.objective: 1.0} if isinstance(search.objective, str) else search.objective
-    return float(sum(w * (names[k] if names[k] is not None else math.nan) for k, w in weights.items()))
+    def done(self, text: str) -> None: ...
 
 
 @dataclass
@@ -128,8 +113,8 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
             result.update(_cross_validated(one_process(config), search.folds, out_dir / "trials" / str(index)))
             result["time_s"] = round(time.perf_counter() - started, 3)
             return result
-        run = train(one_process(config), out_dir / "trials" / str(index), comm=SingleProcess(), prune=prune,
-                    checkpoints=False, overwrite=True)  # a trial killed before it was journaled runs again
+        run = train(one_process(config), out_dir / "trials" / str(index), reporter=TrialReporter(),
+                    comm=SingleProcess(), prune=prune, checkpoints=False, overwrite=True)  # a trial killed before it was journaled runs again
     except ValidationError as exc:
         first = exc.errors()[0]
         result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
@@ -150,37 +135,44 @@ def _cross_validated(config: Config, folds: int, out_dir: Path) -> dict[str, Any
     """A trial scored by K-fold cross-validation: its validation metrics are the held-out folds'
     means (no pruning: every fold runs its budget)."""
     from .crossval import train_folds  # noqa: PLC0415
-    _, metrics = train_folds(config, folds, out_dir, overwrite=True)
+    _, metrics = train_folds(config, folds, out_dir, TrialReporter(), overwrite=True)
     mean, std = metrics["mean"]["test"], metrics["std"]["test"]
     epochs = [f["epochs_run"] for f in metrics["per_fold"]]
     return {"val_accuracy": mean.get("accuracy"), "val_loss": mean.get("loss"), "cv_std_accuracy": std.get("accuracy"),
             "epochs": round(sum(epochs) / len(epochs), 1), "curve": [], "status": "ok"}
 
 
-def tune(config: Config, out_dir: Path, reporter: Reporter | None = None, comm: Communicator | None = None,
-         resume: bool = False, overwrite: bool = False) -> list[dict]:
-    """Run the search (or, with `resume`, the trials its journal lacks) in `out_dir`, which must be new,
-    empty, or (with `resume` or `overwrite`) an earlier search; rank 0 returns every trial's result
-    (other ranks return [])."""
+def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None = None,
+         comm: Communicator | None = None, resume: bool = False, overwrite: bool = False) -> list[dict]:
+    """Run the search (or, with `resume`, the trials its journal lacks) in a folder chosen by `train`'s
+    rule: `out_dir`, refused when it holds an earlier search unless `overwrite` or `resume`; by default
+    runs/<name>-tune or its next free version (`resume`: the newest one). Rank 0 returns every trial's
+    result (other ranks return [])."""
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
     check_space(config.model_dump(mode="json"), config.search)
+    trials = sample_trials(config.search)
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
-    on_root(comm, lambda: choose(out_dir, "search", explicit=True, overwrite=overwrite, continuing=resume))
-    with locked(comm, out_dir, "search"):
-        return _search(config, out_dir, reporter, comm, resume)
+    wanted = out_dir or Path("runs") / f"{config.name}-tune"
+    if resume and out_dir is None:
+        wanted = on_root(comm, lambda: newest_version(wanted, "search"))
+    chosen = on_root(comm, lambda: choose(wanted, "search", out_dir is not None, overwrite, continuing=resume))
+    with locked(comm, chosen, "search"):
+        return _search(config, trials, chosen, reporter, comm, resume, version_note(wanted, chosen, "search"))
 
 
-def _search(config: Config, out_dir: Path, reporter: Reporter, comm: Communicator, resume: bool) -> list[dict]:
+def _search(config: Config, trials: list[Overrides], out_dir: Path, reporter: Reporter, comm: Communicator,
+            resume: bool, note: str | None) -> list[dict]:
     if config.seed is None:  # the journal's seed on resume, else one drawn for all ranks
         seed = (saved_seed(out_dir) if resume else secrets.randbelow(2**31)) if comm.is_root else None
         config = config.model_copy(update={"seed": comm.bcast(seed)})
     search = config.search
-    if comm.is_root and (note := split_layouts(config)):
-        reporter.warn(note)
     base = config.model_dump(mode="json")
-    trials = sample_trials(search)
     log = TrialLog(out_dir, base, resume) if comm.is_root else None
+    if comm.is_root and note:  # the search writes its journal: now it has its folder
+        reporter.info(note)
+    if comm.is_root and (layouts := split_layouts(config)):
+        reporter.warn(layouts)
     done = log.done if log else []
     if done:
         reporter.info(f"resuming: {len(done)} of {len(trials)} trial(s) already finished in {log.path}")
@@ -208,7 +200,7 @@ def _search(config: Config, out_dir: Path, reporter: Reporter, comm: Communicato
         kept = (f"wrote {out_dir}/trials.csv, best_config.yaml and model.npz for them" if results
                 else "nothing was written")
         interrupted = Interrupted(f"stopped by {signal.Signals(stopped).name} after {len(results)} of {len(trials)} "
-                                  f"trial(s) finished; {kept}. Continue with the same command plus --resume", stopped)
+                                  f"trial(s) finished; {kept}. Continue with: {resume_command(out_dir)}", stopped)
         interrupted.collective = comm.size == 1  # under MPI: end the workers still training (an abort)
         raise interrupted
     comm.barrier()
@@ -340,8 +332,7 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     if not finished:  # a pruned trial stopped early: its score is not comparable, it is never the best
         raise MagmaError(f"no trial finished (failed or pruned); see {out_dir / 'trials.csv'} "
                          f"(first reason: {results[0]['reason'] or results[0]['status']})")
-    sign = 1 if objective_direction(search) == "maximize" else -1
-    best = max(finished, key=lambda r: sign * objective_value(search, r))
+    best = min(finished, key=lambda r: rank_key(search, r))
     overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
     best_config = trial_config(base, overrides).model_dump(mode="json")
     write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
@@ -349,33 +340,32 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     if search.folds:  # cross-validated trials keep no model: the best config is trained once, as train would
         from .train import train  # noqa: PLC0415
         reporter.info(f"training the best config (trial {best['trial']}) for the search's model.npz")
-        train(one_process(trial_config(base, overrides)), best_dir / "model", comm=SingleProcess(), checkpoints=False,
-              overwrite=True)
+        train(one_process(trial_config(base, overrides)), best_dir / "model", reporter=TrialReporter(),
+              comm=SingleProcess(), checkpoints=False, overwrite=True)
         best_dir = best_dir / "model"
     best_model = (best_dir / "model.npz").read_bytes()
     atomic_write(out_dir / "model.npz", lambda f: f.write(best_model))
     reporter.table(trials_table(results, search))
-    reporter.info(f"best: trial {best['trial']} objective={objective_value(search, best):.4f} "
+    if tie := tie_break(search, best, finished):
+        reporter.info(tie)
+    reporter.done(f"best: trial {best['trial']} objective={objective_value(search, best):.4f} "
                   f"{overrides}; wrote {out_dir}/trials.csv, best_config.yaml, model.npz")
 
 
 def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> Any:
-    """The best trials first, failed ones last."""
-    sign = 1 if objective_direction(search) == "maximize" else -1
-
-    def key(r: dict) -> tuple[int, float]:  # finished trials first, then pruned ones, failed last
-        value = objective_value(search, r)
-        rank = {"ok": 2, "pruned": 1}.get(r["status"], 0)
-        return (rank, -math.inf if math.isnan(value) else sign * value)
-
-    ranked = sorted(results, key=key, reverse=True)[:top]
+    """The best trials first (ties on the objective broken as the best is chosen), pruned ones after
+    the finished ones, failed ones last."""
+    second, wins = second_key(search)
+    status = {"ok": 0, "pruned": 1}
+    ranked = sorted(results, key=lambda r: (status.get(r["status"], 2), rank_key(search, r)))[:top]
     params = list(dict.fromkeys(k for r in ranked for k in r if k.startswith("param:")))
-    columns = ["trial", "status", *short_names([p.removeprefix("param:") for p in params]), "objective", "epochs",
-               "time s"]
+    columns = ["trial", "status", *short_names([p.removeprefix("param:") for p in params]), "objective", second,
+               "epochs", "time s"]
     rows = [[str(r["trial"]), r["status"], *[_short(r.get(p)) for p in params], f"{objective_value(search, r):.4g}",
-             str(r.get("epochs", "")), f"{r['time_s']:.3g}"] for r in ranked]
-    return grid(f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)})",
-                columns, rows, left=len(columns))
+             _short(r.get(second)) if r.get(second) is not None else "", str(r.get("epochs", "")), f"{r['time_s']:.3g}"]
+            for r in ranked]
+    return grid(f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)}; "
+                f"ties: {wins} {second}, then trial order)", columns, rows, left=len(columns))
 
 
 def _short(value: Any) -> str:
