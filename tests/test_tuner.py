@@ -220,6 +220,7 @@ def test_sigterm_keeps_the_finished_trials(blobs, tmp_path, ranks):
     _, stderr = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, stderr
     assert "stopped by SIGTERM after" in stderr and "of 400 trial(s) finished" in stderr and "Traceback" not in stderr
+    assert f"Continue with: magmadnn tune {config} -q --out {out} --resume" in stderr, stderr
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert 3 <= len(rows) < 400 and all(r["status"] == "ok" for r in rows)
     assert (out / "model.npz").exists() and (out / "best_config.yaml").exists()

@@ -129,20 +129,18 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     B.select(device, saved.config.precision)
     network = restore(saved)
-    chunks = _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn)
-    header = list(keep) + _header(saved, network, proba)
     tally: dict[str, Any] = {"rows": 0, "unseen": {}}
-
-    first = _predicted_rows(next(chunks), network, saved, proba, keep, strict, tally)
+    rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist()
+            for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
+    first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
 
     def write(f: IO[bytes]) -> None:
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
         try:
             writer = csv.writer(text, lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(first.tolist())
-            for table in chunks:
-                writer.writerows(_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist())
+            writer.writerow(list(keep) + _header(saved, network, proba))
+            for chunk in itertools.chain([first], rows):
+                writer.writerows(chunk)
             text.flush()
         finally:
             text.detach()  # leave the underlying file (maybe stdout) open

@@ -197,14 +197,19 @@ def _search(config: Config, trials: list[Overrides], out_dir: Path, reporter: Re
     if comm.is_root and results:
         write_results(results, base, out_dir, search, reporter)
     if stopped:
-        kept = (f"wrote {out_dir}/trials.csv, best_config.yaml and model.npz for them" if results
-                else "nothing was written")
-        interrupted = Interrupted(f"stopped by {signal.Signals(stopped).name} after {len(results)} of {len(trials)} "
-                                  f"trial(s) finished; {kept}. Continue with: {resume_command(out_dir)}", stopped)
-        interrupted.collective = comm.size == 1  # under MPI: end the workers still training (an abort)
-        raise interrupted
+        raise _interrupted(stopped, len(results), len(trials), out_dir, comm)
     comm.barrier()
     return results if comm.is_root else []
+
+
+def _interrupted(stopped: int, finished: int, trials: int, out_dir: Path, comm: Communicator) -> Interrupted:
+    """A stopped search: what its finished trials left, and the exact command that continues it."""
+    kept = (f"wrote {out_dir}/trials.csv, best_config.yaml and model.npz for them" if finished
+            else "nothing was written")
+    interrupted = Interrupted(f"stopped by {signal.Signals(stopped).name} after {finished} of {trials} trial(s) "
+                              f"finished; {kept}. Continue with: {resume_command(out_dir)}", stopped)
+    interrupted.collective = comm.size == 1  # under MPI: end the workers still training (an abort)
+    return interrupted
 
 
 def _to_run(trials: list[Overrides], search: SearchConfig, results: list[dict]) -> list[int]:
