@@ -65,6 +65,15 @@ def test_auto_leaves_images_as_the_reader_scales_them(tmp_path):
     assert data.train.x.min() >= 0 and data.train.x.max() <= 1.0 and data.train.x.max() > 0.9   # scaled only
 
 
+def test_auto_leaves_features_the_config_scales_itself_as_scaled(tmp_path):
+    """Pixel rows without data.shape (an MLP on MNIST): data.scale says how they are scaled."""
+    data = prepare(DataConfig(train=_scaled_table(tmp_path), target="label", validation_split=0.0, scale=0.5,
+                              columns={"colour": "ignore"}), "classification", 0)
+    raw = prepare(DataConfig(train=_scaled_table(tmp_path), target="label", validation_split=0.0,
+                             normalize="none", columns={"colour": "ignore"}), "classification", 0)
+    np.testing.assert_allclose(data.train.x, raw.train.x * 0.5, rtol=1e-6)
+
+
 def test_none_on_columns_of_very_different_scales_is_said_with_the_fix(tmp_path):
     data = prepare(DataConfig(train=_scaled_table(tmp_path), target="label", validation_split=0.0, normalize="none"),
                    "classification", 0)

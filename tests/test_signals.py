@@ -81,6 +81,7 @@ def test_an_interrupt_that_numpy_turned_into_another_error_is_reported_as_the_in
         raise TypeError("result array type does not match underlying function")
     monkeypatch.setattr(summary, "summarize", converted)
     (tmp_path / "c.yaml").write_text(CONFIG)
+    (tmp_path / "train.csv").write_text("a,label\n1,x\n")
     code, _, err = run_cli(capsys, "summary", str(tmp_path / "c.yaml"))
     assert code == 130, err
     assert "interrupted" in err and "internal error" not in err

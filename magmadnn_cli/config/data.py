@@ -66,7 +66,8 @@ class DataConfig(Strict):
     stratify: bool = Field(True, description="classification splits and folds keep each class's share")
     normalize: Literal["auto", "none", "minmax", "standard"] = Field(
         "auto", description="auto: tables' number columns standardized (mean 0, std 1 on the training rows, "
-                            "stored in the model), images as read (data.scale); none | minmax | standard")
+                            "stored in the model); images and features scaled by data.scale as read and scaled; "
+                            "none | minmax | standard")
     target_normalize: Literal["auto", "standard", "none"] = Field(
         "auto", description="regression targets: auto = standard (fitted on training rows, stored; predictions "
                             "in the data's units)")

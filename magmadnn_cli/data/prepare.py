@@ -272,7 +272,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
     numbers = encoder.number_mask() if encoder.columns else None
-    method = normalize_method(cfg.normalize, x)
+    method = normalize_method(cfg, x)
     normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers)
     notes += [n for n in [scale_note(x[parts["train"]], cfg, numbers, encoder.output_names())] if n]
     scale_targets = task == "regression" and cfg.target_normalize != "none"
@@ -297,11 +297,12 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes)
 
 
-def normalize_method(setting: str, x: np.ndarray) -> str:
-    """`data.normalize` resolved: auto standardizes tables (flat rows) and leaves images as read."""
-    if setting != "auto":
-        return setting
-    return "standard" if x.ndim == 2 else "none"
+def normalize_method(cfg: DataConfig, x: np.ndarray) -> str:
+    """`data.normalize` resolved: auto standardizes tables (flat rows) and leaves as read (and scaled)
+    images and features the config scales itself (`data.scale`, e.g. pixels 0-255 -> 0-1)."""
+    if cfg.normalize != "auto":
+        return cfg.normalize
+    return "standard" if x.ndim == 2 and cfg.scale is None else "none"
 
 
 SCALE_GAP = 100.0  # number columns whose spreads differ more than this train poorly unscaled
