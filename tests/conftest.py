@@ -124,6 +124,18 @@ training:
 """
 
 
+def project(folder, text: str = BLOBS_CONFIG):
+    """blobs.csv and a config `c.yaml` of `text` in `folder`; returns the config's path."""
+    blobs_csv(folder / "blobs.csv")
+    (folder / "c.yaml").write_text(text)
+    return folder / "c.yaml"
+
+
+def snapshot(folder) -> dict[str, bytes]:
+    """Every file under `folder` by relative path, with its bytes (to prove nothing changed)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture
 def blobs(tmp_path):
     """A tiny real project: blobs.csv and a config beside it. Returns the config path."""

@@ -13,17 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import BLOBS_CONFIG, blobs_csv, run_cli
+from conftest import BLOBS_CONFIG, project, run_cli, snapshot
 
 
-def _project(tmp_path, text=BLOBS_CONFIG):
-    blobs_csv(tmp_path / "blobs.csv")
-    (tmp_path / "c.yaml").write_text(text)
-    return tmp_path / "c.yaml"
 
 
-def _snapshot(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _refused(result, *needles):
@@ -36,64 +30,64 @@ def _refused(result, *needles):
 
 @pytest.mark.parametrize("name", ["..", ".", ".hidden", "-x", "a/b", "a\x00b", "x" * 101])
 def test_run_names_are_one_safe_path_component(name, capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path, BLOBS_CONFIG.replace("name: blobs", f"name: {name!r}"))
+    config = project(tmp_path, BLOBS_CONFIG.replace("name: blobs", f"name: {name!r}"))
     monkeypatch.chdir(tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     _refused(run_cli(capsys, "train", config, "-q"), "name")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_a_run_refused_after_its_folder_was_made_leaves_no_folders_behind(capsys, tmp_path, monkeypatch):
     """The run folder and every parent the run created (runs/, --out's new parents) go with a refusal."""
-    config = _project(tmp_path)
+    config = project(tmp_path)
     monkeypatch.chdir(tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     wrong_width = ["--set", "model.layers.1.units=4", "-q"]
     _refused(run_cli(capsys, "train", config, *wrong_width), "the output layer has 4 units")
     _refused(run_cli(capsys, "train", config, "--out", "new/deeper/run", *wrong_width), "4 units")
     _refused(run_cli(capsys, "train", config, "--out", "new/" + "x" * 300 + "/run", "-q"), "cannot create the folder")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blobs.csv", "c.yaml"]
 
 
 def test_out_holding_the_users_files_is_refused(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     (tmp_path / "config.yaml").write_text("# my hand-commented config\nname: mine\n")
     monkeypatch.chdir(tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     _refused(run_cli(capsys, "train", config, "--out", ".", "-q"), "--out .: holds files magmadnn did not write",
              "give a new or empty folder")
     _refused(run_cli(capsys, "train", config, "--out", ".", "-q", "--overwrite"), "did not write")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_a_rerun_writes_a_new_version_and_keeps_the_earlier_run(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", config, "-q", "--set", "training.epochs=2")[0] == 0
-    first = _snapshot(tmp_path / "runs" / "blobs")
+    first = snapshot(tmp_path / "runs" / "blobs")
     code, out, err = run_cli(capsys, "train", config, "--set", "training.epochs=2")
     assert code == 0, err
     assert "runs/blobs holds an earlier run, which is kept; this run writes runs/blobs-2" in " ".join(out.split())
-    assert _snapshot(tmp_path / "runs" / "blobs") == first
+    assert snapshot(tmp_path / "runs" / "blobs") == first
     assert (tmp_path / "runs" / "blobs-2" / "model.npz").exists()
 
 
 def test_an_explicit_out_holding_a_run_is_refused_unless_overwrite(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     out = tmp_path / "run"
     assert run_cli(capsys, "train", config, "--out", out, "-q", "--set", "training.epochs=2")[0] == 0
-    before = _snapshot(out)
+    before = snapshot(out)
     _refused(run_cli(capsys, "train", config, "--out", out, "-q"), "holds an earlier run", "--overwrite",
              "magmadnn train --resume")
-    assert _snapshot(out) == before
+    assert snapshot(out) == before
     code, _, err = run_cli(capsys, "train", config, "--out", out, "-q", "--overwrite", "--set", "training.epochs=3")
     assert code == 0, err
-    assert _snapshot(out)["model.npz"] != before["model.npz"]
+    assert snapshot(out)["model.npz"] != before["model.npz"]
 
 
 def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_taken_over(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -110,7 +104,7 @@ def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_taken_over(capsys, 
 
 
 def _model(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q", "--set", "training.epochs=2")[0] == 0
     return tmp_path / "run" / "model.npz"
 
@@ -120,13 +114,13 @@ def test_predict_never_writes_over_links_devices_or_its_inputs(capsys, tmp_path)
     data = tmp_path / "blobs.csv"
     (tmp_path / "mine.txt").write_text("keep me\n")
     (tmp_path / "link.csv").symlink_to(tmp_path / "mine.txt")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "link.csv"), "is a symbolic link")
     _refused(run_cli(capsys, "predict", model, data, "-o", "/dev/null"), "not a regular file")
     _refused(run_cli(capsys, "predict", model, data, "-o", data), "is the command's own input")
     _refused(run_cli(capsys, "predict", model, data, "-o", model), "is the command's own input")
     _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path), "is a folder")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     code, out, err = run_cli(capsys, "predict", model, data, "-o", "-")
     assert code == 0 and out.splitlines()[0] == "prediction" and len(out.splitlines()) == 121
 
@@ -136,29 +130,29 @@ def test_predict_replaces_an_existing_file_only_with_overwrite(capsys, tmp_path)
     model = _model(capsys, tmp_path)
     data = tmp_path / "blobs.csv"
     (tmp_path / "mine.yaml").write_text("my: config\n")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml"),
              f"--output {tmp_path / 'mine.yaml'}: exists; it is not replaced without --overwrite")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     code, _, err = run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml", "--overwrite")
     assert code == 0, err
     assert (tmp_path / "mine.yaml").read_text().splitlines()[0] == "prediction"
 
 
 def test_tune_over_an_earlier_search_is_refused_with_the_ways_on(capsys, tmp_path):
-    config = _project(tmp_path, BLOBS_CONFIG.replace("epochs: 15", "epochs: 2")
+    config = project(tmp_path, BLOBS_CONFIG.replace("epochs: 15", "epochs: 2")
                       + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
     out = tmp_path / "search"
     assert run_cli(capsys, "tune", config, "--out", out, "-q")[0] == 0
-    before = _snapshot(out)
+    before = snapshot(out)
     _refused(run_cli(capsys, "tune", config, "--out", out, "-q"), "holds an earlier search", "--overwrite",
              "magmadnn tune --resume")
-    assert _snapshot(out) == before
+    assert snapshot(out) == before
     assert run_cli(capsys, "tune", config, "--out", out, "-q", "--overwrite")[0] == 0
 
 
 def test_written_configs_train_again_from_any_directory_bit_for_bit(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path, BLOBS_CONFIG.replace("seed: 1\n", "")  # the drawn seed is recorded
+    config = project(tmp_path, BLOBS_CONFIG.replace("seed: 1\n", "")  # the drawn seed is recorded
                       + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", "c.yaml", "--out", "first", "-q", "--set", "training.epochs=3")[0] == 0
@@ -178,7 +172,7 @@ def test_written_configs_train_again_from_any_directory_bit_for_bit(capsys, tmp_
 
 
 def test_data_paths_expand_home_and_variables(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path, BLOBS_CONFIG.replace("train: blobs.csv", "train: $BLOBS_DIR/blobs.csv"))
+    config = project(tmp_path, BLOBS_CONFIG.replace("train: blobs.csv", "train: $BLOBS_DIR/blobs.csv"))
     monkeypatch.setenv("BLOBS_DIR", str(tmp_path))
     assert run_cli(capsys, "validate", config)[0] == 0
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -195,7 +189,7 @@ def test_data_paths_expand_home_and_variables(capsys, tmp_path, monkeypatch):
 ])
 def test_layer_names_are_unique_and_safe(layers, expected, capsys, tmp_path):
     text = BLOBS_CONFIG.split("model:")[0] + f"model:\n  layers: {layers}\n" + BLOBS_CONFIG.split("softmax}\n")[1]
-    config = _project(tmp_path, text)
+    config = project(tmp_path, text)
     _refused(run_cli(capsys, "train", config, "--out", tmp_path / "out", "-q"), expected)
     assert not (tmp_path / "out").exists()
 
@@ -211,20 +205,20 @@ def test_output_files_follow_the_umask(capsys, tmp_path):
 
 
 def test_resuming_into_another_runs_folder_needs_overwrite(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     for name in ("a", "b"):
         assert run_cli(capsys, "train", config, "--out", tmp_path / name, "-q", "--set", "training.epochs=1")[0] == 0
-    before = _snapshot(tmp_path / "b")
+    before = snapshot(tmp_path / "b")
     _refused(run_cli(capsys, "train", config, "--resume", tmp_path / "a", "--out", tmp_path / "b", "-q",
                      "--set", "training.epochs=2"), "holds an earlier run", "--overwrite")
-    assert _snapshot(tmp_path / "b") == before
+    assert snapshot(tmp_path / "b") == before
     code, _, err = run_cli(capsys, "train", config, "--resume", tmp_path / "a", "--out", tmp_path / "c", "-q",
                            "--set", "training.epochs=2")
     assert code == 0, err
 
 
 def test_overwrite_without_checkpoints_removes_the_old_ones(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path)
     out = tmp_path / "run"
     assert run_cli(capsys, "train", config, "--out", out, "-q", "--set", "training.epochs=1")[0] == 0
     assert list((out / "checkpoints").glob("step*.npz"))

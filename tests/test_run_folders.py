@@ -9,20 +9,13 @@ import shlex
 
 import pytest
 
-from conftest import BLOBS_CONFIG, blobs_csv, run_cli
+from conftest import BLOBS_CONFIG, project, run_cli, snapshot
 
 SHORT = BLOBS_CONFIG.replace("epochs: 15", "epochs: 2")
 SEARCH = "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n"
 
 
-def _project(folder, text=SHORT):
-    blobs_csv(folder / "blobs.csv")
-    (folder / "c.yaml").write_text(text)
-    return folder / "c.yaml"
 
-
-def _snapshot(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _flat(text: str) -> str:
@@ -31,15 +24,15 @@ def _flat(text: str) -> str:
 
 # -- the same versioning, refusal and flags ----------------------------------------------------------
 def test_a_second_tune_writes_a_new_version_and_keeps_the_first(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path, SHORT + SEARCH)
+    config = project(tmp_path, SHORT + SEARCH)
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "tune", config, "-q")[0] == 0
-    first = _snapshot(tmp_path / "runs" / "blobs-tune")
+    first = snapshot(tmp_path / "runs" / "blobs-tune")
     code, out, err = run_cli(capsys, "tune", config)
     assert code == 0, err
     assert ("runs/blobs-tune holds an earlier search, which is kept; this search writes runs/blobs-tune-2 "
             "(--overwrite replaces the earlier one)") in _flat(out)
-    assert _snapshot(tmp_path / "runs" / "blobs-tune") == first
+    assert snapshot(tmp_path / "runs" / "blobs-tune") == first
     assert (tmp_path / "runs" / "blobs-tune-2" / "model.npz").exists()
     code, _, err = run_cli(capsys, "tune", config, "-q", "--overwrite")
     assert code == 0, err
@@ -47,7 +40,7 @@ def test_a_second_tune_writes_a_new_version_and_keeps_the_first(capsys, tmp_path
 
 
 def test_tune_resume_without_out_continues_the_newest_search(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path, SHORT + SEARCH)
+    config = project(tmp_path, SHORT + SEARCH)
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
         assert run_cli(capsys, "tune", config, "-q")[0] == 0
@@ -60,24 +53,24 @@ def test_tune_resume_without_out_continues_the_newest_search(capsys, tmp_path, m
 
 
 def test_a_second_cross_validation_writes_a_new_version(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", config, "--folds", "3", "-q")[0] == 0
-    first = _snapshot(tmp_path / "runs" / "blobs")
+    first = snapshot(tmp_path / "runs" / "blobs")
     code, out, err = run_cli(capsys, "train", config, "--folds", "3")
     assert code == 0, err
     assert "runs/blobs holds an earlier run, which is kept; this run writes runs/blobs-2" in _flat(out)
-    assert _snapshot(tmp_path / "runs" / "blobs") == first and (tmp_path / "runs" / "blobs-2" / "metrics.json").exists()
+    assert snapshot(tmp_path / "runs" / "blobs") == first and (tmp_path / "runs" / "blobs-2" / "metrics.json").exists()
 
 
 def test_cross_validation_over_a_trained_run_is_refused_and_overwrite_leaves_no_stale_model(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     out = tmp_path / "run"
     assert run_cli(capsys, "train", config, "--out", out, "-q")[0] == 0
-    before = _snapshot(out)
+    before = snapshot(out)
     code, _, err = run_cli(capsys, "train", config, "--folds", "3", "--out", out, "-q")
     assert code == 2 and "holds an earlier run" in _flat(err) and "--overwrite" in err, err
-    assert _snapshot(out) == before
+    assert snapshot(out) == before
     code, _, err = run_cli(capsys, "train", config, "--folds", "3", "--out", out, "-q", "--overwrite")
     assert code == 0, err
     assert not (out / "model.npz").exists() and not list(out.glob("checkpoints/*.npz"))  # the replaced run's
@@ -90,7 +83,7 @@ WRONG_WIDTH = ("--set", "model.layers.1.units=4")
 
 
 def test_a_cross_validation_that_fails_its_checks_claims_no_folder(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", config, "--folds", "3", "-q")[0] == 0
     code, out, err = run_cli(capsys, "train", config, "--folds", "3", *WRONG_WIDTH)
@@ -100,7 +93,7 @@ def test_a_cross_validation_that_fails_its_checks_claims_no_folder(capsys, tmp_p
 
 
 def test_a_search_that_fails_its_checks_claims_no_folder(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path, SHORT + SEARCH)
+    config = project(tmp_path, SHORT + SEARCH)
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "tune", config, "-q")[0] == 0
     code, out, err = run_cli(capsys, "tune", config, "--set", "search.space={optimizer.learning_rate: "
@@ -111,7 +104,7 @@ def test_a_search_that_fails_its_checks_claims_no_folder(capsys, tmp_path, monke
 
 
 def test_a_training_that_fails_its_checks_claims_no_folder(capsys, tmp_path, monkeypatch):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", config, "-q")[0] == 0
     code, out, err = run_cli(capsys, "train", config, *WRONG_WIDTH)
@@ -121,7 +114,7 @@ def test_a_training_that_fails_its_checks_claims_no_folder(capsys, tmp_path, mon
 
 # -- regression folds are shuffled, not stratified ------------------------------------------------
 def test_cross_validation_names_its_folds_by_the_task(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     code, out, err = run_cli(capsys, "train", config, "--folds", "3", "--out", tmp_path / "classes")
     assert code == 0 and "3-fold cross-validation (stratified, seed 1)" in out, err
     regression = SHORT.replace("target: label", "target: f4\n  features: [f1, f2, f3]").replace(
@@ -134,7 +127,7 @@ def test_cross_validation_names_its_folds_by_the_task(capsys, tmp_path):
 
 # -- predict and evaluate: a run folder or a model file -------------------------------------------
 def test_predict_and_evaluate_take_a_run_folder_or_its_model_file(capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
     data = tmp_path / "blobs.csv"
     by_file = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", data)
@@ -147,7 +140,7 @@ def test_predict_and_evaluate_take_a_run_folder_or_its_model_file(capsys, tmp_pa
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
 def test_a_cross_validation_folder_holds_no_model_and_says_how_to_train_one(command, capsys, tmp_path):
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     cv = tmp_path / "cv"
     assert run_cli(capsys, "train", config, "--folds", "3", "--out", cv, "-q")[0] == 0
     code, out, err = run_cli(capsys, command, cv, tmp_path / "blobs.csv")
@@ -164,7 +157,7 @@ def test_a_cross_validation_folder_holds_no_model_and_says_how_to_train_one(comm
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
 def test_an_interrupted_run_folder_says_so_with_the_resume_command(command, capsys, tmp_path):
     """What a run stopped before its end leaves: its marker and checkpoints, no model file yet."""
-    config = _project(tmp_path)
+    config = project(tmp_path, SHORT)
     run = tmp_path / "run"
     assert run_cli(capsys, "train", config, "--out", run, "-q")[0] == 0
     for name in ("model.npz", "metrics.json", "metrics.csv", "config.yaml"):
@@ -179,7 +172,7 @@ def test_an_interrupted_run_folder_says_so_with_the_resume_command(command, caps
 
 
 def test_a_folder_that_is_no_run_says_what_it_expected(capsys, tmp_path):
-    _project(tmp_path)
+    project(tmp_path, SHORT)
     (tmp_path / "empty").mkdir()
     code, _, err = run_cli(capsys, "predict", tmp_path / "empty", tmp_path / "blobs.csv")
     assert code == 2 and f"{tmp_path / 'empty'}: no model.npz in this folder" in _flat(err), err
@@ -199,7 +192,7 @@ def test_predict_strict_to_stdout_writes_nothing_before_failing(capsys, tmp_path
 
 # -- -q: one line, where the results went ---------------------------------------------------------
 def test_quiet_cross_validation_and_search_say_only_where_the_results_went(capsys, tmp_path):
-    config = _project(tmp_path, SHORT + SEARCH)
+    config = project(tmp_path, SHORT + SEARCH)
     code, out, err = run_cli(capsys, "train", config, "--folds", "3", "--out", tmp_path / "cv", "-q")
     assert code == 0 and out.splitlines() == [f"wrote {tmp_path / 'cv'}/metrics.json, metrics.csv, config.yaml "
                                               "(no model: train without --folds for one)"], out
