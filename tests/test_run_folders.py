@@ -201,3 +201,17 @@ def test_quiet_cross_validation_and_search_say_only_where_the_results_went(capsy
     assert out.startswith("best: trial ") and f"wrote {tmp_path / 's'}/trials.csv" in out
     code, out, err = run_cli(capsys, "tune", config, "--out", tmp_path / "s2")  # trials say no "wrote" of their own
     assert code == 0 and "trials/0" not in out, out
+
+
+def test_a_run_that_replaces_another_and_fails_leaves_no_model_of_the_old_one(capsys, tmp_path):
+    """--overwrite: the replaced run's model goes when the new run starts, so a folder never offers a
+    model that its config and metrics do not describe (here the new run diverges)."""
+    config = project(tmp_path, SHORT)
+    out = tmp_path / "r"
+    assert run_cli(capsys, "train", config, "--out", out, "-q")[0] == 0
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q",
+                           "--set", "optimizer.learning_rate=1e30", "--set", "optimizer.type=sgd")
+    assert code != 0 and "No model file was written" in err
+    assert not (out / "model.npz").exists()
+    code, _, err = run_cli(capsys, "evaluate", out, "--split", "test")
+

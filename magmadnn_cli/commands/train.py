@@ -85,8 +85,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             reporter.info(tip)
         if ckpt is not None:
             _resume(ckpt, run, reporter)
-        elif comm.is_root and (removed := clear(out_dir / "checkpoints")):  # with or without new ones
-            reporter.info(f"removed {removed} checkpoint(s) of the run this one replaces in {out_dir / 'checkpoints'}")
+        elif comm.is_root:
+            replace_earlier_run(out_dir, reporter)
         history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper,
                                   prune=prune)
         run.trainer.check_weights()
@@ -101,6 +101,16 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                           + (", checkpoints/" if run.saver is not None else ""))
         comm.barrier()
     return RunResult(out_dir, metrics, history)
+
+
+def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
+    """A fresh run in a folder that held one (--overwrite) starts without its checkpoints and its
+    model: until this run writes its own, the folder offers no model its metrics do not describe."""
+    if removed := clear(out_dir / "checkpoints"):  # with or without new ones
+        reporter.info(f"removed {removed} checkpoint(s) of the run this one replaces in {out_dir / 'checkpoints'}")
+    if (out_dir / "model.npz").is_file():
+        (out_dir / "model.npz").unlink()
+        reporter.info(f"removed {out_dir / 'model.npz'} of the run this one replaces")
 
 
 def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
