@@ -25,9 +25,8 @@ from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.builder import task_of
-from ..training.checkpoint import clear
-from .run_dir import MODEL, choose, locked, on_root, version_note
-from .train import SPLITS, build, report
+from .run_dir import choose, locked, on_root, version_note
+from .train import SPLITS, build, replace_earlier_run, report
 
 
 def fold_metrics(config: Config, k: int, folds: int,
@@ -118,14 +117,9 @@ def _begin(out_dir: Path, note: str | None, reporter: Reporter) -> None:
     and checkpoints of a run it replaces (--overwrite), which would otherwise outlive it."""
     if note:
         reporter.info(note)
-    model, checkpoints = out_dir / MODEL, out_dir / "checkpoints"
-    had_model = model.exists()
-    model.unlink(missing_ok=True)
-    removed = clear(checkpoints)
+    replace_earlier_run(out_dir, reporter)
     with contextlib.suppress(OSError):
-        checkpoints.rmdir()  # only when empty
-    if had_model or removed:
-        reporter.info(f"removed {MODEL} and {removed} checkpoint(s) of the run this one replaces in {out_dir}")
+        (out_dir / "checkpoints").rmdir()  # only when empty: a cross-validation writes none
 
 
 def _say(reporter: Reporter, result: dict[str, Any], folds: int) -> None:

@@ -36,7 +36,7 @@ from ..training.evaluation import split_report
 from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
-from .run_dir import choose, classify, locked, on_every_rank, on_root
+from .run_dir import MODEL, choose, classify, locked, on_every_rank, on_root, version_note
 
 
 @dataclass
@@ -106,11 +106,12 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
 def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
     """A fresh run in a folder that held one (--overwrite) starts without its checkpoints and its
     model: until this run writes its own, the folder offers no model its metrics do not describe."""
-    if removed := clear(out_dir / "checkpoints"):  # with or without new ones
-        reporter.info(f"removed {removed} checkpoint(s) of the run this one replaces in {out_dir / 'checkpoints'}")
-    if (out_dir / "model.npz").is_file():
-        (out_dir / "model.npz").unlink()
-        reporter.info(f"removed {out_dir / 'model.npz'} of the run this one replaces")
+    had_model = (out_dir / MODEL).is_file()
+    (out_dir / MODEL).unlink(missing_ok=True)
+    removed = clear(out_dir / "checkpoints")  # with or without new ones
+    gone = [MODEL] * had_model + [f"{removed} checkpoint(s)"] * bool(removed)
+    if gone:
+        reporter.info(f"removed {' and '.join(gone)} of the run this one replaces in {out_dir}")
 
 
 def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
@@ -123,9 +124,7 @@ def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, c
     wanted = given or origin or Path("runs") / config.name
     continuing = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin) or classify(origin) != "run")
     chosen = on_root(comm, lambda: choose(wanted, "run", given is not None or ckpt is not None, overwrite, continuing))
-    moved = None if chosen == wanted else (f"{wanted} holds an earlier run, which is kept; this run writes {chosen} "
-                                           "(--overwrite replaces the earlier one)")
-    return chosen, moved
+    return chosen, version_note(wanted, chosen, "run")
 
 
 def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
