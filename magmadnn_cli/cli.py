@@ -54,15 +54,21 @@ OverwriteFileOpt = Annotated[bool, typer.Option("--overwrite", metavar="", help=
 OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", metavar="", help="allow --processes above 4 per core")]
 
 
+def _load(config: Path, overrides: list[str] | None, draw_seed: bool = True):
+    """The config, validated, and checked against what its distributed strategy supports."""
+    from .config.loading import load_config
+    from .distributed.strategies import config_problems
+    return load_config(config, overrides or [], draw_seed, checks=(config_problems,))
+
+
 def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True,
                      oversubscribe: bool = False):
     """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's
-    communicator. A missing seed stays missing: the command draws one for all ranks (or takes the
-    one of the run it resumes)."""
-    from .config.loading import load_config
+    communicator (tune's ranks share out trials: `strategy` False, plain MPI). A missing seed stays
+    missing: the command draws one for all ranks (or takes the one of the run it resumes)."""
     from .distributed import get_communicator
     from .distributed.launcher import check_processes, launch, should_launch, strip_processes
-    cfg = load_config(config, overrides or [], draw_seed=False)
+    cfg = _load(config, overrides, draw_seed=False)
     ranks = processes or cfg.distributed.processes
     if should_launch(ranks):
         check_processes(ranks, oversubscribe)
@@ -207,8 +213,7 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);
     print it resolved, with every default and the seed."""
     from .commands.train import check
-    from .config.loading import load_config
-    cfg = load_config(config, set_ or [])
+    cfg = _load(config, set_)
     check(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),
@@ -268,9 +273,8 @@ def schema() -> None:
 @app.command()
 def summary(config: ConfigArg, set_: SetOpt = None) -> None:
     """Layers, output shapes, parameter counts and FLOPs per sample."""
-    from .config.loading import load_config
     from .commands.summary import summarize
-    out.print(summarize(load_config(config, set_ or [])))
+    out.print(summarize(_load(config, set_)))
 
 
 def main() -> None:

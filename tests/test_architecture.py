@@ -3,6 +3,7 @@ core/, mpi4py only in distributed/, typer and rich only in the CLI and reporting
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -30,3 +31,81 @@ def test_the_folders_are_the_layers():
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert folders == ["commands", "config", "core", "data", "distributed", "nn", "training"]
     assert not (PACKAGE / "config" / "schema.py").read_text().count("import numpy")
+
+
+# -- distributed strategies: one registry ------------------------------------------------------------
+STRATEGY_NAMES = {"allreduce", "ring", "parameter_server", "shared_memory", "async"}
+
+
+def _strategy_literals(node: ast.AST) -> list[str]:
+    """The strategy names written as string literals in one operand of a comparison."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and i.value in STRATEGY_NAMES]
+
+
+def test_strategy_names_are_compared_only_inside_distributed():
+    """Outside distributed/ code asks the strategy for a fact (`strategy_of(config).model_parallel`)
+    instead of comparing its name (`config.distributed.strategy == "async"`)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE))
+        if where.startswith("distributed/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                names = [n for operand in (node.left, *node.comparators) for n in _strategy_literals(operand)]
+                found += [f"{where}:{node.lineno} compares {n!r}" for n in names]
+    assert not found, "strategy names compared outside distributed/:\n" + "\n".join(found)
+
+
+def test_the_config_names_exactly_the_registered_strategies():
+    from typing import get_args
+
+    from magmadnn_cli.config.schema import DistributedConfig
+    from magmadnn_cli.distributed.strategies import STRATEGIES
+    assert set(get_args(DistributedConfig.model_fields["strategy"].annotation)) == set(STRATEGIES)
+    assert set(STRATEGIES) == STRATEGY_NAMES | {"auto"}
+
+
+def _distributed_imports(path) -> set[str]:
+    """The distributed/ modules `path` imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 2 and (node.module or "").startswith("distributed"):
+            parts = node.module.split(".")
+            found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+    return found
+
+
+def test_distributed_modules_import_each_other_without_a_circle():
+    """Every import counts, a lazy one inside a function too: it still makes each module's meaning
+    depend on the other. Base modules (comm, data_parallel) import no strategy's module; the
+    registry (strategies) imports them."""
+    folder = PACKAGE / "distributed"
+    graph = {p.stem: _distributed_imports(p) - {p.stem} for p in folder.glob("*.py")}
+    assert graph["comm"] == set() and graph["data_parallel"] == {"comm"}, graph
+    assert {"mpi", "shared", "async_sgd", "model_parallel", "data_parallel"} <= graph["strategies"], graph
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import circle: {' -> '.join((*path, module))}"
+        if module not in done:
+            for imported in sorted(graph.get(module, ())):
+                visit(imported, (*path, module))
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
+
+
+def test_the_strategy_registry_loads_neither_numpy_nor_mpi():
+    """`magmadnn_cli.distributed` is imported before the launcher limits BLAS threads (numpy not yet
+    loaded), and mpi4py initializes MPI on import: the registry loads implementations when used."""
+    import subprocess
+    import sys
+    code = ("import sys, magmadnn_cli.distributed, magmadnn_cli.distributed.strategies\n"
+            "print(sorted(m for m in ('numpy', 'mpi4py') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

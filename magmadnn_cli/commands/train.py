@@ -18,9 +18,9 @@ from ..config.schema import Config
 from ..core import backend as B
 from ..data.augment import augment
 from ..data.prepare import Prepared, class_weights, prepare
-from ..distributed import Communicator, SingleProcess
+from ..distributed import Communicator, SingleProcess, strategies
 from ..distributed.async_sgd import AsyncParallel
-from ..distributed.data_parallel import DataParallel, data_parallel
+from ..distributed.data_parallel import DataParallel
 from ..distributed.model_parallel import ModelGroups, model_groups
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
@@ -134,11 +134,11 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     exactly this)."""
     reporter = reporter or Reporter()
     seed = config.seed if config.seed is not None else 0
+    strategy = strategies.check(config)
     device, task, data = on_every_rank(comm, lambda: device_and_data(config, comm, seed, fold))
-    groups = parallel_layout(config, comm, reporter)
+    groups = parallel_layout(config, comm, reporter, strategy)
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
-    parallel = data_parallel(network, optimizer, comm, config.distributed.sync_batchnorm, groups,
-                             config.distributed.strategy == "async", config.distributed.max_staleness)
+    parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
     trainer = make_trainer(config, parallel, task, reporter, saver)
@@ -211,12 +211,13 @@ def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: Mod
     return network, optimizer
 
 
-def parallel_layout(config: Config, comm: Communicator, reporter: Reporter) -> ModelGroups:
-    """The data- and model-parallel groups of `distributed.model_parallel` on this many ranks."""
+def parallel_layout(config: Config, comm: Communicator, reporter: Reporter,
+                    strategy: strategies.Strategy) -> ModelGroups:
+    """The data- and model-parallel groups of `distributed.model_parallel` on this many ranks (and
+    the strategy's warning when it needs more ranks than this run has)."""
     split = config.distributed.model_parallel
-    if config.distributed.strategy == "async" and comm.size == 1:
-        reporter.warn("distributed.strategy async needs 2 ranks or more (a server and a worker); this run has 1 "
-                      "process, so it trains synchronously")
+    if too_few := strategy.too_few_ranks(comm.size):
+        reporter.warn(too_few)
     if split > 1 and comm.size == 1:
         reporter.warn(f"distributed.model_parallel: {split} needs {split} ranks or a multiple; this run has 1 "
                       "process, so the layers stay whole")

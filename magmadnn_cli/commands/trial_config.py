@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config.loading import apply_override, format_validation_error, parse_override
+from ..config.loading import apply_override, format_problems, format_validation_error, parse_override
 from ..config.schema import Config, Distribution, DistributedConfig, SearchConfig
+from ..distributed.strategies import config_problems, strategy_of
 from ..errors import ConfigError
 
 Overrides = dict[str, Any]
@@ -42,16 +43,22 @@ def check_space(base: dict, search: SearchConfig) -> None:
 
 
 def _problem(base: dict, key: str, value: Any) -> str | None:
-    """What is wrong with the base config with `key` set to `value`, located at that key; None if valid."""
+    """What is wrong with the base config with `key` set to `value` (what the schema refuses, or
+    its strategy does not support), located at that key; None if valid."""
     try:
         data = _trial_data(base, {key: value})
-        Config.model_validate(data)
+        problems = config_problems(Config.model_validate(data))
     except ConfigError as exc:
         return str(exc)
     except ValidationError as exc:
-        origin = {_path(key): f"search.space.{key} = {value!r}"}
-        return format_validation_error(exc, data, Path("config"), {}, origin).split("\n", 1)[1]
+        return format_validation_error(exc, data, Path("config"), {}, _origin(key, value)).split("\n", 1)[1]
+    if problems:
+        return format_problems(problems, Path("config"), {}, _origin(key, value)).split("\n", 1)[1]
     return None
+
+
+def _origin(key: str, value: Any) -> dict[tuple, str]:
+    return {_path(key): f"search.space.{key} = {value!r}"}
 
 
 def _values(spec: list[Any] | Distribution) -> list[Any]:
@@ -67,9 +74,10 @@ def one_process(config: Config) -> Config:
 
 
 def split_layouts(config: Config) -> str | None:
-    """The search's note when the config asks for asynchronous SGD or split layers."""
+    """The search's note when the config asks for a strategy whose steps differ from one process's
+    (asynchronous SGD) or for split layers."""
     dist = config.distributed
-    asked = [f"strategy {dist.strategy}"] * (dist.strategy == "async") + \
+    asked = [f"strategy {dist.strategy}"] * (not strategy_of(config).exact_on_any_rank_count) + \
         [f"model_parallel {dist.model_parallel}"] * (dist.model_parallel > 1)
     return (f"distributed {' and '.join(asked)}: each trial trains on one process (the ranks share out the "
             "trials), so they apply when best_config.yaml is trained") if asked else None

@@ -8,7 +8,7 @@ import re
 import os
 import secrets
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, Callable, Sequence, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -22,6 +22,7 @@ MAX_VALUES = 100_000  # ... and so is a document that aliases expand beyond this
 MAX_DEPTH = 100  # nesting levels
 MAX_BYTES = 1 << 20  # a config file's size
 Location = tuple[Any, ...]
+Check = Callable[[Config], list[tuple[Location, str]]]  # a valid config -> (path, problem) of what it cannot run
 
 
 class _Loader(yaml.SafeLoader):
@@ -232,8 +233,11 @@ def apply_override(data: dict, path: Location, value: Any, origin: str) -> None:
         raise ConfigError(f"{origin}: cannot set {last!r} inside a {type(node).__name__}")
 
 
-def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), draw_seed: bool = True) -> Config:
-    """Read, override, resolve paths, validate; a seed is drawn if the config has none (and `draw_seed`)."""
+def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), draw_seed: bool = True,
+                checks: Sequence[Check] = ()) -> Config:
+    """Read, override, resolve paths, validate, then run `checks` (the runtime's, which the config
+    cannot import: e.g. what the distributed strategy supports), their problems located like the
+    schema's; a seed is drawn if the config has none (and `draw_seed`)."""
     path = Path(path)
     data, lines = read_yaml(path)
     origins: dict[Location, str] = {}
@@ -247,6 +251,9 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), d
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, data, path, lines, origins)) from exc
+    problems = [problem for check in checks for problem in check(config)]
+    if problems:
+        raise ConfigError(format_problems(problems, path, lines, origins))
     for key, text in written.items():
         _check_data_file(key, text, Path(data[key[0]][key[1]]), _where(key, path, lines, origins),
                          None if key in origins else path.resolve().parent)
@@ -406,6 +413,19 @@ def _other_member(error: dict[str, Any], path: Location, paths: list[Location]) 
     return siblings and wrong_shape
 
 
+def format_problems(problems: list[tuple[Location, str]], file: Path, lines: dict[Location, int],
+                    origins: dict[Location, str]) -> str:
+    """Problems of a valid config (`load_config`'s checks), each located and worded as the schema's."""
+    blocks = list(dict.fromkeys(f"{_where(p, file, lines, origins)}: {'.'.join(map(str, p)) or '(top level)'}: {what}"
+                                for p, what in problems))
+    return _invalid(blocks)
+
+
+def _invalid(blocks: list[str]) -> str:
+    count = f"{len(blocks)} problem{'s' if len(blocks) > 1 else ''}"
+    return f"invalid config ({count}):\n" + "\n".join(blocks)
+
+
 def format_validation_error(exc: ValidationError, data: Any, file: Path, lines: dict[Location, int],
                             origins: dict[Location, str]) -> str:
     blocks: list[str] = []
@@ -423,5 +443,4 @@ def format_validation_error(exc: ValidationError, data: Any, file: Path, lines: 
         if block not in seen:
             seen.add(block)
             blocks.append(block)
-    count = f"{len(blocks)} problem{'s' if len(blocks) > 1 else ''}"
-    return f"invalid config ({count}):\n" + "\n".join(blocks)
+    return _invalid(blocks)

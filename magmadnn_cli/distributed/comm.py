@@ -71,7 +71,7 @@ class SingleProcess(Communicator):
     """One process: every collective is the identity."""
 
 
-ACTIVE: list[Communicator] = []  # the communicator of this process, once made
+ACTIVE: list[Communicator] = []  # the communicator of this process, once made (strategies.get_communicator)
 
 
 def _env_int(*keys: str) -> int | None:
@@ -93,22 +93,6 @@ def launched_rank() -> int:
 
 def local_ranks() -> int:
     return _env_int("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE") or launched_ranks() or 1
-
-
-def get_communicator(strategy: str = "auto") -> Communicator:
-    """MPI when this process runs under an MPI launcher with several ranks, else SingleProcess."""
-    if ACTIVE:
-        return ACTIVE[0]
-    if launched_ranks() <= 1:
-        comm: Communicator = SingleProcess()
-    elif strategy in ("auto", "shared_memory"):
-        from .shared import SharedMemoryCommunicator  # noqa: PLC0415 (mpi4py initializes MPI on import)
-        comm = SharedMemoryCommunicator(across_nodes=strategy == "shared_memory")
-    else:
-        from .mpi import MPICommunicator  # noqa: PLC0415
-        comm = MPICommunicator("allreduce" if strategy == "async" else strategy)  # async: for evaluation's sums
-    ACTIVE.append(comm)
-    return comm
 
 
 def abort_if_distributed(code: int) -> None:

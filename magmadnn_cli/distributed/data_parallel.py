@@ -4,9 +4,9 @@ step buffer (the flat gradients plus the step's statistics, reduced by ONE allre
 and batchnorm's reduction over ranks. The training loop calls `reduce` and `update` and has no
 `if distributed` branches; the optimizer knows nothing of ranks.
 
-`data_parallel()` picks the implementation: `DataParallel` (every rank holds and updates all the
-weights) or, for the shared_memory strategy, `shared.ShardedDataParallel` (one copy per node, the
-reduction and the update split between the node's ranks).
+`DataParallel` is the base: every rank holds and updates all the weights. Strategies refine it
+(`shared.ShardedDataParallel`, `model_parallel.ModelParallel`, `async_sgd.AsyncParallel`); each
+strategy's declaration in `strategies` picks its wrapper.
 """
 
 from __future__ import annotations
@@ -94,20 +94,3 @@ class DataParallel:
                 self.comm.allreduce_sum(buffer)
                 buffer /= self.comm.size
 
-
-def data_parallel(network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True,
-                  groups: Any = None, asynchronous: bool = False, max_staleness: int | None = None) -> DataParallel:
-    """The wrapper for this communicator: asynchronous SGD when asked (on 2 ranks or more), model
-    parallel when `groups` (`model_parallel.ModelGroups`) split the layers, else sharded in shared
-    memory where it asks for it and can."""
-    if asynchronous and comm.size > 1:
-        from .async_sgd import AsyncParallel  # noqa: PLC0415
-        return AsyncParallel(network, optimizer, comm, max_staleness)
-    if groups is not None and groups.split > 1:
-        from .model_parallel import ModelParallel  # noqa: PLC0415
-        return ModelParallel(network, optimizer, groups, sync_batchnorm)
-    if comm.size > 1 and getattr(comm, "wants_shared_memory", False):
-        from .shared import ShardedDataParallel, shared_memory_usable  # noqa: PLC0415 (imports mpi4py)
-        if shared_memory_usable(network, optimizer, comm):
-            return ShardedDataParallel(network, optimizer, comm, sync_batchnorm)
-    return DataParallel(network, optimizer, comm, sync_batchnorm)

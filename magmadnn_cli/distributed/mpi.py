@@ -25,20 +25,21 @@ MAX_PAUSE = 5e-4  # seconds between polls of a receive that has waited long
 
 
 class MPICommunicator(Communicator):
-    """`strategy`: allreduce (MPI's own), ring (reduce-scatter + allgather by point-to-point, as in
-    MagmaDNN's papers) or parameter_server (rank 0 sums and broadcasts)."""
+    """`reduction`: allreduce (MPI's own, or NCCL's for GPU buffers), ring (reduce-scatter +
+    allgather by point-to-point, as in MagmaDNN's papers) or parameter_server (rank 0 sums and
+    broadcasts); the last two stage GPU buffers through host memory."""
 
-    def __init__(self, strategy: str = "allreduce", part_of: "MPICommunicator | None" = None,
+    def __init__(self, reduction: str = "allreduce", part_of: "MPICommunicator | None" = None,
                  comm: Any = None) -> None:
         """The world (checked against the launcher, with an abort hook), or `comm`, a part of
         `part_of` (see `split`)."""
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.parent = part_of
-        self.strategy = strategy
-        self._nccl: NcclReducer | bool | None = None if part_of is None else False  # lazy; False: none
-        self._reduce = {"allreduce": self._allreduce, "ring": self._ring,
-                        "parameter_server": self._parameter_server}[strategy]
+        self.reduction = reduction
+        self._reduce, on_device = {"allreduce": (self._allreduce, True), "ring": (self._ring, False),
+                                   "parameter_server": (self._parameter_server, False)}[reduction]
+        self._nccl: NcclReducer | bool | None = None if on_device and part_of is None else False  # lazy; False: none
         if part_of is not None:
             self.local_rank, self.local_size = part_of.local_rank, part_of.local_size
             return
@@ -59,8 +60,8 @@ class MPICommunicator(Communicator):
         return self.comm.bcast(obj, root=root)
 
     def _device_reducer(self, array: Any) -> NcclReducer | None:
-        """NCCL for a GPU array under the allreduce strategy, made on first use (None: use MPI)."""
-        if isinstance(array, np.ndarray) or self.strategy != "allreduce" or self._nccl is False:
+        """NCCL for a GPU array under the allreduce reduction, made on first use (None: use MPI)."""
+        if isinstance(array, np.ndarray) or self._nccl is False:
             return None
         if self._nccl is None:  # NCCL needs a GPU of its own per rank on a node
             nccl = load_nccl() if B.xp.cuda.runtime.getDeviceCount() >= self.local_size else None
@@ -98,9 +99,9 @@ class MPICommunicator(Communicator):
         return gathered if isinstance(local, np.ndarray) else B.to_device(gathered)
 
     def split(self, color: int, key: int) -> "MPICommunicator":
-        """The ranks with this `color` (ordered by `key`), reducing with the same strategy through
+        """The ranks with this `color` (ordered by `key`), reducing the same way through
         MPI (NCCL's communicator spans the world only); aborting it ends the whole job."""
-        return MPICommunicator(self.strategy, part_of=self, comm=self.comm.Split(color, key))
+        return MPICommunicator(self.reduction, part_of=self, comm=self.comm.Split(color, key))
 
     # Point to point: a waiting rank polls with growing pauses instead of spinning in MPI's blocking
     # receive, so a master or parameter server that mostly waits leaves its core to the workers.

@@ -33,8 +33,6 @@ class SharedMemoryCommunicator(MPICommunicator):
     """MPI plus the node topology the sharded strategy needs: `local` (the ranks of this node) and
     `cross` (the ranks holding the same share on every node)."""
 
-    wants_shared_memory = True
-
     def __init__(self, across_nodes: bool = True) -> None:
         super().__init__("allreduce")
         self.across_nodes = across_nodes
