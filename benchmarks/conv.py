@@ -40,13 +40,13 @@ def gemm_floor(flops: float, steps: int) -> float:
 
 
 def lenet(batch: int = 64):
-    return ([Conv2D(6, 5, padding="same", activation="relu"), Pool2D("max", 2), Conv2D(16, 5, activation="relu"),
-             Pool2D("max", 2), Flatten(), Dense(120, "relu"), Dense(84, "relu"), Dense(10, "softmax")],
+    return ([Conv2D.of(filters=6, kernel_size=5, padding="same", activation="relu"), Pool2D.of(mode="max", pool_size=2), Conv2D.of(filters=16, kernel_size=5, activation="relu"),
+             Pool2D.of(mode="max", pool_size=2), Flatten.of(), Dense.of(units=120, activation="relu"), Dense.of(units=84, activation="relu"), Dense.of(units=10, activation="softmax")],
             (1, 28, 28), batch, CrossEntropy())
 
 
 def cifar_layer(batch: int = 32):
-    return [Conv2D(64, 3, padding="same")], (3, 32, 32), batch, MeanSquaredError()
+    return [Conv2D.of(filters=64, kernel_size=3, padding="same")], (3, 32, 32), batch, MeanSquaredError()
 
 
 def ours(layers, shape, batch, loss, algorithm: str = "auto"):
@@ -73,7 +73,7 @@ def torch_step(name: str, batch: int):
     nn = torch.nn
     if name == "lenet5":
         model = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
-                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
+                              nn.MaxPool2d(2), nn.Flatten.of(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
                               nn.ReLU(), nn.Linear(84, 10))
         x, y = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
         loss_fn = nn.functional.cross_entropy

@@ -40,9 +40,9 @@ def best_times(fns, steps: int, repeats: int = 5) -> list[float]:
 
 def engine_step(layers: int):
     xp = B.xp
-    net = Network([Dense(HIDDEN, "sigmoid") for _ in range(layers)] + [Dense(CLASSES, "softmax")],
+    net = Network([Dense.of(units=HIDDEN, activation="sigmoid") for _ in range(layers)] + [Dense.of(units=CLASSES, activation="softmax")],
                   (INPUTS,), CrossEntropy(), seed=0)
-    opt = SGD(learning_rate=0.05, weight_decay=0.001)
+    opt = SGD.of(learning_rate=0.05, weight_decay=0.001)
     rng = np.random.default_rng(0)
     x = B.to_device(rng.random((BATCH, INPUTS), dtype=np.float32))
     y = B.to_device(rng.integers(0, CLASSES, BATCH))

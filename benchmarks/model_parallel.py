@@ -94,9 +94,9 @@ def build(world: Communicator, widths: list[int], split: int) -> tuple[ModelGrou
     """The layout's groups, the network split over its model group, the wrapper, the collectives' timer."""
     groups = model_groups(world, split)
     timed = Timed(groups.model)
-    layers = [Dense(w, "relu") for w in widths[1:-1]] + [Dense(widths[-1], "softmax")]
+    layers = [Dense.of(units=w, activation="relu") for w in widths[1:-1]] + [Dense.of(units=widths[-1], activation="softmax")]
     net = Network(layers, (widths[0],), CrossEntropy(), seed=0, group=timed)
-    return groups, net, data_parallel(net, Adam(learning_rate=1e-3), groups.data, groups=groups), timed
+    return groups, net, data_parallel(net, Adam.of(learning_rate=1e-3), groups.data, groups=groups), timed
 
 
 def worker(args: argparse.Namespace) -> None:

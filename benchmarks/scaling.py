@@ -23,23 +23,18 @@ IMAGE = (1, 16, 16)
 
 
 def build(model: str):
-    from magmadnn_cli.nn.layers import BatchNorm, Conv2D, Dense, Dropout, Flatten, GlobalAvgPool, Pool2D
+    from magmadnn_cli.nn.layers import Activation, BatchNorm, Conv2D, Dense, Dropout, GlobalAvgPool, Pool2D
     from magmadnn_cli.nn.losses import CrossEntropy
     from magmadnn_cli.nn.network import Network
 
     if model == "conv":  # two conv -> batchnorm -> relu stages, as in resnet_small
-        layers = [Conv2D(16, 3, padding="same", use_bias=False), BatchNorm(), Activation("relu"), Pool2D("max", 2),
-                  Conv2D(32, 3, padding="same", use_bias=False), BatchNorm(), Activation("relu"), GlobalAvgPool(),
-                  Dense(CLASSES, "softmax")]
+        layers = [Conv2D.of(filters=16, kernel_size=3, padding="same", use_bias=False), BatchNorm.of(), Activation.of(activation="relu"), Pool2D.of(mode="max", pool_size=2),
+                  Conv2D.of(filters=32, kernel_size=3, padding="same", use_bias=False), BatchNorm.of(), Activation.of(activation="relu"), GlobalAvgPool.of(),
+                  Dense.of(units=CLASSES, activation="softmax")]
         return Network(layers, IMAGE, CrossEntropy(), seed=0), IMAGE
-    hidden = [[Dense(HIDDEN, "sigmoid")] + ([Dropout(0.2)] if model == "dropout" else []) for _ in range(LAYERS)]
-    return Network([x for block in hidden for x in block] + [Dense(CLASSES, "softmax")], (INPUTS,),
+    hidden = [[Dense.of(units=HIDDEN, activation="sigmoid")] + ([Dropout.of(rate=0.2)] if model == "dropout" else []) for _ in range(LAYERS)]
+    return Network([x for block in hidden for x in block] + [Dense.of(units=CLASSES, activation="softmax")], (INPUTS,),
                    CrossEntropy(), seed=0), (INPUTS,)
-
-
-def Activation(name: str):
-    from magmadnn_cli.nn.layers import Activation as A
-    return A(name)
 
 
 def timed_reduce(comm, seconds: list[float]):
@@ -58,7 +53,7 @@ def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batc
 
     comm = get_communicator(strategy)
     net, shape = build(model)
-    parallel = data_parallel(net, SGD(learning_rate=0.05, weight_decay=0.001), comm, sync_batchnorm)
+    parallel = data_parallel(net, SGD.of(learning_rate=0.05, weight_decay=0.001), comm, sync_batchnorm)
     in_layers = [0.0]
     if net.mode.reduce is not None:
         net.mode.reduce = timed_reduce(comm, in_layers)

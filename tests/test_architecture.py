@@ -109,3 +109,66 @@ def test_the_strategy_registry_loads_neither_numpy_nor_mpi():
             "print(sorted(m for m in ('numpy', 'mpi4py') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# -- one declaration per component -----------------------------------------------------------------
+def _kinds():
+    from magmadnn_cli.config.layers import LayerSpec
+    from magmadnn_cli.config.losses import LossSpec
+    from magmadnn_cli.config.optimizers import OptimizerBase
+    from magmadnn_cli.nn.layers import Layer
+    from magmadnn_cli.nn.losses import Loss
+    from magmadnn_cli.nn.optimizers import Optimizer
+    return {"layer": (LayerSpec, Layer), "loss": (LossSpec, Loss), "optimizer": (OptimizerBase, Optimizer)}
+
+
+@pytest.mark.parametrize("kind", ["layer", "loss", "optimizer"])
+def test_every_declaration_has_exactly_one_implementation_and_back(kind):
+    declaration, runtime = _kinds()[kind]
+    declared, implemented = declaration.declarations, runtime.implementations
+    assert declared and set(declared) == set(implemented), f"{kind}s declared but not implemented, or back"
+    for tag, cls in implemented.items():
+        assert cls.declaration is declared[tag], f"{cls.__name__} implements {tag!r} with another declaration"
+    some = next(iter(implemented.values()))
+    with pytest.raises(TypeError, match="already implemented"):
+        type("Twin", (some,), {"declaration": some.declaration})
+
+
+@pytest.mark.parametrize("kind", ["layer", "loss", "optimizer"])
+def test_the_runtime_restates_no_hyperparameter(kind):
+    """A runtime class takes its validated declaration: no default or range of its own."""
+    import inspect
+    _, runtime = _kinds()[kind]
+    allowed = {"self", "declared", "name", "steps_per_epoch", "epochs"}
+    for cls in {runtime, *runtime.implementations.values()}:
+        extra = set(inspect.signature(cls.__init__).parameters) - allowed
+        assert not extra, f"{cls.__name__}.__init__ takes {sorted(extra)}: hyperparameters belong to its declaration"
+
+
+def test_the_config_unions_are_the_declarations():
+    from typing import get_args
+    from magmadnn_cli.config.layers import InitializerName, InitializerSpec, LayerSpec
+    from magmadnn_cli.config.losses import LossSpec
+    from magmadnn_cli.config.optimizers import OptimizerBase, ScheduleBase
+    from magmadnn_cli.config.schema import Layer, Loss, Optimizer, Schedule, union_tags
+    from magmadnn_cli.nn.initializers import FACTORIES, INITIALIZERS
+    for union, base in ((Layer, LayerSpec), (Loss, LossSpec), (Optimizer, OptimizerBase), (Schedule, ScheduleBase)):
+        assert union_tags(union) <= set(base.declarations) and union_tags(union)
+    for schedule in ScheduleBase.declarations.values():
+        assert "decayed" in vars(schedule), f"{schedule.__name__} declares no math"
+    assert set(FACTORIES) == set(InitializerSpec.declarations)
+    assert set(INITIALIZERS) == set(get_args(InitializerName)) - set(FACTORIES)
+
+
+def test_no_table_restates_the_declarations():
+    """Facts (a loss's task and fused activation, which layers pass the output through) are read from
+    the declarations: the old restating tables are gone."""
+    pattern = re.compile(r"^(TASKS|LOSS_OUTPUT|PASS_THROUGH|SCHEDULES)\s*[:=]", re.M)
+    found = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if pattern.search(p.read_text())]
+    assert not found, found
+
+
+def test_the_config_layer_knows_nothing_of_numpy():
+    numpy = re.compile(r"^\s*(from|import)\s+(numpy|cupy)\b", re.M)
+    found = [p.name for p in (PACKAGE / "config").glob("*.py") if numpy.search(p.read_text())]
+    assert not found, found

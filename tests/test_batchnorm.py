@@ -60,7 +60,7 @@ def test_batchnorm_layer_state_is_saved_and_restored(capsys, tmp_path, blobs):
 
 
 def test_batchnorm_after_dense_in_a_network_uses_running_stats_in_eval():
-    net = Network([Dense(4), BatchNorm()], (3,), MeanSquaredError(), seed=0)
+    net = Network([Dense.of(units=4), BatchNorm.of()], (3,), MeanSquaredError(), seed=0)
     x = rng.normal(size=(8, 3)).astype(np.float32)
     net.forward_backward(x, np.zeros((8, 4), np.float32))
     a, b = net.predict(x[:1]), net.predict(x[:1])  # eval: one row, deterministic, no batch statistics

@@ -7,15 +7,16 @@ import json
 
 import pytest
 
-from magmadnn_cli.config.schema import ActivationName, InitializerName, Layer, Loss, Optimizer, Schedule, union_tags
+from magmadnn_cli.config.layers import ActivationName, InitializerName
+from magmadnn_cli.config.schema import Layer, Loss, Optimizer, Schedule, union_tags
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.errors import ConfigError
 from magmadnn_cli.core.graph import ACTIVATIONS
-from magmadnn_cli.nn.initializers import INITIALIZERS
+from magmadnn_cli.distributed.strategies import config_problems
+from magmadnn_cli.nn.initializers import FACTORIES, INITIALIZERS
 from magmadnn_cli.nn.layers import LAYERS
 from magmadnn_cli.nn.losses import LOSSES
 from magmadnn_cli.nn.optimizers import OPTIMIZERS
-from magmadnn_cli.nn.schedules import SCHEDULES
 from typing import get_args
 
 from conftest import BLOBS_CONFIG, ROOT, run_cli
@@ -25,7 +26,7 @@ def _errors_for(tmp_path, text: str, *overrides: str) -> str:
     path = tmp_path / "c.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
-        load_config(path, overrides)
+        load_config(path, overrides, checks=(config_problems,))  # as the commands load a config
     return str(info.value)
 
 
@@ -137,12 +138,13 @@ def test_a_missing_seed_is_drawn_and_recorded(tmp_path):
 
 
 def test_registries_and_schema_tags_are_the_same_sets():
-    assert union_tags(Layer) == set(LAYERS)
+    shipped = {tag for tag, cls in LAYERS.items() if cls.__module__.startswith("magmadnn_cli")}  # not tests' own
+    assert union_tags(Layer) == shipped
     assert union_tags(Loss) == set(LOSSES)
     assert union_tags(Optimizer) == set(OPTIMIZERS)
-    assert union_tags(Schedule) == set(SCHEDULES)
+    assert union_tags(Schedule) == {"constant", "step", "exponential", "cosine"}
     assert set(get_args(ActivationName)) == set(ACTIVATIONS)
-    assert set(get_args(InitializerName)) | {"constant"} == set(INITIALIZERS)
+    assert set(get_args(InitializerName)) | {"constant"} == set(INITIALIZERS) | set(FACTORIES)
 
 
 def test_validate_command_prints_resolved_config(capsys, blobs):

@@ -72,9 +72,9 @@ def test_pool_forward_and_gradients(mode, kernel, stride, pad):
 
 
 def test_cnn_layers_shapes_and_gradients_through_a_network():
-    layers = [Conv2DLayer(4, 3, padding="same", activation="tanh"), Pool2DLayer("max", 2),
-              Conv2DLayer(5, (2, 2), stride=1, activation="relu"), Pool2DLayer("avg", 2, stride=1),
-              Flatten(), Dense(3, "softmax")]
+    layers = [Conv2DLayer.of(filters=4, kernel_size=3, padding="same", activation="tanh"), Pool2DLayer.of(mode="max", pool_size=2),
+              Conv2DLayer.of(filters=5, kernel_size=(2, 2), stride=1, activation="relu"), Pool2DLayer.of(mode="avg", pool_size=2, stride=1),
+              Flatten.of(), Dense.of(units=3, activation="softmax")]
     net = Network(layers, (2, 8, 8), CrossEntropy(), seed=0)
     assert [layer.output_shape for layer in layers] == [(4, 8, 8), (4, 4, 4), (5, 3, 3), (5, 2, 2), (20,), (3,)]
     x, y = rng.normal(size=(3, 2, 8, 8)), rng.integers(0, 3, size=3)
@@ -84,11 +84,11 @@ def test_cnn_layers_shapes_and_gradients_through_a_network():
 
 def test_conv_layer_errors():
     with pytest.raises(ShapeError, match=r"expected \(channels, height, width\) input; received \(64,\)"):
-        Network([Conv2DLayer(4)], (64,), CrossEntropy())
+        Network([Conv2DLayer.of(filters=4)], (64,), CrossEntropy())
     with pytest.raises(MagmaError, match="padding 'same' needs stride 1"):
-        Network([Conv2DLayer(4, 2, padding="same")], (1, 8, 8), CrossEntropy())
+        Network([Conv2DLayer.of(filters=4, kernel_size=2, padding="same")], (1, 8, 8), CrossEntropy())
     with pytest.raises(ShapeError, match="does not fit input"):
-        Network([Conv2DLayer(4, 9)], (1, 8, 8), CrossEntropy())
+        Network([Conv2DLayer.of(filters=4, kernel_size=9)], (1, 8, 8), CrossEntropy())
 
 
 @pytest.mark.slow
@@ -107,16 +107,17 @@ def test_data_shape_must_fit_the_columns(capsys, tmp_path):
 
 
 def test_residual_block_gradients_and_shape_rule():
-    from magmadnn_cli.nn.layers import BatchNorm, GlobalAvgPool, Residual
-    block = Residual([Conv2DLayer(2, 3, padding="same", activation="tanh"), BatchNorm(),
-                      Conv2DLayer(2, 3, padding="same")], activation="tanh", name="res")
-    layers = [block, GlobalAvgPool(), Dense(3, "softmax")]
+    from magmadnn_cli.nn.layers import GlobalAvgPool, Residual
+    conv = {"type": "conv2d", "filters": 2, "kernel_size": 3, "padding": "same"}
+    block = Residual.of(layers=[{**conv, "activation": "tanh"}, {"type": "batchnorm"}, conv], activation="tanh",
+                        name="res")
+    layers = [block, GlobalAvgPool.of(), Dense.of(units=3, activation="softmax")]
     net = Network(layers, (2, 5, 5), CrossEntropy(), seed=1)
-    assert [p.name for p in net.parameters][:2] == ["res.conv2d/kernel", "res.conv2d/bias"]
+    assert [p.name for p in net.parameters][:2] == ["res.conv2d_0/kernel", "res.conv2d_0/bias"]
     from test_network import _network_grad_check
     _network_grad_check(net, rng.normal(size=(4, 2, 5, 5)), rng.integers(0, 3, size=4))
     with pytest.raises(ShapeError, match=r"a residual block must keep the shape"):
-        Network([Residual([Conv2DLayer(3, 3, padding="same")])], (2, 5, 5), CrossEntropy())
+        Network([Residual.of(layers=[{**conv, "filters": 3}])], (2, 5, 5), CrossEntropy())
 
 
 def test_resnet_config_trains_and_round_trips(capsys, tmp_path):

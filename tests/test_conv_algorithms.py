@@ -121,9 +121,9 @@ def test_max_pool_before_relu_gives_the_same_values_and_gradients():
         grads.append(v.grad)
     assert values[0] == values[1]
     np.testing.assert_array_equal(grads[0], grads[1])
-    layer_out = Pool2DLayer("max", 2)(Activate(Variable("x", x), get_activation("relu")), None)
+    layer_out = Pool2DLayer.of(mode="max", pool_size=2)(Activate(Variable("x", x), get_activation("relu")), None)
     assert isinstance(layer_out, Activate) and isinstance(layer_out.inputs[0], Pool2D)
-    tanh_out = Pool2DLayer("max", 2)(Activate(Variable("x", x), get_activation("tanh")), None)
+    tanh_out = Pool2DLayer.of(mode="max", pool_size=2)(Activate(Variable("x", x), get_activation("tanh")), None)
     assert isinstance(tanh_out, Pool2D)  # tanh saturates: ties would move, so no reordering
 
 

@@ -25,13 +25,13 @@ def test_auto_falls_back_quietly_and_explicit_gpu_is_a_clear_error():
         B.select("gpu")
 
 
-def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make_opt=lambda: Adam(learning_rate=0.01)):
+def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make_opt=lambda: Adam.of(learning_rate=0.01)):
     B.select(device, precision)
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(64, 20)).astype(precision))
     y = B.to_device(rng.integers(0, 4, 64))
     # dropout masks are counter-based: the same on the GPU as on the CPU
-    net = Network([Dense(32, hidden), Dropout(0.3), Dense(32, "relu"), Dense(4, "softmax")], (20,), CrossEntropy(), seed=3)
+    net = Network([Dense.of(units=32, activation=hidden), Dropout.of(rate=0.3), Dense.of(units=32, activation="relu"), Dense.of(units=4, activation="softmax")], (20,), CrossEntropy(), seed=3)
     opt = make_opt()
     opt.set_segments(net.parameter_shapes)
     losses = []
@@ -46,11 +46,11 @@ def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision,tol", [("float64", 1e-10), ("float32", 2e-4)])
 @pytest.mark.parametrize("hidden,make_opt", [
-    ("tanh", lambda: Adam(learning_rate=0.01)),
-    ("sigmoid", lambda: SGD(learning_rate=0.5, weight_decay=0.01)),  # the fused GPU kernels
-    ("sigmoid", lambda: SGD(learning_rate=0.1, momentum=0.9, nesterov=True)),
-    ("tanh", lambda: LARS(learning_rate=2.0, weight_decay=0.01)),  # per-tensor norms on the device
-    ("tanh", lambda: LAMB(learning_rate=0.01, weight_decay=0.01)),
+    ("tanh", lambda: Adam.of(learning_rate=0.01)),
+    ("sigmoid", lambda: SGD.of(learning_rate=0.5, weight_decay=0.01)),  # the fused GPU kernels
+    ("sigmoid", lambda: SGD.of(learning_rate=0.1, momentum=0.9, nesterov=True)),
+    ("tanh", lambda: LARS.of(learning_rate=2.0, weight_decay=0.01)),  # per-tensor norms on the device
+    ("tanh", lambda: LAMB.of(learning_rate=0.01, weight_decay=0.01)),
 ])
 def test_gpu_matches_cpu(precision, tol, hidden, make_opt):
     cpu = _run("cpu", precision, hidden=hidden, make_opt=make_opt)
@@ -79,11 +79,11 @@ def _cnn_run(device: str, precision: str = "float64"):
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(6, 2, 8, 8)).astype(precision))
     y = B.to_device(rng.integers(0, 3, 6))
-    layers = [Conv2D(4, 3, padding="same", activation="relu"), BatchNorm(), Pool2D("max", 2),
-              Residual([Conv2D(4, 3, padding="same", activation="tanh"), Conv2D(4, 3, padding="same")], "relu"),
-              Pool2D("avg", 2, stride=1), GlobalAvgPool(), Dense(3, "softmax")]
+    layers = [Conv2D.of(filters=4, kernel_size=3, padding="same", activation="relu"), BatchNorm.of(), Pool2D.of(mode="max", pool_size=2),
+              Residual.of(layers=[Conv2D.of(filters=4, kernel_size=3, padding="same", activation="tanh"), Conv2D.of(filters=4, kernel_size=3, padding="same")], activation="relu"),
+              Pool2D.of(mode="avg", pool_size=2, stride=1), GlobalAvgPool.of(), Dense.of(units=3, activation="softmax")]
     net = Network(layers, (2, 8, 8), CrossEntropy(), seed=2)
-    opt = SGD(learning_rate=0.1, momentum=0.9)
+    opt = SGD.of(learning_rate=0.1, momentum=0.9)
     for _ in range(3):
         loss = float(net.forward_backward(x, y))
         opt.step(net.flat_params, net.flat_grads)

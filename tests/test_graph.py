@@ -139,6 +139,6 @@ def test_minimize_quadratic_converges_to_three():
     x = Variable("x", np.array(0.0), requires_grad=True)
     c = Variable("c", np.array(5.0))
     expr = (x - 3.0) ** 2 + c
-    final = minimize(Graph(expr), SGD(learning_rate=0.1), steps=200, wrt=[x])
+    final = minimize(Graph(expr), SGD.of(learning_rate=0.1), steps=200, wrt=[x])
     assert float(x.value) == pytest.approx(3.0, abs=1e-6)
     assert final == pytest.approx(5.0, abs=1e-6)

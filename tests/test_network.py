@@ -39,15 +39,15 @@ def _network_grad_check(net: Network, x: np.ndarray, y: np.ndarray) -> None:
     (MeanAbsoluteError, 2, "tanh", lambda: rng.normal(size=(6, 2))),
 ])
 def test_network_gradients_match_finite_differences(loss, out_units, out_act, target):
-    layers = [Input((2, 3)), Flatten(), Dense(5, "tanh"), Activation("leaky_relu", alpha=0.1),
-              Dense(4, "gelu", name="hidden2"), Dropout(0.0), Dense(out_units, out_act, name="out")]
+    layers = [Input.of(shape=(2, 3)), Flatten.of(), Dense.of(units=5, activation="tanh"), Activation.of(activation="leaky_relu", alpha=0.1),
+              Dense.of(units=4, activation="gelu", name="hidden2"), Dropout.of(rate=0.0), Dense.of(units=out_units, activation=out_act, name="out")]
     net = Network(layers, (2, 3), loss(), seed=3)
     _network_grad_check(net, rng.normal(size=(6, 2, 3)), target())
 
 
 @pytest.mark.usefixtures("float64")
 def test_separate_softmax_layer_is_fused_with_cross_entropy():
-    net = Network([Dense(4, "relu"), Dense(3), Activation("softmax")], (2,), CrossEntropy(), seed=1)
+    net = Network([Dense.of(units=4, activation="relu"), Dense.of(units=3), Activation.of(activation="softmax")], (2,), CrossEntropy(), seed=1)
     assert net.logits is not net.output
     x, y = rng.normal(size=(5, 2)), rng.integers(0, 3, size=5)
     _network_grad_check(net, x, y)
@@ -55,7 +55,7 @@ def test_separate_softmax_layer_is_fused_with_cross_entropy():
 
 
 def test_parameters_are_views_of_one_flat_buffer():
-    net = Network([Dense(4, "relu"), Dense(2)], (3,), MeanSquaredError())
+    net = Network([Dense.of(units=4, activation="relu"), Dense.of(units=2)], (3,), MeanSquaredError())
     assert net.num_parameters == 3 * 4 + 4 + 4 * 2 + 2
     net.flat_params[:] = 0.5
     assert all(np.all(p.value == 0.5) for p in net.parameters)
@@ -66,7 +66,7 @@ def test_parameters_are_views_of_one_flat_buffer():
 
 
 def test_bias_has_units_shape_independent_of_batch():
-    net = Network([Dense(7)], (3,), MeanSquaredError())
+    net = Network([Dense.of(units=7)], (3,), MeanSquaredError())
     bias = net.layers[0].weights["bias"]
     assert bias.value.shape == (7,)
     for batch in (1, 5):
@@ -75,7 +75,7 @@ def test_bias_has_units_shape_independent_of_batch():
 
 
 def test_dropout_is_inverted_in_training_and_identity_in_eval():
-    net = Network([Dropout(0.5)], (1000,), MeanSquaredError(), seed=0)
+    net = Network([Dropout.of(rate=0.5)], (1000,), MeanSquaredError(), seed=0)
     x = np.ones((20, 1000), np.float32)
     np.testing.assert_array_equal(net.predict(x), x)  # eval mode: untouched
     net.forward_backward(x, x)
@@ -111,21 +111,21 @@ def test_simple_initializers_and_bad_names():
 
 def test_shape_errors_name_the_layer_and_shapes():
     with pytest.raises(ShapeError, match=r"layer 'hidden' \(dense\): expected flat input.*\(2, 3\)"):
-        Network([Dense(4, name="hidden")], (2, 3), MeanSquaredError())
-    net = Network([Dense(4)], (3,), MeanSquaredError())
+        Network([Dense.of(units=4, name="hidden")], (2, 3), MeanSquaredError())
+    net = Network([Dense.of(units=4)], (3,), MeanSquaredError())
     with pytest.raises(ShapeError, match=r"expects samples of shape \(3,\); received a batch of shape \(2, 5\)"):
         net.predict(np.ones((2, 5), np.float32))
-    with pytest.raises(MagmaError, match="units must be positive; received units=0"):
-        Dense(0)
-    with pytest.raises(MagmaError, match="unknown activation 'sigmod'"):
-        Dense(3, "sigmod")
-    with pytest.raises(MagmaError, match=r"rate must be in \[0, 1\); received rate=1.5"):
-        Dropout(1.5)
+    with pytest.raises(MagmaError, match="dense: units: Input should be greater than 0; received units=0"):
+        Dense.of(units=0)
+    with pytest.raises(MagmaError, match="activation: Input should be 'linear', 'sigmoid'.*received units=3, activation='sigmod'"):
+        Dense.of(units=3, activation="sigmod")
+    with pytest.raises(MagmaError, match=r"dropout: rate: Input should be less than 1; received rate=1.5"):
+        Dropout.of(rate=1.5)
 
 
 def test_load_state_checks_names_and_shapes():
-    net = Network([Dense(4), Dense(2, name="out")], (3,), MeanSquaredError(), seed=1)
-    other = Network([Dense(4), Dense(2, name="out")], (3,), MeanSquaredError(), seed=2)
+    net = Network([Dense.of(units=4), Dense.of(units=2, name="out")], (3,), MeanSquaredError(), seed=1)
+    other = Network([Dense.of(units=4), Dense.of(units=2, name="out")], (3,), MeanSquaredError(), seed=2)
     other.load_state_dict(net.state_dict())
     np.testing.assert_array_equal(other.flat_params, net.flat_params)
     bad = dict(net.state_dict(), **{"out/kernel": np.zeros((5, 2))})
@@ -134,9 +134,10 @@ def test_load_state_checks_names_and_shapes():
 
 
 def test_registries_use_the_config_tags():
-    assert set(LAYERS) == {"input", "dense", "activation", "dropout", "flatten", "conv2d", "pool2d", "batchnorm",
-                           "global_avg_pool", "reshape", "residual"}
-    assert set(LOSSES) == {"cross_entropy", "binary_cross_entropy", "mse", "mae"}
+    shipped = {tag for tag, cls in LAYERS.items() if cls.__module__.startswith("magmadnn_cli")}
+    assert shipped == {"input", "dense", "activation", "dropout", "flatten", "conv2d", "pool2d", "batchnorm",
+                       "global_avg_pool", "reshape", "residual", "layer_norm"}
+    assert set(LOSSES) == {"cross_entropy", "binary_cross_entropy", "mse", "mae", "huber"}
 
 
 def _train(net, opt, x, y, steps):
@@ -148,8 +149,8 @@ def _train(net, opt, x, y, steps):
 def test_learns_xor():
     x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
     y = np.array([[0], [1], [1], [0]], np.float32)
-    net = Network([Dense(8, "tanh"), Dense(1, "sigmoid")], (2,), BinaryCrossEntropy(), seed=0)
-    _train(net, SGD(learning_rate=0.5, momentum=0.9), x, y, 300)
+    net = Network([Dense.of(units=8, activation="tanh"), Dense.of(units=1, activation="sigmoid")], (2,), BinaryCrossEntropy(), seed=0)
+    _train(net, SGD.of(learning_rate=0.5, momentum=0.9), x, y, 300)
     assert np.array_equal(net.predict(x) > 0.5, y > 0.5)
 
 
@@ -166,9 +167,9 @@ def spiral(n_per_class: int = 100, classes: int = 3, seed: int = 0) -> tuple[np.
 
 def test_learns_three_class_spiral():
     x, y = spiral()
-    net = Network([Dense(64, "relu", kernel_initializer="he_normal"), Dense(64, "relu"),
-                   Dense(3, "softmax")], (2,), CrossEntropy(), seed=0)
-    _train(net, Adam(learning_rate=0.01), x, y, 400)
+    net = Network([Dense.of(units=64, activation="relu", kernel_initializer="he_normal"), Dense.of(units=64, activation="relu"),
+                   Dense.of(units=3, activation="softmax")], (2,), CrossEntropy(), seed=0)
+    _train(net, Adam.of(learning_rate=0.01), x, y, 400)
     assert (net.predict(x).argmax(axis=1) == y).mean() >= 0.95
     xt, yt = spiral(seed=1)  # a fresh draw of the same distribution
     assert (net.predict(xt).argmax(axis=1) == yt).mean() >= 0.9

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from magmadnn_cli.nn import schedules
+from magmadnn_cli.config.optimizers import ConstantSchedule, CosineSchedule, ExponentialSchedule, StepSchedule
 from magmadnn_cli.nn import optimizers
 from magmadnn_cli.nn.optimizers import LAMB, LARS, OPTIMIZERS, SGD, Adagrad, Adam, AdamW, RMSprop
 
@@ -40,7 +40,7 @@ def test_sgd_plain():
     p1 = P0 - lr * GRADS[0]
     p2 = p1 - lr * GRADS[1]
     p3 = p2 - lr * GRADS[2]
-    assert_steps(SGD(learning_rate=lr), [p1, p2, p3])
+    assert_steps(SGD.of(learning_rate=lr), [p1, p2, p3])
 
 
 def test_sgd_momentum_and_nesterov():
@@ -51,11 +51,11 @@ def test_sgd_momentum_and_nesterov():
     p1 = P0 - lr * v1
     p2 = p1 - lr * v2
     p3 = p2 - lr * v3
-    assert_steps(SGD(learning_rate=lr, momentum=mu), [p1, p2, p3])
+    assert_steps(SGD.of(learning_rate=lr, momentum=mu), [p1, p2, p3])
     n1 = P0 - lr * (GRADS[0] + mu * v1)
     n2 = n1 - lr * (GRADS[1] + mu * v2)
     n3 = n2 - lr * (GRADS[2] + mu * v3)
-    assert_steps(SGD(learning_rate=lr, momentum=mu, nesterov=True), [n1, n2, n3])
+    assert_steps(SGD.of(learning_rate=lr, momentum=mu, nesterov=True), [n1, n2, n3])
 
 
 def _adam_reference(lr, b1, b2, eps, wd=0.0, decoupled=False):
@@ -73,13 +73,13 @@ def _adam_reference(lr, b1, b2, eps, wd=0.0, decoupled=False):
 
 
 def test_adam():
-    assert_steps(Adam(learning_rate=0.01), _adam_reference(0.01, 0.9, 0.999, 1e-8))
-    assert_steps(Adam(learning_rate=0.01, weight_decay=0.1), _adam_reference(0.01, 0.9, 0.999, 1e-8, wd=0.1))
+    assert_steps(Adam.of(learning_rate=0.01), _adam_reference(0.01, 0.9, 0.999, 1e-8))
+    assert_steps(Adam.of(learning_rate=0.01, weight_decay=0.1), _adam_reference(0.01, 0.9, 0.999, 1e-8, wd=0.1))
 
 
 def test_adamw_decouples_weight_decay():
     expected = _adam_reference(0.01, 0.9, 0.99, 1e-8, wd=0.1, decoupled=True)
-    assert_steps(AdamW(learning_rate=0.01, beta2=0.99, weight_decay=0.1), expected)
+    assert_steps(AdamW.of(learning_rate=0.01, beta2=0.99, weight_decay=0.1), expected)
     assert not np.allclose(expected[-1], _adam_reference(0.01, 0.9, 0.99, 1e-8, wd=0.1)[-1])
 
 
@@ -90,7 +90,7 @@ def test_adagrad():
         acc = acc + g * g
         p = p - lr * g / (np.sqrt(acc) + eps)
         out.append(p)
-    assert_steps(Adagrad(learning_rate=lr), out)
+    assert_steps(Adagrad.of(learning_rate=lr), out)
 
 
 def test_rmsprop():
@@ -100,7 +100,7 @@ def test_rmsprop():
         s = rho * s + (1 - rho) * g * g
         p = p - lr * g / (np.sqrt(s) + eps)
         out.append(p)
-    assert_steps(RMSprop(learning_rate=lr), out)
+    assert_steps(RMSprop.of(learning_rate=lr), out)
 
 
 def test_l2_weight_decay_is_added_to_the_gradient():
@@ -108,11 +108,11 @@ def test_l2_weight_decay_is_added_to_the_gradient():
     p1 = P0 - lr * (GRADS[0] + wd * P0)
     p2 = p1 - lr * (GRADS[1] + wd * p1)
     p3 = p2 - lr * (GRADS[2] + wd * p2)
-    assert_steps(SGD(learning_rate=lr, weight_decay=wd), [p1, p2, p3])
+    assert_steps(SGD.of(learning_rate=lr, weight_decay=wd), [p1, p2, p3])
 
 
 def test_clip_by_global_norm():
-    opt = SGD(learning_rate=1.0, clip_norm=0.1)
+    opt = SGD.of(learning_rate=1.0, clip_norm=0.1)
     p, g = np.zeros(2), np.array([3.0, 4.0])  # norm 5 -> scaled to 0.1
     opt.step(p, g.copy())
     np.testing.assert_allclose(p, -np.array([0.06, 0.08]))
@@ -123,33 +123,32 @@ def test_clip_by_global_norm():
 
 def test_custom_optimizer_is_one_update_rule():
     class SignSGD(SGD):
-        name = "signsgd"
-
         def update(self, p, g, lr, state):
             p -= lr * np.sign(g)
 
-    out = run(SignSGD(learning_rate=0.5), steps=1)[0]
+    out = run(SignSGD.of(learning_rate=0.5), steps=1)[0]
     np.testing.assert_allclose(out, P0 - 0.5 * np.sign(GRADS[0]))
-    assert set(OPTIMIZERS) == {"sgd", "adam", "adamw", "adagrad", "rmsprop", "lars", "lamb"}
+    assert set(OPTIMIZERS) == {"sgd", "adam", "adamw", "adagrad", "rmsprop", "lars", "lamb", "adamax"}
 
 
 def test_schedules_follow_their_formulas():
-    assert schedules.constant(0.1)(7.3) == 0.1
-    step = schedules.step(0.1, step_size=2, gamma=0.5)
-    assert [step(t) for t in (0, 1.9, 2, 4.5)] == pytest.approx([0.1, 0.1, 0.05, 0.025])
-    exp = schedules.exponential(0.1, gamma=0.5, decay_epochs=2)
-    assert exp(3) == pytest.approx(0.1 * 0.5 ** 1.5)
-    cos = schedules.cosine(0.1, epochs=10, min_lr=0.01)
-    assert cos(0) == pytest.approx(0.1)
-    assert cos(5) == pytest.approx(0.01 + 0.09 * 0.5)
-    assert cos(10) == pytest.approx(0.01) and cos(20) == pytest.approx(0.01)
-    assert cos(2.5) == pytest.approx(0.01 + 0.09 * 0.5 * (1 + math.cos(math.pi / 4)))
-    warm = schedules.warmup(schedules.constant(0.2), warmup_epochs=2)
-    assert [warm(t) for t in (0, 1, 2, 3)] == pytest.approx([0.0, 0.1, 0.2, 0.2])
+    assert ConstantSchedule.of().rate(0.1, 7.3, 10) == 0.1
+    step = StepSchedule.of(step_size=2, gamma=0.5)
+    assert [step.rate(0.1, t, 10) for t in (0, 1.9, 2, 4.5)] == pytest.approx([0.1, 0.1, 0.05, 0.025])
+    assert ExponentialSchedule.of(gamma=0.5, decay_epochs=2).rate(0.1, 3, 10) == pytest.approx(0.1 * 0.5 ** 1.5)
+    cos = CosineSchedule.of(epochs=10, min_lr=0.01)
+    assert cos.rate(0.1, 0, 99) == pytest.approx(0.1)
+    assert cos.rate(0.1, 5, 99) == pytest.approx(0.01 + 0.09 * 0.5)
+    assert cos.rate(0.1, 10, 99) == pytest.approx(0.01) and cos.rate(0.1, 20, 99) == pytest.approx(0.01)
+    assert cos.rate(0.1, 2.5, 99) == pytest.approx(0.01 + 0.09 * 0.5 * (1 + math.cos(math.pi / 4)))
+    run_length = CosineSchedule.of(min_lr=0.0)  # epochs: the run's (training.epochs)
+    assert run_length.rate(0.1, 2, 4) == pytest.approx(0.05)
+    warm = ConstantSchedule.of(warmup_epochs=2)
+    assert [warm.rate(0.2, t, 10) for t in (0, 1, 2, 3)] == pytest.approx([0.0, 0.1, 0.2, 0.2])
 
 
 def test_optimizer_uses_schedule_per_step_in_epochs():
-    opt = SGD(learning_rate=1.0, schedule=schedules.step(1.0, step_size=1, gamma=0.5), steps_per_epoch=2)
+    opt = SGD.of(learning_rate=1.0, schedule={"type": "step", "step_size": 1, "gamma": 0.5}, steps_per_epoch=2)
     p = np.zeros(1)
     lrs = []
     for _ in range(5):
@@ -247,8 +246,7 @@ def _assert_layers(got, want, rtol=1e-12):
 def test_lars_follows_the_paper_layer_by_layer(momentum, eps, exclude):
     ws, grads = _layers()
     want = _lars_reference(ws, grads, lr=2.0, momentum=momentum, eta=0.01, wd=0.05, eps=eps, exclude=exclude)
-    got = _run_flat(LARS(learning_rate=2.0, momentum=momentum, trust_coefficient=0.01, weight_decay=0.05,
-                         epsilon=eps, exclude_bias_and_norm=exclude), ws, grads)
+    got = _run_flat(LARS.of(learning_rate=2.0, momentum=momentum, trust_coefficient=0.01, weight_decay=0.05, epsilon=eps, exclude_bias_and_norm=exclude), ws, grads)
     _assert_layers(got, want)
     one_tensor = _lars_reference([_flat(ws)], [[_flat(step)] for step in grads], 2.0, momentum, 0.01, 0.05, eps)
     assert not np.allclose(_flat(got), one_tensor[0])  # the trust ratios are per tensor
@@ -258,31 +256,30 @@ def test_lars_follows_the_paper_layer_by_layer(momentum, eps, exclude):
 def test_lamb_follows_the_paper_layer_by_layer(exclude):
     ws, grads = _layers()
     want = _lamb_reference(ws, grads, lr=0.01, b1=0.9, b2=0.99, eps=1e-6, wd=0.1, exclude=exclude)
-    got = _run_flat(LAMB(learning_rate=0.01, beta2=0.99, epsilon=1e-6, weight_decay=0.1,
-                         exclude_bias_and_norm=exclude), ws, grads)
+    got = _run_flat(LAMB.of(learning_rate=0.01, beta2=0.99, epsilon=1e-6, weight_decay=0.1, exclude_bias_and_norm=exclude), ws, grads)
     _assert_layers(got, want)
 
 
 def test_without_segments_the_whole_buffer_is_one_tensor():
     ws, grads = _layers()
     whole = [_flat(ws)], [[_flat(step)] for step in grads]
-    got = _run_flat(LARS(learning_rate=2.0, trust_coefficient=0.01, weight_decay=0.05), ws, grads, segments=False)
+    got = _run_flat(LARS.of(learning_rate=2.0, trust_coefficient=0.01, weight_decay=0.05), ws, grads, segments=False)
     _assert_layers([_flat(got)], _lars_reference(*whole, lr=2.0, momentum=0.9, eta=0.01, wd=0.05))
-    got = _run_flat(LAMB(learning_rate=0.01, weight_decay=0.01), ws, grads, segments=False)
+    got = _run_flat(LAMB.of(learning_rate=0.01, weight_decay=0.01), ws, grads, segments=False)
     _assert_layers([_flat(got)], _lamb_reference(*whole, lr=0.01, b1=0.9, b2=0.999, eps=1e-6, wd=0.01))
 
 
 def test_segments_must_cover_the_buffer():
-    opt = LARS()
+    opt = LARS.of()
     opt.set_segments([(3, 2), (2,)])
     with pytest.raises(ValueError, match="tensors of 8 elements in all, but the update was given elements 0 to 9"):
         opt.step(np.ones(9), np.ones(9))
 
 
 LAYERWISE = {
-    "lars": lambda: LARS(learning_rate=2.0, trust_coefficient=0.01, weight_decay=0.05),
-    "lars-plain": lambda: LARS(learning_rate=2.0, momentum=0.0, trust_coefficient=0.01),
-    "lamb": lambda: LAMB(learning_rate=0.01, weight_decay=0.1),
+    "lars": lambda: LARS.of(learning_rate=2.0, trust_coefficient=0.01, weight_decay=0.05),
+    "lars-plain": lambda: LARS.of(learning_rate=2.0, momentum=0.0, trust_coefficient=0.01),
+    "lamb": lambda: LAMB.of(learning_rate=0.01, weight_decay=0.1),
 }
 
 

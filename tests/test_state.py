@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Literal
 
 import numpy as np
 import pytest
 
+from magmadnn_cli.config.layers import LayerSpec
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.commands.train import train
 from magmadnn_cli.core.graph import Graph, Parameter, Variable, get_activation, nn, ops
@@ -42,9 +44,14 @@ class _CountBatches(Op):
         return (g,)
 
 
+class BatchCounterLayer(LayerSpec):
+    """A test layer's declaration (no hyperparameters)."""
+    type: Literal["batch_counter"]
+
+
 class BatchCounter(Layer):
     """Passes its input through and counts training batches in a buffer."""
-    type = "batch_counter"
+    declaration = BatchCounterLayer
 
     def compute_shape(self, input_shape):
         self.add_buffer("batches", (1,), 0.0)
@@ -59,8 +66,8 @@ class DecayingSGD(SGD):
     name = "decaying_sgd"
     scalars = ("scale",)
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.scale = 1.0
 
     def update(self, p, g, lr, state) -> None:
@@ -69,9 +76,9 @@ class DecayingSGD(SGD):
 
 
 def _toy_trainer(seed: int) -> Trainer:
-    layers = [Dense(8, "tanh", name="hidden"), BatchCounter(name="counter"), Dense(3, "softmax", name="out")]
+    layers = [Dense.of(units=8, activation="tanh", name="hidden"), BatchCounter.of(name="counter"), Dense.of(units=3, activation="softmax", name="out")]
     net = Network(layers, (4,), CrossEntropy(), seed=seed)
-    return Trainer(net, DataParallel(net, DecayingSGD(learning_rate=0.2), SingleProcess()), "classification", 16, 3)
+    return Trainer(net, DataParallel(net, DecayingSGD.of(learning_rate=0.2), SingleProcess()), "classification", 16, 3)
 
 
 def _data() -> Split:
@@ -178,9 +185,10 @@ def test_resuming_with_more_epochs_names_the_changed_learning_rate(capsys, blobs
 
 def test_blocks_inside_blocks_keep_every_weight_under_its_own_name():
     from magmadnn_cli.nn.layers import Residual
-    inner = Residual([Dense(4, "tanh", name="dense_0")], name="block")
-    outer = Residual([Residual([Dense(4, "tanh", name="dense_0")], name="block")], name="outer")
-    net = Network([Dense(4, "tanh", name="in"), inner, outer, Dense(3, "softmax", name="out")], (4,), CrossEntropy())
+    dense = {"type": "dense", "units": 4, "activation": "tanh"}
+    inner = Residual.of(layers=[dense], name="block")
+    outer = Residual.of(layers=[{"type": "residual", "layers": [dense], "name": "block"}], name="outer")
+    net = Network([Dense.of(units=4, activation="tanh", name="in"), inner, outer, Dense.of(units=3, activation="softmax", name="out")], (4,), CrossEntropy())
     names = [p.name for p in net.parameters]
     assert len(names) == len(set(names)) == len(net.state_dict()) == 8
     assert "outer.block.dense_0/kernel" in names and "block.dense_0/kernel" in names

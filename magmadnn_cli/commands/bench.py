@@ -43,9 +43,9 @@ def _epochs(step: Callable[[Any], None], samples: int, epochs: int) -> float:
 
 
 def ours(layers: int, samples: int, epochs: int) -> float:
-    net = Network([Dense(HIDDEN, "sigmoid") for _ in range(layers)] + [Dense(CLASSES, "softmax")],
+    net = Network([Dense.of(units=HIDDEN, activation="sigmoid") for _ in range(layers)] + [Dense.of(units=CLASSES, activation="softmax")],
                   (INPUTS,), CrossEntropy(), seed=0)
-    opt = SGD(learning_rate=LR, weight_decay=DECAY)
+    opt = SGD.of(learning_rate=LR, weight_decay=DECAY)
     x, y = _data(samples)
 
     def step(rows: Any) -> None:

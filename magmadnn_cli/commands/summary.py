@@ -10,9 +10,9 @@ from typing import Any
 from ..config.schema import Config
 from ..data.prepare import sample_shape_of
 from ..core.graph.convolution import candidates, rule
-from ..nn.layers import Conv2D, all_layers
+from ..nn.layers import Conv2D, all_layers, build_layers
 from ..reporting import grid
-from ..training.builder import build_layers, task_of
+from ..training.builder import task_of
 
 
 def summarize(config: Config) -> Any:
@@ -22,7 +22,7 @@ def summarize(config: Config) -> Any:
         title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
     rows = []
     total_params = total_flops = 0
-    layers = build_layers(config)
+    layers = build_layers(config.model.layers)
     for layer in layers:
         shape = layer.build(shape)
         params = sum(math.prod(s.shape) for inner in all_layers([layer]) for s in inner.specs)

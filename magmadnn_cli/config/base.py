@@ -1,10 +1,13 @@
-"""What every config model shares: strictness (unknown keys are errors, no NaN) and number types."""
+"""What every config model shares: strictness (unknown keys are errors, no NaN), number types, and
+`Declared`, the base of a component's one declaration (a layer, loss, optimizer or schedule)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
 
 UnitFloat = Annotated[float, Field(ge=0.0, lt=1.0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -12,3 +15,44 @@ PositiveFloat = Annotated[float, Field(gt=0.0)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+
+class Declared(Strict):
+    """A component's one declaration: its config name (the `type` tag), hyperparameters with their
+    defaults and ranges, and its facts (class variables). A kind of component (layers, losses, ...)
+    is a direct subclass that sets `declarations = {}`; every subclass with a `type` tag registers
+    there, and the runtime implementation takes the validated declaration."""
+
+    declarations: ClassVar[dict[str, type["Declared"]]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "type" not in cls.model_fields:
+            return
+        kind = next(base for base in cls.__mro__ if "declarations" in base.__dict__)
+        tag = cls.tag()
+        if tag in kind.declarations:
+            raise TypeError(f"{cls.__name__} declares type {tag!r}, already declared by {kind.declarations[tag].__name__}")
+        kind.declarations[tag] = cls
+
+    @classmethod
+    def tag(cls) -> str:
+        """The config name: the one value of the `type` Literal."""
+        (tag,) = get_args(cls.model_fields["type"].annotation)
+        return tag
+
+    @classmethod
+    def of(cls, **values: Any) -> Any:
+        """The validated declaration from hyperparameters (the `type` tag is filled in)."""
+        try:
+            return cls.model_validate({"type": cls.tag(), **values})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or cls.tag()}: {e['msg']}" for e in exc.errors())
+            received = ", ".join(f"{k}={v!r}" for k, v in values.items())
+            raise ConfigError(f"{cls.tag()}: {problems}; received {received}") from None
+
+    @classmethod
+    def union(cls) -> Any:
+        """Every declaration of this kind as one union discriminated on `type`, in declaration order."""
+        return Annotated[Union[tuple(cls.declarations.values())], Field(discriminator="type")]

@@ -1,21 +1,37 @@
-"""The optimizer section of the config: optimizers and their learning-rate schedules, discriminated
-unions on `type` (re-exported by `schema`)."""
+"""The optimizers' and learning-rate schedules' declarations (name, hyperparameters, defaults,
+ranges): discriminated unions on `type` (re-exported by `schema`). A schedule is pure arithmetic, so
+its declaration carries its math too; the optimizers' update rules are in `nn/optimizers.py`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import math
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from .base import PositiveFloat, Strict, UnitFloat
+from .base import Declared, PositiveFloat, UnitFloat
 
 
-class ScheduleBase(Strict):
+class ScheduleBase(Declared):
+    """A learning rate as a function of the (fractional) epoch t: epoch-based, so it means the same at
+    any batch size or rank count. `warmup_epochs` ramps it linearly from 0 over the first epochs."""
+    declarations: ClassVar[dict[str, type[Declared]]] = {}
     warmup_epochs: Annotated[float, Field(ge=0.0)] = 0.0
+
+    def rate(self, lr: float, t: float, epochs: int) -> float:
+        """The learning rate at epoch t of a run of `epochs` epochs, from the base rate `lr`."""
+        decayed = self.decayed(lr, t, epochs)
+        return decayed * min(1.0, t / self.warmup_epochs) if self.warmup_epochs > 0 else decayed
+
+    def decayed(self, lr: float, t: float, epochs: int) -> float:
+        raise NotImplementedError  # abstract: every schedule defines it
 
 
 class ConstantSchedule(ScheduleBase):
     type: Literal["constant"]
+
+    def decayed(self, lr: float, t: float, epochs: int) -> float:
+        return lr
 
 
 class StepSchedule(ScheduleBase):
@@ -23,11 +39,19 @@ class StepSchedule(ScheduleBase):
     step_size: PositiveFloat = Field(description="epochs between decays")
     gamma: PositiveFloat = 0.1
 
+    def decayed(self, lr: float, t: float, epochs: int) -> float:
+        """lr * gamma ** floor(t / step_size)."""
+        return lr * self.gamma ** math.floor(t / self.step_size)
+
 
 class ExponentialSchedule(ScheduleBase):
     type: Literal["exponential"]
     gamma: PositiveFloat
     decay_epochs: PositiveFloat = 1.0
+
+    def decayed(self, lr: float, t: float, epochs: int) -> float:
+        """lr * gamma ** (t / decay_epochs)."""
+        return lr * self.gamma ** (t / self.decay_epochs)
 
 
 class CosineSchedule(ScheduleBase):
@@ -35,12 +59,17 @@ class CosineSchedule(ScheduleBase):
     epochs: PositiveFloat | None = Field(None, description="length of the decay (default: training.epochs)")
     min_lr: Annotated[float, Field(ge=0.0)] = 0.0
 
+    def decayed(self, lr: float, t: float, epochs: int) -> float:
+        """min_lr + (lr - min_lr) (1 + cos(pi min(t, E) / E)) / 2, E = `epochs` or the run's (Loshchilov & Hutter)."""
+        length = self.epochs if self.epochs is not None else max(1, epochs)
+        return self.min_lr + (lr - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * min(t, length) / length))
 
-Schedule = Annotated[Union[ConstantSchedule, StepSchedule, ExponentialSchedule, CosineSchedule],
-                     Field(discriminator="type")]
+
+Schedule = ScheduleBase.union()
 
 
-class OptimizerBase(Strict):
+class OptimizerBase(Declared):
+    declarations: ClassVar[dict[str, type[Declared]]] = {}
     learning_rate: PositiveFloat = 0.01
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
     clip_norm: PositiveFloat | None = None
@@ -107,5 +136,13 @@ class LAMBOptimizer(OptimizerBase):
                                         "no weight decay")
 
 
-Optimizer = Annotated[Union[SGDOptimizer, AdamOptimizer, AdamWOptimizer, AdagradOptimizer, RMSpropOptimizer,
-                            LARSOptimizer, LAMBOptimizer], Field(discriminator="type")]
+class AdamaxOptimizer(OptimizerBase):
+    """Adam with the infinity norm: torch.optim.Adamax (Kingma & Ba 2015, section 7.1)."""
+    type: Literal["adamax"]
+    learning_rate: PositiveFloat = 0.002
+    beta1: UnitFloat = 0.9
+    beta2: UnitFloat = 0.999
+    epsilon: PositiveFloat = 1e-8
+
+
+Optimizer = OptimizerBase.union()

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-LOSS_OUTPUT = {"cross_entropy": "softmax", "binary_cross_entropy": "sigmoid"}  # the activation a loss fuses
-PASS_THROUGH = ("input", "dropout", "flatten", "pool2d", "batchnorm", "global_avg_pool", "reshape")
+from .layers import LayerSpec, passes_through
+from .losses import LossSpec
 
 
 def layer_names(layers: Sequence[Any], prefix: str = "model.layers", parent: str = "") -> list[tuple[str, str]]:
@@ -17,7 +17,7 @@ def layer_names(layers: Sequence[Any], prefix: str = "model.layers", parent: str
     for index, layer in enumerate(layers):
         name = parent + (layer.name or f"{layer.type}_{index}")
         found.append((f"{prefix}.{index}", name))
-        if layer.type == "residual":
+        if "layers" in LayerSpec.declarations[layer.type].model_fields:  # a block
             found += layer_names(layer.layers, f"{prefix}.{index}.layers", name + ".")
     return found
 
@@ -36,10 +36,10 @@ def output_head(layers: Sequence[Any], loss: str | None) -> Head:
     """Works on config layer specs and on built layers alike (both have `type` and `activation`)."""
     index, activation = len(layers) - 1, "linear"
     for i in range(len(layers) - 1, -1, -1):
-        if layers[i].type not in PASS_THROUGH:
+        if not passes_through(layers[i]):
             index, activation = i, getattr(layers[i], "activation", "linear")
             break
-    fused = loss is not None and LOSS_OUTPUT.get(loss) == activation and index == len(layers) - 1
+    fused = loss is not None and LossSpec.declarations[loss].fuses == activation and index == len(layers) - 1
     return Head(index, activation, fused)
 
 
@@ -47,13 +47,13 @@ def head_problem(layers: Sequence[Any], loss: str) -> str | None:
     """Why this model's output cannot go with this loss (None when it can)."""
     head = output_head(layers, loss)
     where = f"model.layers.{head.index}.activation"
-    required = LOSS_OUTPUT.get(loss)
+    required = LossSpec.declarations[loss].fuses
     if required and head.activation != required:
         return f"loss {loss} needs a final {required} activation ({where}); received {head.activation!r}"
     if required and not head.fused:
         after = head.index + 1
         return (f"{where}: the {required} of the output must be on the last layer, but model.layers.{after} "
                 f"({layers[after].type}) comes after it; move that layer before model.layers.{head.index}")
-    if loss in ("mse", "mae") and head.activation in ("softmax", "log_softmax"):
+    if LossSpec.declarations[loss].task == "regression" and head.activation in ("softmax", "log_softmax"):
         return f"loss {loss} is for regression; the final activation ({where}) is {head.activation!r}: use linear"
     return None

@@ -8,182 +8,12 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from .base import PositiveFloat, Strict, UnitFloat
+from .base import PositiveFloat, Strict
 from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
-from .optimizers import (  # noqa: F401  (re-exported: the optimizer section)
-    AdagradOptimizer, AdamOptimizer, AdamWOptimizer, ConstantSchedule, CosineSchedule, ExponentialSchedule,
-    LAMBOptimizer, LARSOptimizer, Optimizer, OptimizerBase, RMSpropOptimizer, Schedule, ScheduleBase, SGDOptimizer,
-    StepSchedule)
+from .layers import SAFE_NAME, Layer, LayerSpec, ModelConfig  # noqa: F401  (re-exported: the model section)
+from .losses import Loss, LossSpec  # noqa: F401  (re-exported: the loss)
+from .optimizers import Optimizer, OptimizerBase, Schedule, ScheduleBase  # noqa: F401  (re-exported: the optimizer)
 from .rules import head_problem, layer_names
-
-ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
-InitializerName = Literal["zeros", "ones", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
-                          "he_uniform", "he_normal", "uniform", "normal"]
-
-
-# -- initializers --------------------------------------------------------------------------------
-class ConstantInit(Strict):
-    type: Literal["constant"]
-    value: float
-
-
-class UniformInit(Strict):
-    type: Literal["uniform"]
-    limit: PositiveFloat = 0.05
-
-
-class NormalInit(Strict):
-    type: Literal["normal"]
-    stddev: PositiveFloat = 0.05
-
-
-Initializer = Union[InitializerName, Annotated[Union[ConstantInit, UniformInit, NormalInit], Field(discriminator="type")]]
-
-
-# -- layers --------------------------------------------------------------------------------------
-SAFE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"  # one path component, not . or .., no separators
-
-
-class LayerBase(Strict):
-    name: str | None = Field(None, pattern=SAFE_NAME,
-                             description="stable name for the layer's weights (default <type>_<index>)")
-
-
-class InputLayer(LayerBase):
-    type: Literal["input"]
-    shape: list[PositiveInt] = Field(description="per-sample shape; must match the data")
-
-
-ALPHA_ACTIVATIONS = ("leaky_relu", "elu")
-
-
-class AlphaFor(LayerBase):
-    """`alpha` means something only for leaky_relu and elu."""
-
-    @model_validator(mode="after")
-    def _alpha_needs_its_activation(self) -> "AlphaFor":
-        activation = getattr(self, "activation", "linear")
-        if getattr(self, "alpha", None) is not None and activation not in ALPHA_ACTIVATIONS:
-            raise ValueError(f"alpha is the slope/scale of leaky_relu and elu; activation {activation!r} takes "
-                             "none: remove alpha or change the activation")
-        return self
-
-
-class DenseLayer(AlphaFor):
-    type: Literal["dense"]
-    units: PositiveInt
-    activation: ActivationName = "linear"
-    alpha: float | None = Field(None, description="slope/scale for leaky_relu and elu")
-    use_bias: bool = True
-    kernel_initializer: Initializer = "glorot_uniform"
-    bias_initializer: Initializer = "zeros"
-
-
-class ActivationLayer(AlphaFor):
-    type: Literal["activation"]
-    activation: ActivationName
-    alpha: float | None = None
-
-
-class DropoutLayer(LayerBase):
-    type: Literal["dropout"]
-    rate: UnitFloat
-
-
-class FlattenLayer(LayerBase):
-    type: Literal["flatten"]
-
-
-IntOrPair = Union[PositiveInt, Annotated[list[PositiveInt], Field(min_length=2, max_length=2)]]
-
-
-class Conv2DLayer(AlphaFor):
-    type: Literal["conv2d"]
-    filters: PositiveInt
-    kernel_size: IntOrPair = 3
-    stride: IntOrPair = 1
-    padding: Union[Literal["valid", "same"], Annotated[int, Field(ge=0)],
-                   Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] = "valid"
-    dilation: IntOrPair = 1
-    activation: ActivationName = "linear"
-    alpha: float | None = None
-    use_bias: bool = True
-    kernel_initializer: Initializer = "he_uniform"
-    bias_initializer: Initializer = "zeros"
-    conv_algorithm: Literal["auto", "fastest", "gemm", "winograd", "fft"] = Field(
-        "auto", description="auto: a fixed rule of the layer's shape (the same model on any machine load and rank "
-        "count); fastest: time each algorithm that can run the layer when training starts and keep the fastest "
-        "(opt-in: timing depends on the machine's load; pinned in the run's config); winograd needs 3x3 stride 1 "
-        "undilated kernels, fft stride 1 (else gemm runs)")
-
-
-class Pool2DLayer(LayerBase):
-    type: Literal["pool2d"]
-    mode: Literal["max", "avg"] = "max"
-    pool_size: IntOrPair = 2
-    stride: IntOrPair | None = Field(None, description="default: the pool size")
-    padding: Union[Annotated[int, Field(ge=0)], Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] = 0
-
-    @model_validator(mode="after")
-    def _padding_inside_the_window(self) -> "Pool2DLayer":
-        """A window of padding alone has no value to pool (a max of -inf: a NaN loss)."""
-        pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
-        if any(p >= k for p, k in zip(pair(self.padding), pair(self.pool_size))):
-            raise ValueError(f"padding {self.padding} must be smaller than pool_size {self.pool_size} (a window "
-                             "could then hold padding only)")
-        return self
-
-
-class BatchNormLayer(LayerBase):
-    type: Literal["batchnorm"]
-    momentum: UnitFloat = 0.9
-    epsilon: PositiveFloat = 1e-5
-
-
-class GlobalAvgPoolLayer(LayerBase):
-    type: Literal["global_avg_pool"]
-
-
-class ReshapeLayer(LayerBase):
-    type: Literal["reshape"]
-    shape: list[PositiveInt] = Field(min_length=1)
-
-
-class ResidualLayer(LayerBase):
-    """A ResNet block: act(x + layers(x)); the inner layers must keep the shape."""
-    type: Literal["residual"]
-    layers: list["Layer"] = Field(min_length=1)
-    activation: ActivationName = "linear"
-
-
-Layer = Annotated[Union[InputLayer, DenseLayer, ActivationLayer, DropoutLayer, FlattenLayer, Conv2DLayer, Pool2DLayer,
-                        BatchNormLayer, GlobalAvgPoolLayer, ReshapeLayer, ResidualLayer], Field(discriminator="type")]
-ResidualLayer.model_rebuild()
-
-
-class ModelConfig(Strict):
-    layers: list[Layer] = Field(min_length=1)
-
-
-# -- losses --------------------------------------------------------------------------------------
-class CrossEntropyLoss(Strict):
-    type: Literal["cross_entropy"]
-
-
-class BinaryCrossEntropyLoss(Strict):
-    type: Literal["binary_cross_entropy"]
-
-
-class MSELoss(Strict):
-    type: Literal["mse"]
-
-
-class MAELoss(Strict):
-    type: Literal["mae"]
-
-
-Loss = Annotated[Union[CrossEntropyLoss, BinaryCrossEntropyLoss, MSELoss, MAELoss], Field(discriminator="type")]
-
 
 # -- training ------------------------------------------------------------------------------------
 class EarlyStopping(Strict):
@@ -231,6 +61,8 @@ class TrainingConfig(Strict):
 
 
 class DistributedConfig(Strict):
+    """The names only: what each strategy supports (split layers, max_staleness) is declared, and
+    checked, by the registry (`distributed.strategies`), which the config cannot import."""
     processes: PositiveInt = 1
     strategy: Literal["auto", "allreduce", "ring", "parameter_server", "shared_memory", "async"] = Field(
         "auto", description="auto: shared_memory when all ranks share one node (CPU), else allreduce; async: "
@@ -244,19 +76,10 @@ class DistributedConfig(Strict):
         "computed on were served (0: one process's run exactly); default: 2 x the workers")
 
     @model_validator(mode="after")
-    def _strategy_fits(self) -> "DistributedConfig":
+    def _split_fits(self) -> "DistributedConfig":
         if self.model_parallel > 1 and self.processes > 1 and self.processes % self.model_parallel:
             raise ValueError(f"model_parallel: {self.model_parallel} does not divide processes: {self.processes}; "
                              f"use a multiple of {self.model_parallel} processes")
-        if self.model_parallel > 1 and self.strategy == "shared_memory":
-            raise ValueError("strategy shared_memory keeps one whole copy of the weights per node, which "
-                             "model_parallel > 1 splits; use auto, allreduce, ring or parameter_server")
-        if self.strategy == "async" and self.model_parallel > 1:
-            raise ValueError("strategy async serves whole models from one rank; model_parallel > 1 splits them: "
-                             "use one or the other")
-        if self.max_staleness is not None and self.strategy != "async":
-            raise ValueError(f"max_staleness bounds asynchronous SGD; strategy is {self.strategy!r}: set "
-                             "strategy: async, or remove max_staleness")
         return self
 
 
@@ -337,7 +160,7 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _class_weight_needs_classes(self) -> "Config":
-        if self.training.class_weight is not None and self.loss.type not in ("cross_entropy", "binary_cross_entropy"):
+        if self.training.class_weight is not None and self.loss.task == "regression":
             raise ValueError(f"training.class_weight weighs classes; loss {self.loss.type} is a regression loss: "
                              "remove class_weight")
         return self

@@ -1,13 +1,15 @@
-"""Weight initializers: the registry `INITIALIZERS`. Weights are drawn on the host with numpy's
+"""Weight initializers: the registries `INITIALIZERS` (by name) and `FACTORIES`
+(declarations with parameters). Weights are drawn on the host with numpy's
 seeded generator, so a seed gives the same network on CPU and GPU."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from ..config.layers import ConstantInit, InitializerSpec, NormalInit, UniformInit
 from ..errors import MagmaError
 
 Init = Callable[[np.random.Generator, tuple[int, ...], int, int], np.ndarray]
@@ -21,16 +23,16 @@ def ones(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out:
     return np.ones(shape)
 
 
-def constant(value: float) -> Init:
-    return lambda rng, shape, fan_in, fan_out: np.full(shape, value)
+def constant(spec: ConstantInit) -> Init:
+    return lambda rng, shape, fan_in, fan_out: np.full(shape, spec.value)
 
 
-def uniform(limit: float = 0.05) -> Init:
-    return lambda rng, shape, fan_in, fan_out: rng.uniform(-limit, limit, shape)
+def uniform(spec: UniformInit) -> Init:
+    return lambda rng, shape, fan_in, fan_out: rng.uniform(-spec.limit, spec.limit, shape)
 
 
-def normal(stddev: float = 0.05) -> Init:
-    return lambda rng, shape, fan_in, fan_out: rng.normal(0.0, stddev, shape)
+def normal(spec: NormalInit) -> Init:
+    return lambda rng, shape, fan_in, fan_out: rng.normal(0.0, spec.stddev, shape)
 
 
 def glorot_uniform(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan_out: int) -> np.ndarray:
@@ -55,25 +57,28 @@ def he_normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, fan
     return rng.normal(0.0, math.sqrt(2.0 / fan_in), shape)
 
 
-INITIALIZERS: dict[str, Callable[..., Init] | Init] = {
-    "zeros": zeros, "ones": ones, "constant": constant, "uniform": uniform, "normal": normal,
-    "glorot_uniform": glorot_uniform, "glorot_normal": glorot_normal,
-    "xavier_uniform": glorot_uniform, "xavier_normal": glorot_normal,
-    "he_uniform": he_uniform, "he_normal": he_normal,
+INITIALIZERS: dict[str, Init] = {  # the declared names (`config.layers.InitializerName`)
+    "zeros": zeros, "ones": ones, "glorot_uniform": glorot_uniform, "glorot_normal": glorot_normal,
+    "xavier_uniform": glorot_uniform, "xavier_normal": glorot_normal, "he_uniform": he_uniform, "he_normal": he_normal,
 }
-_FACTORIES = {"constant", "uniform", "normal"}  # these take parameters (value / limit / stddev)
+FACTORIES: dict[str, Callable[[Any], Init]] = {  # the declarations with parameters (`config.layers.InitializerSpec`)
+    "constant": constant, "uniform": uniform, "normal": normal,
+}
 
 
-def get_initializer(spec: str | dict) -> Init:
-    """`spec` is a name (`he_normal`) or a mapping with `type` and parameters ({type: constant, value: 0.1})."""
-    params = {}
+def get_initializer(spec: str | InitializerSpec | dict) -> Init:
+    """`spec` is a declared name (`he_normal`, or `uniform` with its default limit) or a declaration
+    with parameters ({type: constant, value: 0.1})."""
     if isinstance(spec, dict):
-        params = {k: v for k, v in spec.items() if k != "type"}
-        spec = spec.get("type", "")
+        spec = dict(spec)
+        kind = InitializerSpec.declarations.get(spec.pop("type", ""))
+        if kind is None:
+            raise MagmaError(f"unknown initializer {spec!r} (expected one of {', '.join(FACTORIES)})")
+        spec = kind.of(**spec)
+    if isinstance(spec, str) and spec in FACTORIES:
+        spec = InitializerSpec.declarations[spec].of()
+    if isinstance(spec, InitializerSpec):
+        return FACTORIES[spec.type](spec)
     if spec not in INITIALIZERS:
-        raise MagmaError(f"unknown initializer {spec!r} (expected one of {', '.join(INITIALIZERS)})")
-    if spec in _FACTORIES:
-        return INITIALIZERS[spec](**params)  # type: ignore[operator]
-    if params:
-        raise MagmaError(f"initializer {spec!r} takes no parameters; received {sorted(params)}")
-    return INITIALIZERS[spec]  # type: ignore[return-value]
+        raise MagmaError(f"unknown initializer {spec!r} (expected one of {', '.join([*INITIALIZERS, *FACTORIES])})")
+    return INITIALIZERS[spec]

@@ -1,5 +1,5 @@
-"""The layer contract every layer follows (Keras' build/call): hyperparameters in `__init__`;
-`build(input_shape)` declares its weights and returns the output shape (per sample, without the batch
+"""The layer contract every layer follows (Keras' build/call): `__init__` takes the layer's validated
+declaration (`config/layers.py`: hyperparameters, defaults, ranges); `build(input_shape)` declares its weights and returns the output shape (per sample, without the batch
 axis); `__call__` adds its nodes to the graph once the network has placed the weights in its flat
 buffer. Also the weight and buffer declarations and the graph-building context."""
 
@@ -9,7 +9,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
-from ..errors import MagmaError, ShapeError
+from ..config.layers import LayerSpec
+from ..errors import ShapeError
 from ..core.graph import Node, Parameter, nn
 from .initializers import Init
 
@@ -60,17 +61,35 @@ class Context:
 
 
 class Layer:
-    type: ClassVar[str] = ""
-    activation: str | None = None  # a fused output activation, if the layer has one
+    """A runtime layer implements one declaration (`declaration`); every subclass that sets one is
+    registered in `Layer.implementations` under its config name."""
+    declaration: ClassVar[type[LayerSpec]]
+    implementations: ClassVar[dict[str, type["Layer"]]] = {}
 
-    def __init__(self, name: str = "") -> None:
-        self.name = name or self.type
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "declaration" in cls.__dict__:
+            tag = cls.declaration.tag()
+            if tag in Layer.implementations:
+                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by {Layer.implementations[tag]}")
+            Layer.implementations[tag] = cls
+
+    def __init__(self, declared: LayerSpec, name: str = "") -> None:
+        self.spec, self.type = declared, declared.type
+        self.name = name or declared.name or declared.type
+        self.activation: str | None = getattr(declared, "activation", None)  # the output activation, if any
+        self.activation_args: dict[str, float] = getattr(declared, "activation_args", {})
         self.specs: list[WeightSpec] = []
         self.buffer_specs: list[BufferSpec] = []
         self.weights: dict[str, Parameter] = {}
         self.buffers: dict[str, Any] = {}  # non-trainable state saved with the model (running statistics)
         self.input_shape: Shape = ()
         self.output_shape: Shape = ()
+
+    @classmethod
+    def of(cls, **hyperparameters: Any) -> "Layer":
+        """The layer from hyperparameters, validated by its declaration (`Dense.of(units=3)`)."""
+        return cls(cls.declaration.of(**hyperparameters))
 
     def build(self, input_shape: Shape) -> Shape:
         self.input_shape = input_shape
@@ -111,12 +130,6 @@ class Layer:
 
     def _error(self, message: str) -> ShapeError:
         return ShapeError(f"layer {self.name!r} ({self.type}): {message}")
-
-
-def positive(layer: str, field: str, value: int) -> int:
-    if value <= 0:
-        raise MagmaError(f"layer {layer!r}: {field} must be positive; received {field}={value}")
-    return value
 
 
 def all_layers(layers: Sequence[Layer]) -> list[Layer]:

@@ -1,5 +1,5 @@
-"""Layers as graph pieces: the registry `LAYERS`, keyed by the config's `type` tag (the contract
-they follow is in `layer_base`)."""
+"""Layers as graph pieces, each implementing one declaration of `config/layers.py`; the registry
+`LAYERS` (config name -> layer) is built from them. The contract they follow is in `layer_base`."""
 
 from __future__ import annotations
 
@@ -7,22 +7,24 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import MagmaError
-from ..core.graph import Node, get_activation
+from ..config import layers as decl
+from ..config.layers import pair
+from ..core import backend as B
+from ..core.graph import Node, Op, get_activation
 from ..core.graph import conv, nn, ops, parallel
 from .initializers import get_initializer
-from .layer_base import BufferSpec, Context, Layer, Shape, WeightSpec, positive, all_layers
+from .layer_base import BufferSpec, Context, Layer, Shape, WeightSpec, all_layers
 
 __all__ = ["LAYERS", "BufferSpec", "Context", "Layer", "Shape", "WeightSpec", "all_layers"]
 
 
 class Input(Layer):
     """The network's input; checks the per-sample shape of the data."""
-    type = "input"
+    declaration = decl.InputLayer
 
-    def __init__(self, shape: Shape, name: str = "") -> None:
-        super().__init__(name)
-        self.shape = tuple(positive(self.name, "shape", int(s)) for s in shape)
+    def __init__(self, declared: decl.InputLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.shape = tuple(declared.shape)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if input_shape != self.shape:
@@ -35,19 +37,13 @@ class Input(Layer):
 
 class Dense(Layer):
     """Fully connected: act(x @ W + b), W of shape (inputs, units), b of shape (units,)."""
-    type = "dense"
+    declaration = decl.DenseLayer
 
-    def __init__(self, units: int, activation: str = "linear", use_bias: bool = True,
-                 kernel_initializer: str | dict = "glorot_uniform", bias_initializer: str | dict = "zeros",
-                 name: str = "", **activation_args: float) -> None:
-        super().__init__(name)
-        self.units = positive(self.name, "units", int(units))
-        self.activation = activation
-        self.activation_args = activation_args
-        get_activation(activation, **activation_args)  # fail early on an unknown name
-        self.use_bias = use_bias
-        self.kernel_init = get_initializer(kernel_initializer)
-        self.bias_init = get_initializer(bias_initializer)
+    def __init__(self, declared: decl.DenseLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.units, self.use_bias = declared.units, declared.use_bias
+        self.kernel_init = get_initializer(declared.kernel_initializer)
+        self.bias_init = get_initializer(declared.bias_initializer)
         self.group: Any = None  # the model-parallel ranks its units are split over (see `split_over`)
         self.widths: list[int] = []
 
@@ -87,13 +83,7 @@ class Dense(Layer):
 
 
 class Activation(Layer):
-    type = "activation"
-
-    def __init__(self, activation: str, name: str = "", **activation_args: float) -> None:
-        super().__init__(name)
-        self.activation = activation
-        self.activation_args = activation_args
-        get_activation(activation, **activation_args)
+    declaration = decl.ActivationLayer
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         if self.activation == "linear":
@@ -106,20 +96,18 @@ class Activation(Layer):
 
 class Dropout(Layer):
     """Inverted dropout; active only in training."""
-    type = "dropout"
+    declaration = decl.DropoutLayer
 
-    def __init__(self, rate: float, name: str = "") -> None:
-        super().__init__(name)
-        if not 0.0 <= rate < 1.0:
-            raise MagmaError(f"layer {self.name!r}: rate must be in [0, 1); received rate={rate}")
-        self.rate = rate
+    def __init__(self, declared: decl.DropoutLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.rate = declared.rate
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         return nn.Dropout(x, self.rate, ctx.mode, ctx.new_stream())
 
 
 class Flatten(Layer):
-    type = "flatten"
+    declaration = decl.FlattenLayer
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         return (int(np.prod(input_shape)),)
@@ -128,62 +116,30 @@ class Flatten(Layer):
         return ops.Flatten(x)
 
 
-def _pair(layer: str, field: str, value: int | Sequence[int]) -> tuple[int, int]:
-    pair = (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
-    if len(pair) != 2 or min(pair) < 0:
-        raise MagmaError(f"layer {layer!r}: {field} must be a non-negative int or [h, w]; received {value!r}")
-    return pair  # type: ignore[return-value]
-
-
 class Conv2D(Layer):
     """2-D convolution on (channels, height, width) samples; weights (filters, channels, kh, kw)."""
-    type = "conv2d"
+    declaration = decl.Conv2DLayer
 
-    def __init__(self, filters: int, kernel_size: int | Sequence[int] = 3, stride: int | Sequence[int] = 1,
-                 padding: str | int | Sequence[int] = "valid", dilation: int | Sequence[int] = 1,
-                 activation: str = "linear", use_bias: bool = True, kernel_initializer: str | dict = "he_uniform",
-                 bias_initializer: str | dict = "zeros", conv_algorithm: str = "auto", name: str = "",
-                 **activation_args: float) -> None:
-        super().__init__(name)
-        if conv_algorithm not in conv.CHOICES:
-            raise MagmaError(f"layer {self.name!r}: conv_algorithm must be one of {', '.join(conv.CHOICES)}; "
-                             f"received {conv_algorithm!r}")
-        self.algorithm = conv_algorithm
+    def __init__(self, declared: decl.Conv2DLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.algorithm = declared.conv_algorithm
         self.ops: list[conv.Conv2D] = []  # the graph's nodes running this layer (tuning sets their algorithm)
-        self.filters = positive(self.name, "filters", int(filters))
-        self.kernel = _pair(self.name, "kernel_size", kernel_size)
-        self.stride = _pair(self.name, "stride", stride)
-        self.dilation = _pair(self.name, "dilation", dilation)
-        if min(self.kernel + self.stride + self.dilation) < 1:
-            raise MagmaError(f"layer {self.name!r}: kernel_size, stride and dilation must be positive")
-        self.padding = padding
-        self.activation, self.activation_args = activation, activation_args
-        get_activation(activation, **activation_args)
-        self.use_bias = use_bias
-        self.kernel_init, self.bias_init = get_initializer(kernel_initializer), get_initializer(bias_initializer)
-
-    def _pad(self) -> tuple[int, int]:
-        if self.padding == "valid":
-            return (0, 0)
-        if self.padding == "same":
-            span = [d * (k - 1) for k, d in zip(self.kernel, self.dilation)]
-            if any(s % 2 for s in span) or self.stride != (1, 1):
-                raise MagmaError(f"layer {self.name!r}: padding 'same' needs stride 1 and an odd (dilated) "
-                                 f"kernel; received kernel_size={self.kernel}, stride={self.stride}")
-            return (span[0] // 2, span[1] // 2)
-        return _pair(self.name, "padding", self.padding)  # type: ignore[arg-type]
+        self.filters, self.use_bias = declared.filters, declared.use_bias
+        self.kernel, self.stride = pair(declared.kernel_size), pair(declared.stride)
+        self.dilation, self.pad = pair(declared.dilation), declared.pad()
+        self.kernel_init = get_initializer(declared.kernel_initializer)
+        self.bias_init = get_initializer(declared.bias_initializer)
 
     def geometry(self) -> conv.Geometry:
-        return conv.Geometry(self.kernel, self.stride, self._pad(), self.dilation)
+        return conv.Geometry(self.kernel, self.stride, self.pad, self.dilation)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 3:
             raise self._error(f"expected (channels, height, width) input; received {input_shape}. "
                               "Set data.shape, e.g. [1, 28, 28].")
         c, h, w = input_shape
-        pad = self._pad()
         ho, wo = (conv.output_size(size, k, s, p, d) for size, k, s, p, d in
-                  zip((h, w), self.kernel, self.stride, pad, self.dilation))
+                  zip((h, w), self.kernel, self.stride, self.pad, self.dilation))
         if ho < 1 or wo < 1:
             raise self._error(f"a {self.kernel} kernel does not fit input {input_shape} (output {ho}x{wo})")
         kh, kw = self.kernel
@@ -193,7 +149,7 @@ class Conv2D(Layer):
         return (self.filters, ho, wo)
 
     def __call__(self, x: Node, ctx: Context) -> Node:
-        op = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self._pad(),
+        op = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self.pad,
                          self.dilation, self.algorithm)
         self.ops.append(op)
         y: Node = op
@@ -209,19 +165,13 @@ class Conv2D(Layer):
 
 class Pool2D(Layer):
     """Max or average pooling; the stride defaults to the window."""
-    type = "pool2d"
+    declaration = decl.Pool2DLayer
 
-    def __init__(self, mode: str = "max", pool_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, name: str = "") -> None:
-        super().__init__(name)
-        if mode not in ("max", "avg"):
-            raise MagmaError(f"layer {self.name!r}: mode must be max or avg; received {mode!r}")
-        self.mode = mode
-        self.window = _pair(self.name, "pool_size", pool_size)
-        self.stride = _pair(self.name, "stride", stride if stride is not None else self.window)
-        self.pad = _pair(self.name, "padding", padding)
-        if min(self.window + self.stride) < 1:
-            raise MagmaError(f"layer {self.name!r}: pool_size and stride must be positive")
+    def __init__(self, declared: decl.Pool2DLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.mode, self.window = declared.mode, pair(declared.pool_size)
+        self.stride = pair(declared.stride) if declared.stride is not None else self.window
+        self.pad = pair(declared.padding)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 3:
@@ -246,14 +196,11 @@ class Pool2D(Layer):
 
 class BatchNorm(Layer):
     """Batch normalization over the feature axis (units after dense, channels after conv2d)."""
-    type = "batchnorm"
+    declaration = decl.BatchNormLayer
 
-    def __init__(self, momentum: float = 0.9, epsilon: float = 1e-5, name: str = "") -> None:
-        super().__init__(name)
-        if not 0.0 <= momentum < 1.0 or epsilon <= 0:
-            raise MagmaError(f"layer {self.name!r}: need 0 <= momentum < 1 and epsilon > 0; "
-                             f"received momentum={momentum}, epsilon={epsilon}")
-        self.momentum, self.epsilon = momentum, epsilon
+    def __init__(self, declared: decl.BatchNormLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.momentum, self.epsilon = declared.momentum, declared.epsilon
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         features = input_shape[0]
@@ -271,9 +218,52 @@ class BatchNorm(Layer):
         return 4 * int(np.prod(self.input_shape))
 
 
+class LayerNorm(Layer):
+    """Layer normalization (Ba, Kiros & Hinton 2016) over each sample's values, with `gamma` and `beta`
+    of the sample's shape: PyTorch's nn.LayerNorm(normalized_shape=<the sample's shape>)."""
+    declaration = decl.LayerNormLayer
+
+    def compute_shape(self, input_shape: Shape) -> Shape:
+        size = int(np.prod(input_shape))
+        self.add_weight("gamma", input_shape, get_initializer("ones"), size, size)
+        self.add_weight("beta", input_shape, get_initializer("zeros"), size, size)
+        return input_shape
+
+    def __call__(self, x: Node, ctx: Context) -> Node:
+        return LayerNormOp(x, self.weights["gamma"], self.weights["beta"], self.spec.epsilon)
+
+    def flops(self) -> int:
+        return 8 * int(np.prod(self.input_shape))
+
+
+class LayerNormOp(Op):
+    """y = gamma (x - mean) / sqrt(var + eps) + beta, the mean and (biased) variance over each row's
+    values; dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / sqrt(var + eps), dxhat = g gamma."""
+
+    def __init__(self, x: Node, gamma: Node, beta: Node, epsilon: float) -> None:
+        super().__init__(x, gamma, beta, name="layer_norm")
+        self.epsilon = epsilon
+
+    def forward(self, x: Any, gamma: Any, beta: Any) -> Any:
+        axes = tuple(range(1, x.ndim))
+        centred = x - x.mean(axis=axes, keepdims=True)
+        var = (centred * centred).mean(axis=axes, keepdims=True)
+        self.inv_std = 1.0 / B.array_module(x).sqrt(var + self.epsilon)
+        self.xhat = centred * self.inv_std
+        return gamma * self.xhat + beta
+
+    def backward(self, g: Any) -> Sequence[Any]:
+        axes = tuple(range(1, g.ndim))
+        dxhat = g * self.inputs[1].value
+        mean_dxhat = dxhat.mean(axis=axes, keepdims=True)
+        mean_dxhat_xhat = (dxhat * self.xhat).mean(axis=axes, keepdims=True)
+        dx = (dxhat - mean_dxhat - self.xhat * mean_dxhat_xhat) * self.inv_std
+        return dx, (g * self.xhat).sum(axis=0), g.sum(axis=0)
+
+
 class GlobalAvgPool(Layer):
     """(C, H, W) -> (C,): the mean over each channel's positions."""
-    type = "global_avg_pool"
+    declaration = decl.GlobalAvgPoolLayer
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 3:
@@ -288,11 +278,11 @@ class GlobalAvgPool(Layer):
 
 
 class Reshape(Layer):
-    type = "reshape"
+    declaration = decl.ReshapeLayer
 
-    def __init__(self, shape: Sequence[int], name: str = "") -> None:
-        super().__init__(name)
-        self.shape = tuple(positive(self.name, "shape", int(v)) for v in shape)
+    def __init__(self, declared: decl.ReshapeLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.shape = tuple(declared.shape)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if int(np.prod(self.shape)) != int(np.prod(input_shape)):
@@ -305,17 +295,13 @@ class Reshape(Layer):
 
 class Residual(Layer):
     """y = act(x + f(x)), f being the inner layers (a ResNet block); f must keep the shape."""
-    type = "residual"
+    declaration = decl.ResidualLayer
 
-    def __init__(self, layers: Sequence[Layer], activation: str = "linear", name: str = "") -> None:
-        super().__init__(name)
-        self.inner = list(layers)
-        if not self.inner:
-            raise MagmaError(f"layer {self.name!r}: a residual block needs at least one inner layer")
+    def __init__(self, declared: decl.ResidualLayer, name: str = "") -> None:
+        super().__init__(declared, name)
+        self.inner = build_layers(declared.layers)
         for layer in all_layers(self.inner):  # every depth: a block's blocks' layers too
             layer.name = f"{self.name}.{layer.name}"
-        self.activation = activation
-        get_activation(activation)
 
     def sublayers(self) -> list[Layer]:
         return self.inner
@@ -340,5 +326,9 @@ class Residual(Layer):
         return sum(layer.flops() for layer in self.inner) + int(np.prod(self.output_shape))
 
 
-LAYERS: dict[str, type[Layer]] = {cls.type: cls for cls in (Input, Dense, Activation, Dropout, Flatten, Conv2D, Pool2D,
-                                                             BatchNorm, GlobalAvgPool, Reshape, Residual)}
+LAYERS = Layer.implementations
+
+
+def build_layers(declared: Sequence[decl.LayerSpec]) -> list[Layer]:
+    """The runtime layers of these declarations, named as `config.rules.layer_names` says."""
+    return [LAYERS[d.type](d, name=d.name or f"{d.type}_{index}") for index, d in enumerate(declared)]

@@ -1,53 +1,92 @@
-"""Losses: the registry `LOSSES`, keyed by the config's names.
+"""Losses, each implementing one declaration of `config/losses.py` (its name, hyperparameters, task
+and fused activation); the registry `LOSSES` (config name -> loss) is built from them.
 
-A loss whose `fuses` names the network's output activation consumes the pre-activation (logits),
-so softmax + cross-entropy and sigmoid + binary cross-entropy are single stable nodes.
+A loss whose declaration `fuses` the network's output activation consumes the pre-activation
+(logits), so softmax + cross-entropy and sigmoid + binary cross-entropy are single stable nodes.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Sequence
 
+from ..config import losses as decl
+from ..core import backend as B
 from ..core.graph import Node, Op, nn
 
 
 class Loss:
-    name: ClassVar[str] = ""
-    fuses: ClassVar[str | None] = None      # the output activation folded into this loss
-    task: ClassVar[str] = "regression"       # classification | binary | regression
+    """A runtime loss takes its validated declaration (default: the declared defaults)."""
+    declaration: ClassVar[type[decl.LossSpec]]
+    implementations: ClassVar[dict[str, type["Loss"]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        tag = cls.declaration.tag()
+        if tag in Loss.implementations:
+            raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by {Loss.implementations[tag]}")
+        Loss.implementations[tag] = cls
+
+    def __init__(self, declared: decl.LossSpec | None = None) -> None:
+        self.spec = declared if declared is not None else self.declaration.of()
+        self.name = self.spec.type
 
     def node(self, prediction: Node, target: Node, fused: bool) -> Op:
         raise NotImplementedError  # abstract
 
 
 class CrossEntropy(Loss):
-    name, fuses, task = "cross_entropy", "softmax", "classification"
+    declaration = decl.CrossEntropyLoss
 
     def node(self, prediction: Node, target: Node, fused: bool) -> Op:
         return nn.SoftmaxCrossEntropy(prediction, target)
 
 
 class BinaryCrossEntropy(Loss):
-    name, fuses, task = "binary_cross_entropy", "sigmoid", "binary"
+    declaration = decl.BinaryCrossEntropyLoss
 
     def node(self, prediction: Node, target: Node, fused: bool) -> Op:
         return nn.BinaryCrossEntropy(prediction, target, from_logits=fused)
 
 
 class MeanSquaredError(Loss):
-    name = "mse"
+    declaration = decl.MSELoss
 
     def node(self, prediction: Node, target: Node, fused: bool) -> Op:
         return nn.MeanSquaredError(prediction, target)
 
 
 class MeanAbsoluteError(Loss):
-    name = "mae"
+    declaration = decl.MAELoss
 
     def node(self, prediction: Node, target: Node, fused: bool) -> Op:
         return nn.MeanAbsoluteError(prediction, target)
 
 
-LOSSES: dict[str, type[Loss]] = {
-    cls.name: cls for cls in (CrossEntropy, BinaryCrossEntropy, MeanSquaredError, MeanAbsoluteError)
-}
+class Huber(Loss):
+    declaration = decl.HuberLoss
+
+    def node(self, prediction: Node, target: Node, fused: bool) -> Op:
+        return HuberNode(prediction, target, self.spec.delta)
+
+
+class HuberNode(Op):
+    """mean over all elements of 0.5 d^2 (|d| <= delta) or delta (|d| - delta / 2), d = pred - y;
+    gradient clip(d, -delta, delta) / N (the two pieces agree at |d| = delta)."""
+
+    def __init__(self, pred: Node, target: Node, delta: float) -> None:
+        super().__init__(pred, target, name="huber")
+        self.delta = delta
+
+    def forward(self, p: Any, y: Any) -> Any:
+        xp = B.array_module(p)
+        self.diff = p - y
+        size = xp.abs(self.diff)
+        rows = xp.where(size <= self.delta, 0.5 * self.diff * self.diff, self.delta * (size - 0.5 * self.delta))
+        return rows.sum() / max(self.diff.size, 1)
+
+    def backward(self, g: Any) -> Sequence[Any]:
+        xp = B.array_module(self.diff)
+        return xp.clip(self.diff, -self.delta, self.delta) * (g / max(self.diff.size, 1)), None
+
+
+LOSSES = Loss.implementations

@@ -1,5 +1,7 @@
-"""Optimizers: the registry `OPTIMIZERS`. The base class owns the step (schedule, clipping, L2 decay);
-a subclass writes only its update rule on the flat parameter and gradient buffers, in place.
+"""Optimizers, each implementing one declaration of `config/optimizers.py` (name, hyperparameters,
+defaults, ranges, schedule); the registry `OPTIMIZERS` is built from them. The base class owns the
+step (schedule, clipping, L2 decay); a subclass writes only its update rule on the flat parameter and
+gradient buffers, in place.
 Layer-wise rules (LARS, LAMB) also need each parameter tensor's extent in the flat buffers: `set_segments`."""
 
 from __future__ import annotations
@@ -9,33 +11,58 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
+from ..config import optimizers as decl
 from ..core import backend as B
 from ..core import blas
 from ..core.graph.kernels import elementwise
-from .schedules import Schedule, constant
 
 Array = Any
 CPU_CHUNK = 65536  # elements per chunk of an update on the CPU (256 KiB of float32)
 
 
 class Optimizer:
-    name: ClassVar[str] = ""
+    """A runtime optimizer takes its validated declaration, whose hyperparameters become attributes
+    (`self.learning_rate`, `self.beta1`, ...); `epochs` is the run's length (a cosine schedule's default)."""
+    declaration: ClassVar[type[decl.OptimizerBase]]
+    implementations: ClassVar[dict[str, type["Optimizer"]]] = {}
     slots: ClassVar[tuple[str, ...]] = ()    # per-parameter state buffers, same shape as the parameters
     scalars: ClassVar[tuple[str, ...]] = ()  # other attributes that change as it trains (saved too)
+    learning_rate: float
+    weight_decay: float
+    clip_norm: float | None
 
-    def __init__(self, learning_rate: float = 0.01, weight_decay: float = 0.0,
-                 clip_norm: float | None = None, schedule: Schedule | None = None,
-                 steps_per_epoch: int = 1) -> None:
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.clip_norm = clip_norm
-        self.schedule = schedule or constant(learning_rate)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "declaration" in cls.__dict__:
+            tag = cls.declaration.tag()
+            if tag in Optimizer.implementations:
+                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by "
+                                f"{Optimizer.implementations[tag]}")
+            Optimizer.implementations[tag] = cls
+
+    def __init__(self, declared: decl.OptimizerBase, steps_per_epoch: int = 1, epochs: int = 1) -> None:
+        self.spec, self.name = declared, declared.type
+        for field in type(declared).model_fields:
+            if field not in ("type", "schedule"):
+                setattr(self, field, getattr(declared, field))
+        self.epochs = epochs
         self.steps_per_epoch = max(1, steps_per_epoch)
         self.epoch_of_step: Callable[[int], float] | None = None  # epochs done after t steps, when not t / steps_per_epoch
         self.t = 0  # steps taken
         self.state: dict[str, Array] = {}
         self._scratch: Array | None = None  # a chunk-sized buffer for temporaries
         self.shapes: list[tuple[int, ...]] | None = None  # the parameter tensors in flat order (set_segments)
+
+    @classmethod
+    def of(cls, steps_per_epoch: int = 1, epochs: int = 1, **hyperparameters: Any) -> "Optimizer":
+        """The optimizer from hyperparameters, validated by its declaration (`Adam.of(learning_rate=0.01)`)."""
+        return cls(cls.declaration.of(**hyperparameters), steps_per_epoch, epochs)
+
+    def schedule(self, epoch: float) -> float:
+        """The learning rate at this (fractional) epoch: the declared schedule of `learning_rate`."""
+        if self.spec.schedule is None:
+            return self.learning_rate
+        return self.spec.schedule.rate(self.learning_rate, epoch, self.epochs)
 
     def set_segments(self, shapes: Sequence[Sequence[int]]) -> None:
         """The shapes of the parameter tensors, in the order the flat buffers hold them
@@ -98,7 +125,7 @@ class Optimizer:
         When several ranks each update a part, `start` is where this part begins in the whole buffer
         and `total` sums an array over those ranks (an allreduce); only layer-wise rules need them.
         On the CPU the buffers are walked in cache-sized chunks, so the few elementwise passes of a
-        rule run on data still in cache (2.8x faster than whole-buffer passes for the paper's MLP)."""
+        rule run on data still in cache (measured in docs/performance.md, "Why the code is shaped so")."""
         chunk = self._chunk(params)
         lr = self.lr()
         self.t += 1
@@ -132,12 +159,13 @@ class SGD(Optimizer):
     """Plain:    p <- p - lr g
     Momentum: v <- mu v + g;  p <- p - lr v
     Nesterov: v <- mu v + g;  p <- p - lr (g + mu v)        (PyTorch's formulation)"""
-    name = "sgd"
+    declaration = decl.SGDOptimizer
+    momentum: float
+    nesterov: bool
 
-    def __init__(self, momentum: float = 0.0, nesterov: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.momentum, self.nesterov = momentum, nesterov
-        self.slots = ("velocity",) if momentum else ()
+    def __init__(self, declared: decl.SGDOptimizer, steps_per_epoch: int = 1, epochs: int = 1) -> None:
+        super().__init__(declared, steps_per_epoch, epochs)
+        self.slots = ("velocity",) if self.momentum else ()
 
     def decay(self, params: Array, grads: Array, lr: float) -> None:
         """Without momentum, p - lr (g + wd p) = (1 - lr wd) p - lr g: one pass instead of two."""
@@ -178,12 +206,11 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2;
     p <- p - lr * m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)        (Kingma & Ba 2015)"""
-    name = "adam"
+    declaration = decl.AdamOptimizer
     slots = ("m", "v")
-
-    def __init__(self, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+    beta1: float
+    beta2: float
+    epsilon: float
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         xp = B.array_module(p)
@@ -199,7 +226,7 @@ class Adam(Optimizer):
 
 class AdamW(Adam):
     """Adam with decoupled weight decay: p <- p - lr wd p, then the Adam step (Loshchilov & Hutter 2019)."""
-    name = "adamw"
+    declaration = decl.AdamWOptimizer
 
     def decay(self, params: Array, grads: Array, lr: float) -> None:
         if self.weight_decay:
@@ -208,12 +235,9 @@ class AdamW(Adam):
 
 class Adagrad(Optimizer):
     """G <- G + g^2;  p <- p - lr g / (sqrt(G) + eps)        (Duchi et al. 2011)"""
-    name = "adagrad"
+    declaration = decl.AdagradOptimizer
     slots = ("accumulator",)
-
-    def __init__(self, epsilon: float = 1e-8, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.epsilon = epsilon
+    epsilon: float
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         acc = state["accumulator"]
@@ -223,12 +247,10 @@ class Adagrad(Optimizer):
 
 class RMSprop(Optimizer):
     """s <- rho s + (1-rho) g^2;  p <- p - lr g / (sqrt(s) + eps)        (Hinton, lecture 6e)"""
-    name = "rmsprop"
+    declaration = decl.RMSpropOptimizer
     slots = ("square_avg",)
-
-    def __init__(self, rho: float = 0.9, epsilon: float = 1e-8, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.rho, self.epsilon = rho, epsilon
+    rho: float
+    epsilon: float
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         s = state["square_avg"]
@@ -246,9 +268,11 @@ class LayerWise(Optimizer):
     `exclude_bias_and_norm`: 1-D tensors (biases, batchnorm scales and shifts) get ratio 1 and no
     weight decay."""
 
-    def __init__(self, exclude_bias_and_norm: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.exclude_bias_and_norm = exclude_bias_and_norm
+    exclude_bias_and_norm: bool
+
+    def __init__(self, declared: decl.LARSOptimizer | decl.LAMBOptimizer, steps_per_epoch: int = 1,
+                 epochs: int = 1) -> None:
+        super().__init__(declared, steps_per_epoch, epochs)
         self._pieces: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
 
     def set_segments(self, shapes: Sequence[Sequence[int]]) -> None:
@@ -307,12 +331,14 @@ class LARS(LayerWise):
     eta is `trust_coefficient`; eps (default 0, as in TensorFlow's LARSOptimizer) only guards the
     denominator. The paper adapts every layer; `exclude_bias_and_norm` gives 1-D tensors trust 1 and
     no weight decay, as SimCLR's LARS does for its biases and batchnorm variables."""
-    name = "lars"
+    declaration = decl.LARSOptimizer
+    momentum: float
+    trust_coefficient: float
+    epsilon: float
 
-    def __init__(self, momentum: float = 0.9, trust_coefficient: float = 0.001, epsilon: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.momentum, self.trust_coefficient, self.epsilon = momentum, trust_coefficient, epsilon
-        self.slots = ("velocity",) if momentum else ()
+    def __init__(self, declared: decl.LARSOptimizer, steps_per_epoch: int = 1, epochs: int = 1) -> None:
+        super().__init__(declared, steps_per_epoch, epochs)
+        self.slots = ("velocity",) if self.momentum else ()
 
     def measure(self, p: Array, g: Array, state: dict[str, Array], decay: float) -> tuple[Array, Array]:
         xp = B.array_module(p)
@@ -343,12 +369,11 @@ class LAMB(LayerWise):
         m <- b1 m + (1-b1) g;   v <- b2 v + (1-b2) g^2
         r = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd w          (weight decay decoupled, as in AdamW)
         w <- w - lr (||w_l|| / ||r_l||) r                          (ratio 1 where either norm is 0)"""
-    name = "lamb"
+    declaration = decl.LAMBOptimizer
     slots = ("m", "v")
-
-    def __init__(self, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+    beta1: float
+    beta2: float
+    epsilon: float
 
     def measure(self, p: Array, g: Array, state: dict[str, Array], decay: float) -> tuple[Array, Array]:
         xp, tmp = B.array_module(p), self._scratch[:p.size]
@@ -374,9 +399,26 @@ class LAMB(LayerWise):
         p -= g
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {
-    cls.name: cls for cls in (SGD, Adam, AdamW, Adagrad, RMSprop, LARS, LAMB)
-}
+class Adamax(Optimizer):
+    """m <- b1 m + (1-b1) g;  u <- max(b2 u, |g| + eps);  p <- p - lr/(1-b1^t) m/u
+    (Kingma & Ba 2015, section 7.1, with torch.optim.Adamax's eps inside the max)"""
+    declaration = decl.AdamaxOptimizer
+    slots = ("m", "u")
+    beta1: float
+    beta2: float
+    epsilon: float
+
+    def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
+        xp = B.array_module(p)
+        m, u = state["m"], state["u"]
+        m *= self.beta1
+        m += (1 - self.beta1) * g
+        u *= self.beta2
+        xp.maximum(u, xp.abs(g) + self.epsilon, out=u)
+        p -= (lr / (1 - self.beta1 ** self.t)) * m / u
+
+
+OPTIMIZERS = Optimizer.implementations
 
 
 def minimize(loss_graph: Any, optimizer: Optimizer, steps: int, wrt: list[Any]) -> float:

@@ -60,7 +60,7 @@ class Pool2D(Op):
     spreads it evenly (padding counts as -inf for max and as 0 for average). Both walk the kh x kw
     window offsets as strided views of the input with a running max or sum, so no
     (N, C, kh, kw, Ho, Wo) window array is built; the backward pass finds each window's first max
-    by comparing again (boolean masks multiply fast where numpy's masked copies are ~10x slower)."""
+    by comparing again (boolean masks multiply fast where numpy's masked copies are slow: docs/performance.md)."""
 
     def __init__(self, x: Node, mode: str, kernel: Pair, stride: Pair, pad: Pair) -> None:
         super().__init__(x, name=f"{mode}_pool2d")

@@ -61,8 +61,8 @@ def crop(xc: Array, pad: Pair, h: int, w: int) -> Array:
 
 def matmul_nt(a: Array, b: Array, chunk: int = 2048) -> Array:
     """a @ b.T for (P, M) and (Q, M) with a long M. On the CPU the larger of P and Q goes first and
-    M is cut into a batch of GEMMs that are summed: OpenBLAS is 2-5x slower on one GEMM with a long
-    inner dimension and a tiny output (measured in benchmarks/conv_profile.py's layers)."""
+    M is cut into a batch of GEMMs that are summed: OpenBLAS is slow on one GEMM with a long inner
+    dimension and a tiny output (docs/performance.md, "Why the code is shaped so")."""
     if B.array_module(a) is not np:
         return a @ b.T
     if a.shape[0] < b.shape[0]:
