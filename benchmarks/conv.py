@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    B.select("cpu")
+    # the CPU in float32: the backend outside any run
     print(f"{'case':<34} {'ours ms':>8} {'floor ms':>9} {'ours/floor':>10} {'torch ms':>9} {'best/best':>9} "
           f"{'median of rounds':>16}")
     for name, build in (("lenet5", lenet), ("cifar_conv", cifar_layer)):

@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--case", choices=("lenet5", "cifar"), default="lenet5",
                         help="the LeNet-5 step (batch 64) or the CIFAR-sized 3x3 layer (batch 32)")
     args = parser.parse_args()
-    B.select("cpu")
+    # the CPU in float32: the backend outside any run
     layers, shape, batch, loss = lenet() if args.case == "lenet5" else cifar_layer()
     step, chosen, flops = ours(layers, shape, batch, loss, args.algorithm)
     print("convolutions:", chosen)

@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    B.select("cpu", "float32")
+    # the CPU in float32: the backend outside any run
     print(f"{'in':>3} {'out':>3} {'map':>4} | {'gemm ms':>8} {'winograd ms':>11} {'fft ms':>7} | fastest  rule     cost")
     costs = []
     for c_in, c_out, size in itertools.product(CHANNELS, CHANNELS, SIZES):

@@ -25,7 +25,7 @@ from conv import best, lenet, ours, torch_step  # benchmarks/ is the script's fo
 
 
 def lenet_step(batch: int):
-    B.select("cpu")
+    # the CPU in float32: the backend outside any run
     layers, shape, _, loss = lenet(batch)
     return ours(layers, shape, batch, loss, "gemm")[0]
 

@@ -39,7 +39,7 @@ def best_times(fns, steps: int, repeats: int = 5) -> list[float]:
 
 
 def engine_step(layers: int):
-    xp = B.xp
+    xp = B.current().xp
     net = Network([Dense.of(units=HIDDEN, activation="sigmoid") for _ in range(layers)] + [Dense.of(units=CLASSES, activation="softmax")],
                   (INPUTS,), CrossEntropy(), seed=0)
     opt = SGD.of(learning_rate=0.05, weight_decay=0.001)
@@ -56,7 +56,7 @@ def engine_step(layers: int):
 
 def gemm_floor(layers: int):
     """Forward: one GEMM per layer. Backward: dW = h^T dz per layer, dh = dz W^T except the first."""
-    xp = B.xp
+    xp = B.current().xp
     widths = [INPUTS] + [HIDDEN] * layers + [CLASSES]
     ws = [xp.asarray(np.random.default_rng(i).random((a, b), dtype=np.float32)) for i, (a, b) in enumerate(zip(widths, widths[1:]))]
     hs = [xp.asarray(np.random.default_rng(9).random((BATCH, w), dtype=np.float32)) for w in widths]
@@ -79,12 +79,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 2, 3, 4])
     args = parser.parse_args()
-    B.select(args.device)
-    print(f"device={B.device} batch={BATCH} 784 -> L x {HIDDEN} sigmoid -> 10, SGD lr 0.05 wd 0.001")
-    print(f"{'L':>2} {'engine ms':>10} {'floor ms':>9} {'ratio':>6} {'samples/s':>10}")
-    for layers in args.layers:
-        engine, floor = best_times([engine_step(layers), gemm_floor(layers)], args.steps)
-        print(f"{layers:>2} {engine * 1e3:>10.3f} {floor * 1e3:>9.3f} {engine / floor:>6.2f} {BATCH / engine:>10.0f}")
+    with B.using(B.select(args.device)):
+        print(f"device={B.current().device} batch={BATCH} 784 -> L x {HIDDEN} sigmoid -> 10, SGD lr 0.05 wd 0.001")
+        print(f"{'L':>2} {'engine ms':>10} {'floor ms':>9} {'ratio':>6} {'samples/s':>10}")
+        for layers in args.layers:
+            engine, floor = best_times([engine_step(layers), gemm_floor(layers)], args.steps)
+            print(f"{layers:>2} {engine * 1e3:>10.3f} {floor * 1e3:>9.3f} {engine / floor:>6.2f} {BATCH / engine:>10.0f}")
 
 
 if __name__ == "__main__":

@@ -12,19 +12,11 @@ from magmadnn_cli.core.graph import Graph, Node, Variable
 from magmadnn_cli.core.graph import ops
 
 
-@pytest.fixture(autouse=True)
-def cpu_float32():
-    """Every test starts on the CPU in float32 and leaves it that way."""
-    B.select("cpu", "float32")
-    yield
-    B.select("cpu", "float32")
-
-
 @pytest.fixture
 def float64():
-    B.select("cpu", "float64")
-    yield
-    B.select("cpu", "float32")
+    """The test runs on the CPU in float64 (the backend outside any run is the CPU in float32)."""
+    with B.using(B.cpu("float64")):
+        yield
 
 
 def numerical_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -82,7 +74,6 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         sys.argv = argv
-        B.select("cpu", "float32")
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

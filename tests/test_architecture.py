@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import re
 
+import numpy as np
+
 import pytest
 
 from conftest import ROOT
@@ -172,3 +174,45 @@ def test_the_config_layer_knows_nothing_of_numpy():
     numpy = re.compile(r"^\s*(from|import)\s+(numpy|cupy)\b", re.M)
     found = [p.name for p in (PACKAGE / "config").glob("*.py") if numpy.search(p.read_text())]
     assert not found, found
+
+
+# -- state and collaborators ------------------------------------------------------------------------
+def test_no_module_level_state_is_rebound_after_import():
+    """No `global` statement and no assignment to another module's attribute (the interpreter's hooks
+    aside): the backend is one object chosen per run (`backend.using`), not module globals rebound by
+    whoever ran last."""
+    import ast
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                   for alias in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Global):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} global {', '.join(node.names)}")
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                        and target.value.id in modules - {"sys"}):  # sys.excepthook: MPI's abort hook, the interpreter's
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {target.value.id}.{target.attr} =")
+    assert not found, found
+
+
+def test_the_backend_is_one_object_and_tests_need_no_reset_for_it():
+    from magmadnn_cli.core import backend as B
+    assert not any(hasattr(B, name) for name in ("xp", "device", "floatx")), "module globals are back"
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    assert "autouse" not in conftest
+    with B.using(B.cpu("float64")) as chosen:
+        assert B.current() is chosen and B.current().floatx is np.float64
+    assert B.current() == B.CPU
+
+
+def test_the_trainer_has_few_collaborators():
+    import inspect
+    from magmadnn_cli.training.trainer import Trainer
+    assert len(inspect.signature(Trainer.__init__).parameters) - 1 <= 6
+    source = inspect.getsource(Trainer)
+    assert not re.search(r"--[a-z]", source), "the trainer names CLI flags (advice belongs in training/advice.py)"
+    assert "tune_convolutions" not in source, "choosing convolution algorithms is training/convolutions.py's"

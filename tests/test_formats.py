@@ -86,9 +86,6 @@ def test_a_wrong_feature_count_is_expected_vs_got(kind, capsys, tmp_path):
 def test_data_arrive_in_the_configured_precision(tmp_path):
     data = _write("csv", tmp_path)
     cfg = DataConfig(train=data, target="label", validation_split=0.0, normalize="standard")
-    B.select("cpu", "float64")
-    try:
+    with B.using(B.cpu("float64")):
         assert prepare(cfg, "classification", 0).train.x.dtype == np.float64
-    finally:
-        B.select("cpu", "float32")
     assert prepare(cfg, "classification", 0).train.x.dtype == np.float32

@@ -20,13 +20,18 @@ needs_gpu = pytest.mark.skipif(not GPU, reason=f"no usable GPU: {WHY}")
 def test_auto_falls_back_quietly_and_explicit_gpu_is_a_clear_error():
     if GPU:
         pytest.skip("this machine has a GPU")
-    assert B.select("auto") == "cpu" and B.xp is np
+    chosen = B.select("auto")
+    assert chosen.device == "cpu" and chosen.xp is np and B.current() == B.CPU
     with pytest.raises(DeviceError, match="device: gpu was requested but no usable GPU was found"):
         B.select("gpu")
 
 
 def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make_opt=lambda: Adam.of(learning_rate=0.01)):
-    B.select(device, precision)
+    with B.using(B.select(device, precision)):
+        return _steps(precision, steps, hidden, make_opt)
+
+
+def _steps(precision: str, steps: int, hidden: str, make_opt):
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(64, 20)).astype(precision))
     y = B.to_device(rng.integers(0, 4, 64))
@@ -55,7 +60,6 @@ def _run(device: str, precision: str, steps: int = 5, hidden: str = "tanh", make
 def test_gpu_matches_cpu(precision, tol, hidden, make_opt):
     cpu = _run("cpu", precision, hidden=hidden, make_opt=make_opt)
     gpu = _run("gpu", precision, hidden=hidden, make_opt=make_opt)
-    assert B.device == "gpu"
     for a, b in zip(cpu, gpu):
         np.testing.assert_allclose(b, a, rtol=tol, atol=tol)
 
@@ -74,13 +78,18 @@ def test_gpu_training_command_end_to_end(tmp_path, capsys, blobs):
 
 
 def _cnn_run(device: str, precision: str = "float64"):
+    with B.using(B.select(device, precision)):
+        return _cnn_steps(precision)
+
+
+def _cnn_steps(precision: str):
     from magmadnn_cli.nn.layers import BatchNorm, Conv2D, GlobalAvgPool, Pool2D, Residual
-    B.select(device, precision)
     rng = np.random.default_rng(0)
     x = B.to_device(rng.normal(size=(6, 2, 8, 8)).astype(precision))
     y = B.to_device(rng.integers(0, 3, 6))
     layers = [Conv2D.of(filters=4, kernel_size=3, padding="same", activation="relu"), BatchNorm.of(), Pool2D.of(mode="max", pool_size=2),
-              Residual.of(layers=[Conv2D.of(filters=4, kernel_size=3, padding="same", activation="tanh"), Conv2D.of(filters=4, kernel_size=3, padding="same")], activation="relu"),
+              Residual.of(layers=[{"type": "conv2d", "filters": 4, "padding": "same", "activation": "tanh"},
+                                  {"type": "conv2d", "filters": 4, "padding": "same"}], activation="relu"),
               Pool2D.of(mode="avg", pool_size=2, stride=1), GlobalAvgPool.of(), Dense.of(units=3, activation="softmax")]
     net = Network(layers, (2, 8, 8), CrossEntropy(), seed=2)
     opt = SGD.of(learning_rate=0.1, momentum=0.9)
@@ -148,8 +157,8 @@ def test_nccl_is_importable_where_cupy_is():
 @pytest.mark.gpu
 def test_counter_based_masks_are_the_same_on_the_gpu():
     from magmadnn_cli.core.counter_random import keep_mask
-    B.select("gpu", "float32")
+    gpu_backend = B.select("gpu", "float32")
     positions = np.arange(100, 164)
     cpu = keep_mask(99, positions, (64, 3, 5, 5), 0.4, np.float32, np)
-    gpu = keep_mask(99, B.to_device(positions), (64, 3, 5, 5), 0.4, np.float32, B.xp)
+    gpu = keep_mask(99, gpu_backend.xp.asarray(positions), (64, 3, 5, 5), 0.4, np.float32, gpu_backend.xp)
     np.testing.assert_array_equal(B.to_host(gpu), cpu)

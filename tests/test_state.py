@@ -24,7 +24,8 @@ from magmadnn_cli.nn.losses import CrossEntropy
 from magmadnn_cli.nn.network import Network
 from magmadnn_cli.nn.optimizers import SGD
 from magmadnn_cli.training import checkpoint
-from magmadnn_cli.training.trainer import Trainer
+from magmadnn_cli.training.batches import BatchSchedule
+from magmadnn_cli.training.trainer import Plan, Trainer
 
 from conftest import blobs_csv, run_cli
 
@@ -76,9 +77,11 @@ class DecayingSGD(SGD):
 
 
 def _toy_trainer(seed: int) -> Trainer:
-    layers = [Dense.of(units=8, activation="tanh", name="hidden"), BatchCounter.of(name="counter"), Dense.of(units=3, activation="softmax", name="out")]
+    layers = [Dense.of(units=8, activation="tanh", name="hidden"), BatchCounter.of(name="counter"),
+              Dense.of(units=3, activation="softmax", name="out")]
     net = Network(layers, (4,), CrossEntropy(), seed=seed)
-    return Trainer(net, DataParallel(net, DecayingSGD.of(learning_rate=0.2), SingleProcess()), "classification", 16, 3)
+    return Trainer(DataParallel(net, DecayingSGD.of(learning_rate=0.2), SingleProcess()),
+                   Plan("classification", BatchSchedule(16), seed=3))
 
 
 def _data() -> Split:

@@ -24,14 +24,14 @@ LR, DECAY = 0.05, 0.001
 
 def _data(samples: int) -> tuple[Any, Any]:
     rng = np.random.default_rng(0)
-    x = rng.random((samples, INPUTS), dtype=np.float32).astype(B.floatx)
+    x = rng.random((samples, INPUTS), dtype=np.float32).astype(B.current().floatx)
     return B.to_device(x), B.to_device(rng.integers(0, CLASSES, samples))
 
 
 def _epochs(step: Callable[[Any], None], samples: int, epochs: int) -> float:
     """Seconds for `epochs` passes of shuffled batches (the last one short), after one warm-up step."""
     order = np.random.default_rng(1)
-    step(B.xp.arange(min(BATCH, samples)))
+    step(B.current().xp.arange(min(BATCH, samples)))
     B.synchronize()
     start = time.perf_counter()
     for _ in range(epochs):
@@ -56,11 +56,11 @@ def ours(layers: int, samples: int, epochs: int) -> float:
 
 def gemm_floor(layers: int, samples: int, epochs: int) -> float:
     """Per step: one GEMM per layer forward; dW = h^T dz per layer and dh = dz W^T (but the first)."""
-    xp = B.xp
+    xp = B.current().xp
     widths = [INPUTS] + [HIDDEN] * layers + [CLASSES]
     rng = np.random.default_rng(2)
-    ws = [B.to_device(rng.random((a, b), dtype=np.float32).astype(B.floatx)) for a, b in zip(widths, widths[1:])]
-    hs = [B.to_device(rng.random((BATCH, w), dtype=np.float32).astype(B.floatx)) for w in widths]
+    ws = [B.to_device(rng.random((a, b), dtype=np.float32).astype(B.current().floatx)) for a, b in zip(widths, widths[1:])]
+    hs = [B.to_device(rng.random((BATCH, w), dtype=np.float32).astype(B.current().floatx)) for w in widths]
     dws = [xp.empty_like(w) for w in ws]
 
     def step(rows: Any) -> None:
@@ -80,8 +80,8 @@ def torch_time(layers: int, samples: int, epochs: int) -> float | None:
     if importlib.util.find_spec("torch") is None:
         return None
     import torch  # noqa: PLC0415 (optional)
-    device = "cuda" if B.device == "gpu" and torch.cuda.is_available() else "cpu"
-    dtype = torch.float64 if B.floatx == np.float64 else torch.float32
+    device = "cuda" if B.current().device == "gpu" and torch.cuda.is_available() else "cpu"
+    dtype = torch.float64 if B.current().floatx == np.float64 else torch.float32
     torch.manual_seed(0)
     mods: list[Any] = []
     for a, b in zip([INPUTS] + [HIDDEN] * layers, [HIDDEN] * layers):
@@ -115,16 +115,16 @@ def bench(layers: list[int], samples: int, epochs: int, device: str = "auto",
           report: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """One record per depth: seconds for ours, the GEMM floor and PyTorch (None without it), and the
     time our run adds per hidden layer over the previous depth measured."""
-    B.select(device, "float32")
-    records: list[dict[str, Any]] = []
-    for depth in layers:
-        record = {"layers": depth, "device": B.device, "samples": samples, "epochs": epochs, "batch": BATCH,
-                  "seconds": ours(depth, samples, epochs), "floor_seconds": gemm_floor(depth, samples, epochs),
-                  "torch_seconds": torch_time(depth, samples, epochs)}
-        previous = records[-1] if records else None
-        record["delta_per_layer_s"] = ((record["seconds"] - previous["seconds"]) / (depth - previous["layers"])
-                                       if previous and depth != previous["layers"] else None)
-        records.append(record)
-        if report:
-            report(record)
-    return records
+    with B.using(B.select(device, "float32")):
+        records: list[dict[str, Any]] = []
+        for depth in layers:
+            record = {"layers": depth, "device": B.current().device, "samples": samples, "epochs": epochs, "batch": BATCH,
+                      "seconds": ours(depth, samples, epochs), "floor_seconds": gemm_floor(depth, samples, epochs),
+                      "torch_seconds": torch_time(depth, samples, epochs)}
+            previous = records[-1] if records else None
+            record["delta_per_layer_s"] = ((record["seconds"] - previous["seconds"]) / (depth - previous["layers"])
+                                           if previous and depth != previous["layers"] else None)
+            records.append(record)
+            if report:
+                report(record)
+        return records

@@ -24,8 +24,10 @@ from ..distributed import Communicator, SingleProcess
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
 from ..reporting import Reporter, metrics_table
-from ..training.builder import task_of
-from .run_dir import choose, locked, on_root, version_note
+from ..core import backend as B
+from ..training.builder import select_backend, task_of
+from ..distributed.comm import on_root
+from .run_dir import choose, locked, version_note
 from .train import SPLITS, build, replace_earlier_run, report
 
 
@@ -35,12 +37,13 @@ def fold_metrics(config: Config, k: int, folds: int,
     what the data preparation noted (types inferred, cells imputed). `checked` is called once the
     fold's run has passed its checks, before it trains."""
     started = time.perf_counter()
-    run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
-    if checked is not None:
-        checked()
-    history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper)
-    run.trainer.check_weights()
-    return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}, run.data.notes
+    with B.using(select_backend(config, SingleProcess())):
+        run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
+        if checked is not None:
+            checked()
+        history = run.fit()
+        run.trainer.check_weights()
+        return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}, run.data.notes
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -32,7 +32,7 @@ def _spec(path: Path, saved: SavedModel, need_target: bool, keep: tuple[str, ...
     """How to read `path` for this model: its feature columns, the training file's encoding and
     column names (data.names: a file with or without that header row)."""
     cfg = saved.config.data
-    return ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.floatx,
+    return ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.current().floatx,
                     tuple(cfg.names) if cfg.names else None, keep)
 
 
@@ -60,7 +60,12 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
     split of its own run."""
     model_path = model_file(model_path)
     saved = load(model_path)
-    B.select(device, saved.config.precision)
+    with B.using(B.select(device, saved.config.precision)):
+        return _evaluate(saved, model_path, data_path, split, strict, warn)
+
+
+def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split: str | None, strict: bool,
+              warn: Warn | None) -> dict[str, Any]:
     network = restore(saved)
     if split is not None:
         data, source = _run_split(saved, model_path, split), f"{saved.config.data.train} ({split} split of the run)"
@@ -127,31 +132,31 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     saved = load(model_path)
     if proba and saved.task == "regression":
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
-    B.select(device, saved.config.precision)
-    network = restore(saved)
-    tally: dict[str, Any] = {"rows": 0, "unseen": {}}
-    rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist()
-            for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
-    first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
+    with B.using(B.select(device, saved.config.precision)):
+        network = restore(saved)
+        tally: dict[str, Any] = {"rows": 0, "unseen": {}}
+        rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist()
+                for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
+        first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
 
-    def write(f: IO[bytes]) -> None:
-        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
-        try:
-            writer = csv.writer(text, lineterminator="\n")
-            writer.writerow(list(keep) + _header(saved, network, proba))
-            for chunk in itertools.chain([first], rows):
-                writer.writerows(chunk)
-            text.flush()
-        finally:
-            text.detach()  # leave the underlying file (maybe stdout) open
+        def write(f: IO[bytes]) -> None:
+            text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
+            try:
+                writer = csv.writer(text, lineterminator="\n")
+                writer.writerow(list(keep) + _header(saved, network, proba))
+                for chunk in itertools.chain([first], rows):
+                    writer.writerows(chunk)
+                text.flush()
+            finally:
+                text.detach()  # leave the underlying file (maybe stdout) open
 
-    if out is None:
-        write(sys.stdout.buffer)
-    else:
-        atomic_write(out, write)
-    if (note := unseen_note(tally["unseen"], str(data_path))) and warn:
-        warn(note)
-    return tally["rows"]
+        if out is None:
+            write(sys.stdout.buffer)
+        else:
+            atomic_write(out, write)
+        if (note := unseen_note(tally["unseen"], str(data_path))) and warn:
+            warn(note)
+        return tally["rows"]
 
 
 def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chunk_rows: int,

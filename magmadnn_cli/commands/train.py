@@ -16,27 +16,18 @@ import yaml
 
 from ..config.schema import Config
 from ..core import backend as B
-from ..data.augment import augment
-from ..data.prepare import Prepared, class_weights, prepare
-from ..distributed import Communicator, SingleProcess, strategies
-from ..distributed.async_sgd import AsyncParallel
-from ..distributed.data_parallel import DataParallel
-from ..distributed.model_parallel import ModelGroups, model_groups
+from ..data.prepare import Prepared
+from ..distributed import Communicator, SingleProcess
 from ..errors import MagmaError
 from ..files import fingerprint, write_json, write_text
-from ..nn.network import Network
 from ..reporting import Reporter, metrics_table
-from ..training.async_trainer import AsyncTrainer
-from ..training.batches import steps_per_epoch
-from ..training.builder import (bias_warnings, batch_schedule, build_network, build_optimizer, check_output_width,
-                                pin_conv_algorithms, task_of)
-from ..training.checkpoint import Checkpoint, Saver, check_compatible, clear, load_for_resume, restore
-from ..training.early_stopping import EarlyStopper
+from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
+from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_resume, restore
 from ..training.evaluation import split_report
-from ..training.modelfile import load as load_model
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
-from .run_dir import MODEL, choose, classify, locked, on_every_rank, on_root, version_note
+from ..distributed.comm import on_root
+from .run_dir import MODEL, choose, classify, locked, version_note
 
 
 @dataclass
@@ -44,20 +35,6 @@ class RunResult:
     out_dir: Path
     metrics: dict[str, Any]
     history: History
-
-
-@dataclass
-class Run:
-    """Everything a training needs, built and checked before its first step."""
-    config: Config
-    comm: Communicator
-    device: str
-    task: str
-    data: Prepared
-    network: Network
-    trainer: Trainer
-    stopper: EarlyStopper | None
-    saver: Saver | None
 
 
 def train(config: Config, out_dir: Path | None = None, init_from: Path | None = None, reporter: Reporter | None = None,
@@ -77,7 +54,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
-    with locked(comm, out_dir, "run"):
+    with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if moved:  # said once the run's checks have passed: a refused run claims no folder
             reporter.info(moved)
@@ -87,8 +64,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             _resume(ckpt, run, reporter)
         elif comm.is_root:
             replace_earlier_run(out_dir, reporter)
-        history = run.trainer.fit(run.data.train, run.data.validation, config.training.epochs, run.stopper,
-                                  prune=prune)
+        history = run.fit(prune)
         run.trainer.check_weights()
         metrics = report(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
@@ -129,99 +105,27 @@ def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, c
 
 def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
           init_from: Path | None = None, fold: tuple[int, int] | None = None) -> Run:
-    """Select the device, read and split the data (fold k of K: its test split), build the network,
-    optimizer and trainer, and make every check a run makes before its first step (`validate` runs
-    exactly this)."""
+    """The run (`build_run`, on the current backend) and what it says about itself before its first step."""
     reporter = reporter or Reporter()
-    seed = config.seed if config.seed is not None else 0
-    strategy = strategies.check(config)
-    device, task, data = on_every_rank(comm, lambda: device_and_data(config, comm, seed, fold))
-    groups = parallel_layout(config, comm, reporter, strategy)
-    network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
-    parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
-    policy = config.training.checkpoint if checkpoints is not None else None
-    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
-    trainer = make_trainer(config, parallel, task, reporter, saver)
-    es = config.training.early_stopping
-    stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
-    reporter.info(f"{config.name}: {len(data.train.x)} training rows, {network.num_parameters:,} "
-                  f"parameters, device {device}, {comm.size} process(es), seed {config.seed}")
-    for note in [n for n in (parallel.layout(), *data.notes) if n] if comm.is_root else []:
+    run = build_run(config, comm, reporter, checkpoints, init_from, fold)
+    reporter.info(f"{config.name}: {len(run.data.train.x)} training rows, {run.network.num_parameters:,} "
+                  f"parameters, device {run.backend.device}, {comm.size} process(es), seed {config.seed}")
+    for note in [n for n in (run.trainer.parallel.layout(), *run.data.notes) if n] if comm.is_root else []:
         reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
         reporter.warn(note)
-    return Run(config, comm, device, task, data, network, trainer, stopper, saver)
+    return run
 
 
 def idle_cores_tip(run: Run) -> str | None:
     """On one process a CPU convolutional network runs all but its GEMMs on one core (numpy): the
     data-parallel ranks that would use the others (same steps; 1.5x faster on 2 cores, docs/performance.md)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if run.comm.size > 1 or run.device != "cpu" or cores < 2 or not run.network.conv_algorithms():
+    if run.comm.size > 1 or run.backend.device != "cpu" or cores < 2 or not run.network.conv_algorithms():
         return None
     return (f"tip: `--processes {cores}` (or distributed.processes: {cores}) trains this CNN on all {cores} cores, "
             "the same steps; one process runs all but the matrix products on one core (LeNet-5 on 2 cores: "
             "1.5x faster per epoch)")
-
-
-def check_memory(config: Config, network: Network, slots: int, rows: int) -> None:
-    """Training's memory (its largest batch) fits, before the training buffers are allocated."""
-    batch = min(batch_schedule(config).largest(), rows)
-    B.require_memory(network.training_bytes(batch, slots),
-                     f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
-                     "optimizer state, activations)")
-
-
-def make_trainer(config: Config, parallel: DataParallel, task: str, reporter: Reporter, saver: Saver | None) -> Trainer:
-    """The training loop for this strategy."""
-    policy, aug = config.training.checkpoint, config.training.augment
-    return (AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer)(
-        parallel.net, parallel, task, batch_schedule(config), config.seed or 0, config.training.shuffle, reporter,
-        config.training.eval_batch_size,
-        (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
-        saver, stop_on_signal=bool(saver is not None and policy and policy.on_signal))
-
-
-def device_and_data(config: Config, comm: Communicator, seed: int,
-                    fold: tuple[int, int] | None) -> tuple[str, str, Prepared]:
-    """The device this rank computes on, the task, and the data read and split."""
-    device = B.select(config.device, config.precision, config.memory)
-    if device == "gpu":
-        B.use_gpu_device(comm.local_rank)
-    task = task_of(config)
-    return device, task, prepare(config.data, task, seed, fold)
-
-
-def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,
-                          init_from: Path | None) -> tuple[Network, Any]:
-    """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
-    network = build_network(config, data.sample_shape, seed, groups.model)
-    check_run(config, network, data)
-    weights = class_weights(config.training.class_weight, data.classes, data.train.y)
-    if weights is not None:
-        network.class_weights = B.to_device(weights.astype(B.floatx))
-    if init_from is not None:
-        try:
-            network.load_state_dict(load_model(init_from).weights)
-        except MagmaError as exc:
-            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
-                                len(data.train.x))
-    check_memory(config, network, len(optimizer.slots), len(data.train.x))
-    return network, optimizer
-
-
-def parallel_layout(config: Config, comm: Communicator, reporter: Reporter,
-                    strategy: strategies.Strategy) -> ModelGroups:
-    """The data- and model-parallel groups of `distributed.model_parallel` on this many ranks (and
-    the strategy's warning when it needs more ranks than this run has)."""
-    split = config.distributed.model_parallel
-    if too_few := strategy.too_few_ranks(comm.size):
-        reporter.warn(too_few)
-    if split > 1 and comm.size == 1:
-        reporter.warn(f"distributed.model_parallel: {split} needs {split} ranks or a multiple; this run has 1 "
-                      "process, so the layers stay whole")
-    return model_groups(comm, split)
 
 
 def check(config: Config) -> None:
@@ -230,20 +134,8 @@ def check(config: Config) -> None:
     if config.search is not None:
         from .trial_config import check_space  # noqa: PLC0415
         check_space(config.model_dump(mode="json"), config.search)
-    build(config, SingleProcess())
-
-
-def check_run(config: Config, network: Network, data: Prepared) -> None:
-    """The checks that need the data as well as the config."""
-    targets = int(data.train.y.shape[1]) if data.train.y.ndim == 2 else 1
-    check_output_width(config, network, data.classes, data.source, targets)
-    if config.training.augment is not None and len(data.sample_shape) != 3:
-        raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
-                         f"{data.sample_shape} (set data.shape)")
-    es = config.training.early_stopping
-    if es is not None and es.monitor.startswith("val_") and data.validation is None:
-        raise MagmaError(f"training.early_stopping.monitor: {es.monitor} needs validation data "
-                         "(data.validation_split > 0 or data.validation)")
+    with B.using(select_backend(config, SingleProcess())):
+        build(config, SingleProcess())
 
 
 SPLITS = ("train", "validation", "test")
@@ -254,7 +146,7 @@ def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
     data, batch = run.data, run.config.training.eval_batch_size
     final = {name: split_report(run.network, split, data.classes, run.task, run.trainer.data_comm, batch, data.targets)
              for name, split in zip(SPLITS, (data.train, data.validation, data.test)) if split is not None}
-    return {"name": run.config.name, "task": run.task, "device": run.device, "processes": run.comm.size,
+    return {"name": run.config.name, "task": run.task, "device": run.backend.device, "processes": run.comm.size,
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
             "parameters": run.network.num_parameters, "data_sha256": fingerprint(run.config.data.train),

@@ -31,7 +31,8 @@ from ..signals import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
 from .objective import objective_direction, objective_value, rank_key, second_key, tie_break, weighted
-from .run_dir import choose, locked, newest_version, on_root, version_note
+from ..distributed.comm import on_root
+from .run_dir import choose, locked, newest_version, version_note
 from .trial_config import Overrides, check_space, one_process, split_layouts, trial_config
 from .trial_log import TrialLog, resume_command, saved_seed
 

@@ -3,16 +3,15 @@ optimizers and schedules are discriminated unions on `type`. Knows nothing of nu
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 
 from .base import PositiveFloat, Strict
 from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
-from .layers import SAFE_NAME, Layer, LayerSpec, ModelConfig  # noqa: F401  (re-exported: the model section)
-from .losses import Loss, LossSpec  # noqa: F401  (re-exported: the loss)
-from .optimizers import Optimizer, OptimizerBase, Schedule, ScheduleBase  # noqa: F401  (re-exported: the optimizer)
+from .layers import SAFE_NAME, Layer, ModelConfig  # noqa: F401  (Layer re-exported: the model section)
+from .losses import Loss
+from .optimizers import Optimizer, Schedule  # noqa: F401  (Schedule re-exported: the optimizer section)
 from .rules import head_problem, layer_names
 
 # -- training ------------------------------------------------------------------------------------

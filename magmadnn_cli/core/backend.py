@@ -1,12 +1,18 @@
-"""The array backend (MagmaDNN's MemoryManager): numpy on the host or cupy on a GPU, chosen once.
+"""The array backend (MagmaDNN's MemoryManager): numpy on the host or cupy on a GPU, in a float type.
 
-Every op is written against `xp` (the array module of its inputs), so the same code runs on both.
+A `Backend` is one explicit, immutable object (array module, device, float type), chosen once per run
+by `select` and made the run's with `using`: `current()` is the backend of the run in progress (numpy,
+float32 outside any run). Ops are written against the array module of their inputs
+(`array_module`), so the same code runs on both.
 """
 
 from __future__ import annotations
 
 import types
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -16,9 +22,41 @@ DEVICES = ("auto", "cpu", "gpu")
 PRECISIONS = {"float32": np.float32, "float64": np.float64}
 MEMORY = ("device", "managed")
 
-xp: types.ModuleType = np          # the active array module
-device: str = "cpu"                # "cpu" or "gpu" once selected
-floatx: type = np.float32          # the default float dtype
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a run's arrays live and in which float type."""
+    xp: types.ModuleType  # numpy or cupy
+    device: str           # "cpu" or "gpu"
+    floatx: type          # the default float dtype
+
+    @property
+    def name(self) -> str:
+        return f"{self.device} {np.dtype(self.floatx).name}"
+
+
+CPU = Backend(np, "cpu", np.float32)
+_RUN: ContextVar[Backend] = ContextVar("magmadnn_backend", default=CPU)
+
+
+def current() -> Backend:
+    """The backend of the run in progress (`using`), numpy float32 outside any."""
+    return _RUN.get()
+
+
+@contextmanager
+def using(backend: Backend) -> Iterator[Backend]:
+    """Make `backend` the current one for the duration of a run (restored afterwards)."""
+    token = _RUN.set(backend)
+    try:
+        yield backend
+    finally:
+        _RUN.reset(token)
+
+
+def cpu(precision: str = "float32") -> Backend:
+    return Backend(np, "cpu", PRECISIONS[precision])
 
 
 def _import_cupy() -> types.ModuleType | None:
@@ -48,16 +86,14 @@ def probe_gpu() -> tuple[bool, str]:
     return True, f"{count} CUDA device(s)"
 
 
-def select(device_name: str = "auto", precision: str = "float32", memory: str = "device") -> str:
-    """Choose the backend once; returns "cpu" or "gpu". `auto` falls back to numpy quietly."""
-    global xp, device, floatx
+def select(device_name: str = "auto", precision: str = "float32", memory: str = "device") -> Backend:
+    """The backend a run asks for (`auto` falls back to numpy quietly); `using` makes it current."""
     if device_name not in DEVICES:
         raise DeviceError(f"unknown device {device_name!r} (expected one of {', '.join(DEVICES)})")
     if precision not in PRECISIONS:
         raise DeviceError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
     if memory not in MEMORY:
         raise DeviceError(f"unknown memory placement {memory!r} (expected one of {', '.join(MEMORY)})")
-    floatx = PRECISIONS[precision]
     use_gpu = False
     if device_name != "cpu":
         ok, reason = probe_gpu()
@@ -70,10 +106,8 @@ def select(device_name: str = "auto", precision: str = "float32", memory: str = 
         assert cupy is not None
         if memory == "managed":
             cupy.cuda.set_allocator(cupy.cuda.MemoryPool(cupy.cuda.malloc_managed).malloc)
-        xp, device = cupy, "gpu"
-    else:
-        xp, device = np, "cpu"
-    return device
+        return Backend(cupy, "gpu", PRECISIONS[precision])
+    return cpu(precision)
 
 
 def nccl_module() -> Any | None:
@@ -87,20 +121,22 @@ def nccl_module() -> Any | None:
 
 def use_gpu_device(index: int) -> None:
     """Bind this process to GPU `index` (data-parallel ranks pick theirs by node-local rank)."""
-    if device == "gpu":
+    xp = current().xp
+    if current().device == "gpu":
         xp.cuda.Device(index % xp.cuda.runtime.getDeviceCount()).use()
 
 
 def array_module(a: Any) -> types.ModuleType:
     """numpy or cupy, whichever owns `a` (Chainer's get_array_module)."""
+    xp = current().xp
     if isinstance(a, np.ndarray) or np.isscalar(a) or xp is np:
         return np
     return xp
 
 
 def to_device(a: Any, dtype: Any = None) -> Any:
-    """Copy host data to the active device (no copy when already there with the right dtype)."""
-    return xp.asarray(a, dtype=dtype)
+    """Copy host data to the current device (no copy when already there with the right dtype)."""
+    return current().xp.asarray(a, dtype=dtype)
 
 
 def to_host(a: Any) -> np.ndarray:
@@ -113,14 +149,14 @@ def to_host(a: Any) -> np.ndarray:
 
 
 def rng(seed: int) -> Any:
-    """A seeded random generator on the active device."""
-    return xp.random.default_rng(seed)
+    """A seeded random generator on the current device."""
+    return current().xp.random.default_rng(seed)
 
 
 def synchronize() -> None:
     """Wait for queued GPU work (for honest timings); a no-op on the CPU."""
-    if device == "gpu":
-        xp.cuda.Stream.null.synchronize()
+    if current().device == "gpu":
+        current().xp.cuda.Stream.null.synchronize()
 
 
 def host_memory_available() -> int | None:
@@ -140,8 +176,9 @@ def host_memory_available() -> int | None:
 
 
 def memory_available() -> int | None:
-    """Bytes the active device can still allocate: free GPU memory (plus cupy's cached blocks) or host."""
-    if device == "gpu":
+    """Bytes the current device can still allocate: free GPU memory (plus cupy's cached blocks) or host."""
+    xp = current().xp
+    if current().device == "gpu":
         free, _ = xp.cuda.runtime.memGetInfo()
         return int(free) + int(xp.get_default_memory_pool().free_bytes())
     return host_memory_available()
@@ -155,6 +192,6 @@ def require_memory(needed: int, what: str, on_host: bool = False) -> None:
     """Refuse up front, naming the amount, what a request would need but the machine lacks."""
     available = host_memory_available() if on_host else memory_available()
     if available is not None and needed > available:
-        where = "host" if on_host or device == "cpu" else "GPU"
+        where = "host" if on_host or current().device == "cpu" else "GPU"
         raise MagmaError(f"{what} would need {gib(needed)} of memory; the {where} has {gib(available)} "
                          "available. Make it smaller.")

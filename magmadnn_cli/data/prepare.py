@@ -41,7 +41,7 @@ class Normalizer:
         return cls(s, shift.astype(np.float32), spread.astype(np.float32))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        dtype = x.dtype if x.dtype.kind == "f" else B.floatx
+        dtype = x.dtype if x.dtype.kind == "f" else B.current().floatx
         flat = x.reshape(len(x), -1).astype(dtype, copy=False)
         if self.scale != 1.0:
             flat = flat * dtype.type(self.scale)
@@ -96,7 +96,7 @@ class Prepared:
 def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) -> np.ndarray:
     if task == "regression":
         try:
-            values = np.asarray(y, dtype=B.floatx)
+            values = np.asarray(y, dtype=B.current().floatx)
         except ValueError as exc:
             raise DataError(f"{source}: regression targets must be numbers ({exc})") from exc
         bad = ~np.isfinite(values.reshape(len(values), -1))
@@ -113,7 +113,7 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
         raise DataError(f"{source}: labels {', '.join(unknown[:10])} do not occur in the training data "
                         f"(known: {', '.join(map(str, classes))})")
     idx = np.array([lookup[str(v)] for v in values], dtype=np.int64)[inverse.ravel()]
-    return idx.astype(B.floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
+    return idx.astype(B.current().floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
 
 
 def map_labels(y: np.ndarray | None, mapping: dict[Any, Any]) -> np.ndarray | None:

@@ -52,7 +52,7 @@ class ReadSpec:
 
     @classmethod
     def of(cls, cfg: DataConfig, need_target: bool = True, features: list[str] | None = None) -> "ReadSpec":
-        return cls(cfg.target, features or cfg.features, need_target, cfg, B.floatx,
+        return cls(cfg.target, features or cfg.features, need_target, cfg, B.current().floatx,
                    tuple(cfg.names) if cfg.names else None)
 
     def csv_format(self, path: Path) -> CsvFormat:
@@ -115,7 +115,7 @@ def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536) -> Iterator[
     position = {n: i for i, n in enumerate(names)}
     columns = [position[f] for f in wanted]
     text = spec.text_columns(wanted)
-    dtype = spec.dtype or B.floatx
+    dtype = spec.dtype or B.current().floatx
     target = spec.target if spec.target in position else None
     done = 0
     for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt):
@@ -135,7 +135,7 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
         fmt = spec.csv_format(path)
         _, wanted = _csv_columns(path, spec, fmt)
         target = spec.target if spec.need_target else None
-        arrow = read_numeric(path, fmt, wanted, target, spec.dtype or B.floatx) if not spec.text_columns(wanted) else None
+        arrow = read_numeric(path, fmt, wanted, target, spec.dtype or B.current().floatx) if not spec.text_columns(wanted) else None
         if arrow is not None:
             x, y = arrow
             _check_finite(x, path, wanted)
@@ -209,7 +209,7 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
         raise DataError(f"{path}: x must have shape (samples, features...); received {x.shape}")
     if y is not None and len(y) != len(x):
         raise DataError(f"{path}: x has {len(x)} rows but y has {len(y)}")
-    x = x.astype(spec.dtype or B.floatx)
+    x = x.astype(spec.dtype or B.current().floatx)
     flat = x.reshape(len(x), -1)
     _check_finite(flat, path, [f"x[{i}]" for i in range(flat.shape[1])])
     return Table(RawColumns(x), y, [f"x{i}" for i in range(flat.shape[1])], str(path))
@@ -217,7 +217,7 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
 
 def read_image_set(path: Path, spec: ReadSpec) -> Table:
     x, y = read_images(path)
-    return Table(RawColumns(x.astype(spec.dtype or B.floatx, copy=False)), y,
+    return Table(RawColumns(x.astype(spec.dtype or B.current().floatx, copy=False)), y,
                  [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(path))
 
 
@@ -266,7 +266,7 @@ def synthetic(spec: SyntheticData, seed: int) -> Table:
     B.require_memory(spec.samples * (spec.features * 12 + spec.classes * 16),
                      f"data.synthetic ({spec.samples:,} samples x {spec.features:,} features)", on_host=True)
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(spec.samples, spec.features)).astype(B.floatx)
+    x = rng.normal(size=(spec.samples, spec.features)).astype(B.current().floatx)
     w1 = rng.normal(size=(spec.features, spec.hidden)) / np.sqrt(spec.features)
     w2 = rng.normal(size=(spec.hidden, spec.classes)) / np.sqrt(spec.hidden)
     scores = np.tanh(x @ w1) @ w2 + spec.noise * rng.normal(size=(spec.samples, spec.classes))

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
+
+from ..errors import MagmaError
 
 
 class Communicator:
@@ -109,3 +111,41 @@ def shared_memory_fits(nbytes: int, folder: str = "/dev/shm") -> bool:
     except OSError:
         return True
     return stats.f_bavail * stats.f_frsize >= 1.1 * nbytes
+
+
+def on_root(comm: Any, make: Callable[[], Any]) -> Any:
+    """Run `make()` on rank 0 only and give every rank its result, or raise its error on every rank
+    (so no rank waits for one that failed)."""
+    value, error = None, None
+    if comm.is_root:
+        try:
+            value = make()
+        except MagmaError as exc:
+            error = str(exc)
+    error = comm.bcast(error)
+    if error is not None:
+        _raise_together(MagmaError(error))
+    return comm.bcast(value)
+
+
+def on_every_rank(comm: Any, make: Callable[[], Any]) -> Any:
+    """Run `make()` on every rank (local work: no collectives inside). A MagmaError on any rank is
+    raised on every rank together, the lowest failing rank's, so it is said once and no rank waits
+    for, or aborts, the others (every rank reads the same data and finds the same mistake)."""
+    if comm.size == 1:
+        return make()
+    value, error = None, None
+    try:
+        value = make()
+    except MagmaError as exc:
+        error = exc
+    first = next((e for e in comm.allgather(None if error is None else (str(error), error.exit_code)) if e), None)
+    if first is None:
+        return value
+    _raise_together(error if error is not None else MagmaError(first[0]), first[1])  # rank 0 prints the first
+
+
+def _raise_together(failure: MagmaError, exit_code: int = MagmaError.exit_code) -> None:
+    """Raise `failure` as one that every rank raises at this point (no MPI abort needed)."""
+    failure.exit_code, failure.collective = exit_code, True
+    raise failure

@@ -43,7 +43,7 @@ class DataParallel:
     def _place(self) -> None:
         """The network's gradients become the front of the step buffer."""
         size = self.net.flat_params.size
-        self.buffer = B.xp.zeros(size + STATS, dtype=self.net.flat_params.dtype)
+        self.buffer = B.current().xp.zeros(size + STATS, dtype=self.net.flat_params.dtype)
         self.net.place(self.net.flat_params, self.buffer[:size])
 
     @property

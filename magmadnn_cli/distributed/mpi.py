@@ -64,7 +64,7 @@ class MPICommunicator(Communicator):
         if isinstance(array, np.ndarray) or self._nccl is False:
             return None
         if self._nccl is None:  # NCCL needs a GPU of its own per rank on a node
-            nccl = load_nccl() if B.xp.cuda.runtime.getDeviceCount() >= self.local_size else None
+            nccl = load_nccl() if B.current().xp.cuda.runtime.getDeviceCount() >= self.local_size else None
             self._nccl = NcclReducer(nccl, self.rank, self.size, self.comm.bcast) if nccl is not None else False
         return self._nccl or None
 

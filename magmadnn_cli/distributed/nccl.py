@@ -34,7 +34,7 @@ class NcclReducer:
     def _stream_ptr(self) -> int:
         if self.stream is not None:
             return self.stream
-        return B.xp.cuda.get_current_stream().ptr
+        return B.current().xp.cuda.get_current_stream().ptr
 
     def allreduce_sum(self, array: Any) -> None:
         if not array.flags.c_contiguous:

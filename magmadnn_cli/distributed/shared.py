@@ -62,7 +62,7 @@ class SharedMemoryCommunicator(MPICommunicator):
 
 def shared_memory_usable(network: Any, optimizer: Any, comm: SharedMemoryCommunicator) -> bool:
     """CPU only, ranks on one node unless asked across nodes, and room in /dev/shm on every rank."""
-    if B.device != "cpu" or (comm.local_size < comm.size and not comm.across_nodes):
+    if B.current().device != "cpu" or (comm.local_size < comm.size and not comm.across_nodes):
         return False
     nbytes = _shared_floats(network, optimizer, comm.local_size) * network.flat_params.dtype.itemsize
     if comm.all_agree(shared_memory_fits(nbytes)):

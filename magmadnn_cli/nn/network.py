@@ -53,10 +53,10 @@ class Network:
         if sizes:
             biggest = max(range(len(sizes)), key=sizes.__getitem__)
             layer, spec = specs[biggest]
-            B.require_memory(3 * sum(sizes) * np.dtype(B.floatx).itemsize,
+            B.require_memory(3 * sum(sizes) * np.dtype(B.current().floatx).itemsize,
                              f"the model's {sum(sizes):,} parameters (largest: {layer.name}/{spec.name} of shape "
                              f"{tuple(spec.shape)}), with their gradients,")
-        host = np.empty(sum(sizes), dtype=B.floatx)
+        host = np.empty(sum(sizes), dtype=B.current().floatx)
         offset = 0
         for (layer, spec), size in zip(specs, sizes):
             host[offset:offset + size] = spec.initial(rng).ravel()
@@ -69,8 +69,8 @@ class Network:
             layer.weights[spec.name] = p
             self.parameters.append(p)
         for layer in all_layers(self.layers):
-            layer.buffers = {b.name: B.xp.full(b.shape, b.fill, dtype=B.floatx) for b in layer.buffer_specs}
-        self.place(B.to_device(host), B.xp.zeros(host.size, dtype=B.floatx))
+            layer.buffers = {b.name: B.current().xp.full(b.shape, b.fill, dtype=B.current().floatx) for b in layer.buffer_specs}
+        self.place(B.to_device(host), B.current().xp.zeros(host.size, dtype=B.current().floatx))
 
     def place(self, flat_params: Array, flat_grads: Array) -> None:
         """Make these flat buffers the network's parameters and gradients: every weight becomes a
@@ -89,7 +89,7 @@ class Network:
         """A lower bound on training memory: weights, gradients, optimizer state, and each layer's
         output and its gradient for a batch."""
         floats = self.flat_params.size * (2 + optimizer_slots) + 2 * batch * self.activation_size
-        return int(floats) * np.dtype(B.floatx).itemsize
+        return int(floats) * np.dtype(B.current().floatx).itemsize
 
     @property
     def num_parameters(self) -> int:
@@ -146,7 +146,7 @@ class Network:
         """A buffer laid out like this rank's `flat_params`, in the whole model's layout (collective)."""
         pieces = [self._whole(B.to_host(piece).reshape(shape), spec).ravel() for (piece, _), shape, spec
                   in zip(self.flat_pieces(flat), self.parameter_shapes, self.parameter_specs)]
-        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=B.floatx)
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=B.current().floatx)
 
     def part_of_flat(self, whole: np.ndarray) -> np.ndarray:
         """The inverse of `gather_flat`: this rank's parts of a buffer in the whole model's layout."""
@@ -221,7 +221,7 @@ class Network:
             raise ShapeError("this network was built without a loss; it can only predict")
         self._check_input(x)
         self.mode.training = True
-        self.mode.set_batch(key, B.xp.arange(len(x)) if positions is None else positions)
+        self.mode.set_batch(key, B.current().xp.arange(len(x)) if positions is None else positions)
         self.loss_node.weights = self.class_weights
         (loss,) = self.train_graph.forward({self.x: x, self.y: y})
         self.train_graph.backward(scale=scale)

@@ -93,7 +93,7 @@ class Optimizer:
                 if name in self.state:
                     self.state[name][...] = B.to_device(value, dtype=self.state[name].dtype)
                 else:
-                    self.state[name] = B.to_device(value, dtype=B.floatx)
+                    self.state[name] = B.to_device(value, dtype=B.current().floatx)
 
     def ensure_state(self, params: Array) -> None:
         """Create the slots (zeros, like `params`) before the first update."""
@@ -423,7 +423,7 @@ OPTIMIZERS = Optimizer.implementations
 
 def minimize(loss_graph: Any, optimizer: Optimizer, steps: int, wrt: list[Any]) -> float:
     """Minimize a scalar graph over free variables (MagmaDNN's `opt.minimize(expr, wrt=[x])`)."""
-    xp = B.xp
+    xp = B.current().xp
     flat_p = xp.concatenate([v.value.ravel() for v in wrt])
     optimizer.set_segments([v.value.shape for v in wrt])
     loss = float("nan")

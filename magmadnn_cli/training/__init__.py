@@ -1,2 +1,2 @@
-"""Training: config -> objects (builder), the training loop, evaluation, checkpoints, interrupts,
+"""Training: config -> objects (builder), the training loop, evaluation, checkpoints, advice,
 metrics and the model file."""

@@ -1,19 +1,152 @@
-"""From a validated config to runtime objects: each component's declaration goes to the
-implementation registered for it."""
+"""From a validated config to the runtime objects of a run, and every check a run makes before its
+first step: each component's declaration goes to the implementation registered for it; `build_run`
+assembles data, network, optimizer, the strategy's wrapper and the trainer (the commands orchestrate)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from ..config.rules import output_head
 from ..config.schema import Config
-from ..errors import DataError
+from ..core import backend as B
+from ..data.augment import augment
+from ..data.prepare import Prepared, class_weights, prepare
+from ..distributed import Communicator, strategies
+from ..distributed.async_sgd import AsyncParallel
+from ..distributed.comm import on_every_rank
+from ..distributed.model_parallel import ModelGroups, model_groups
+from ..errors import DataError, MagmaError
 from ..nn.layers import build_layers
 from ..nn.losses import LOSSES, Loss
 from ..nn.network import Network
 from ..nn.optimizers import OPTIMIZERS, Optimizer
-from .batches import BatchSchedule
+from ..reporting import Reporter
+from .async_trainer import AsyncTrainer
+from .batches import BatchSchedule, steps_per_epoch
+from .checkpoint import Saver
+from .convolutions import choose_convolutions
+from .early_stopping import EarlyStopper
+from .modelfile import load as load_model
+from .trainer import History, Plan, Trainer
+
+
+@dataclass
+class Run:
+    """Everything a training needs, built and checked before its first step."""
+    config: Config
+    comm: Communicator
+    backend: B.Backend
+    data: Prepared
+    network: Network
+    trainer: Trainer
+    stopper: EarlyStopper | None
+    saver: Saver | None
+
+    @property
+    def task(self) -> str:
+        return self.trainer.task
+
+    def fit(self, prune: Any = None) -> History:
+        """Choose the convolutions' algorithms, then train to `training.epochs` (from where a resumed
+        checkpoint left off)."""
+        choose_convolutions(self.trainer, self.data.train.x)
+        return self.trainer.fit(self.data.train, self.data.validation, self.config.training.epochs, self.stopper,
+                                prune=prune)
+
+
+def select_backend(config: Config, comm: Communicator) -> B.Backend:
+    """The backend the config asks for, chosen alike on every rank (GPU ranks by node-local rank);
+    `backend.using` makes it the run's."""
+    backend = on_every_rank(comm, lambda: B.select(config.device, config.precision, config.memory))
+    if backend.device == "gpu":
+        with B.using(backend):
+            B.use_gpu_device(comm.local_rank)
+    return backend
+
+
+def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoints: Path | None = None,
+              init_from: Path | None = None, fold: tuple[int, int] | None = None) -> Run:
+    """Read and split the data (fold k of K: its test split), build the network, optimizer, the
+    strategy's wrapper and the trainer on the current backend, and make every check a run makes
+    before its first step (`validate` runs exactly this)."""
+    seed = config.seed if config.seed is not None else 0
+    strategy = strategies.check(config)
+    data = on_every_rank(comm, lambda: prepare(config.data, task_of(config), seed, fold))
+    groups = parallel_layout(config, comm, reporter, strategy)
+    network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
+    parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
+    policy = config.training.checkpoint if checkpoints is not None else None
+    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
+    trainer = (AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer)(parallel, plan(config, saver), reporter,
+                                                                                saver)
+    es = config.training.early_stopping
+    stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
+    return Run(config, comm, B.current(), data, network, trainer, stopper, saver)
+
+
+def plan(config: Config, saver: Saver | None) -> Plan:
+    """The training section as the trainer's plan (signals stop a run only when it checkpoints)."""
+    training, aug = config.training, config.training.augment
+    policy = training.checkpoint
+    return Plan(task_of(config), batch_schedule(config), config.seed or 0, training.shuffle, training.eval_batch_size,
+                (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
+                stop_on_signal=bool(saver is not None and policy and policy.on_signal))
+
+
+def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,
+                          init_from: Path | None) -> tuple[Network, Optimizer]:
+    """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
+    network = build_network(config, data.sample_shape, seed, groups.model)
+    check_run(config, network, data)
+    weights = class_weights(config.training.class_weight, data.classes, data.train.y)
+    if weights is not None:
+        network.class_weights = B.to_device(weights.astype(B.current().floatx))
+    if init_from is not None:
+        try:
+            network.load_state_dict(load_model(init_from).weights)
+        except MagmaError as exc:
+            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
+    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
+                                len(data.train.x))
+    check_memory(config, network, len(optimizer.slots), len(data.train.x))
+    return network, optimizer
+
+
+def parallel_layout(config: Config, comm: Communicator, reporter: Reporter,
+                    strategy: strategies.Strategy) -> ModelGroups:
+    """The data- and model-parallel groups of `distributed.model_parallel` on this many ranks (and
+    the strategy's warning when it needs more ranks than this run has)."""
+    split = config.distributed.model_parallel
+    if too_few := strategy.too_few_ranks(comm.size):
+        reporter.warn(too_few)
+    if split > 1 and comm.size == 1:
+        reporter.warn(f"distributed.model_parallel: {split} needs {split} ranks or a multiple; this run has 1 "
+                      "process, so the layers stay whole")
+    return model_groups(comm, split)
+
+
+def check_run(config: Config, network: Network, data: Prepared) -> None:
+    """The checks that need the data as well as the config."""
+    targets = int(data.train.y.shape[1]) if data.train.y.ndim == 2 else 1
+    check_output_width(config, network, data.classes, data.source, targets)
+    if config.training.augment is not None and len(data.sample_shape) != 3:
+        raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
+                         f"{data.sample_shape} (set data.shape)")
+    es = config.training.early_stopping
+    if es is not None and es.monitor.startswith("val_") and data.validation is None:
+        raise MagmaError(f"training.early_stopping.monitor: {es.monitor} needs validation data "
+                         "(data.validation_split > 0 or data.validation)")
+
+
+def check_memory(config: Config, network: Network, slots: int, rows: int) -> None:
+    """Training's memory (its largest batch) fits, before the training buffers are allocated."""
+    batch = min(batch_schedule(config).largest(), rows)
+    B.require_memory(network.training_bytes(batch, slots),
+                     f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
+                     "optimizer state, activations)")
 
 
 def task_of(config: Config) -> str:

@@ -25,7 +25,7 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
         loss, out = network.loss_and_output(B.to_device(split.x[part]), B.to_device(split.y[part]))
         loss_sum += float(loss) * len(part)
         outputs.append(B.to_host(out))
-    sums = B.xp.asarray([loss_sum], dtype=np.float64)
+    sums = B.current().xp.asarray([loss_sum], dtype=np.float64)
     comm.allreduce_sum(sums)
     gathered = [o for chunk in comm.allgather(outputs) for o in chunk]
     output = np.concatenate(gathered) if gathered else np.zeros((0,), np.float32)

@@ -25,13 +25,12 @@ from ..core.counter_random import derive_key
 from ..data.prepare import Split
 from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
-from ..nn.network import Network
 from ..reporting import Reporter
 from ..signals import StopSignals
 from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
-from .interrupts import resume_command
+from . import advice
 
 Array = Any
 Augment = Callable[[Array, np.ndarray, int], Array]  # (batch, rows' global positions, epoch key) -> batch
@@ -55,6 +54,20 @@ class Position:
     seen: int = 0
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How to train, from the config: the task, the global batch sizes by epoch, the seed (batch
+    order, random numbers), the order, evaluation's batch size, augmentation, and whether SIGINT /
+    SIGTERM finish the step, checkpoint and stop."""
+    task: str
+    sizes: BatchSchedule
+    seed: int
+    shuffle: bool = True
+    eval_batch_size: int = 1024
+    augment: Augment | None = None
+    stop_on_signal: bool = False
+
+
 class Checkpointer(Protocol):
     last: Path | None
 
@@ -63,25 +76,23 @@ class Checkpointer(Protocol):
 
 
 class Trainer:
-    def __init__(self, network: Network, parallel: DataParallel, task: str, batch_size: int | BatchSchedule, seed: int,
-                 shuffle: bool = True, reporter: Reporter | None = None, eval_batch_size: int = 1024,
-                 augment: Augment | None = None, checkpointer: Checkpointer | None = None,
-                 stop_on_signal: bool = False) -> None:
-        self.net, self.parallel, self.task = network, parallel, task
-        self.opt, self.comm = parallel.optimizer, parallel.world
+    """Runs the loop for `parallel`'s network and optimizer as `plan` says, showing progress through
+    `reporter` and writing checkpoints through `checkpointer`."""
+
+    def __init__(self, parallel: DataParallel, plan: Plan, reporter: Reporter | None = None,
+                 checkpointer: Checkpointer | None = None) -> None:
+        self.parallel, self.plan = parallel, plan
+        self.net, self.opt, self.comm = parallel.net, parallel.optimizer, parallel.world
         self.data_comm = parallel.comm  # the ranks that split each batch (all, unless the model is split)
-        self.sizes = batch_size if isinstance(batch_size, BatchSchedule) else BatchSchedule(batch_size)
-        self.seed, self.shuffle = seed, shuffle
+        self.task, self.sizes, self.seed = plan.task, plan.sizes, plan.seed
         self.reporter = reporter or Reporter()
-        self.eval_batch_size = eval_batch_size
-        self.augment = augment
         self.checkpointer = checkpointer
-        self.signals = StopSignals(stop_on_signal)
+        self.signals = StopSignals(plan.stop_on_signal)
         self.stop_requested = False  # a rank caught SIGINT/SIGTERM (agreed through the step's reduction)
         self.position = Position()
         self.history = History()
         self.stopper: EarlyStopper | None = None
-        self.conv_algorithms: dict[str, str] | None = None  # chosen at the start, kept by checkpoints
+        self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -134,7 +145,7 @@ class Trainer:
 
     # -- epochs --------------------------------------------------------------------------------
     def batches(self, n: int, epoch: int) -> list[np.ndarray]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.plan.shuffle else np.arange(n)
         size = self.sizes.size(epoch)
         return [order[i:i + size] for i in range(0, n, size)]
 
@@ -167,8 +178,8 @@ class Trainer:
         mine = np.array_split(np.arange(first, first + len(batch)), shares)[share]
         idx = B.to_device(batch[mine - first])
         xb = x[idx]
-        if self.augment is not None:
-            xb = self.augment(xb, mine, derive_key(self.seed, self.position.epoch))
+        if self.plan.augment is not None:
+            xb = self.plan.augment(xb, mine, derive_key(self.seed, self.position.epoch))
         return xb, y[idx], mine
 
     def record_step(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
@@ -196,7 +207,8 @@ class Trainer:
         With early stopping's restore_best, the network ends in the best epoch's state."""
         history, self.stopper = self.history, stopper
         x, y = B.to_device(train.x), B.to_device(train.y)
-        self.choose_conv_algorithms(x)
+        if self.conv_algorithms is not None:  # chosen before the run (training/convolutions.py), or resumed
+            self.net.set_conv_algorithms(self.conv_algorithms)
         self.reporter.start(epochs)
         # Overflow warnings are noise here: a non-finite loss is caught and reported by `run_epoch`.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.signals:
@@ -218,27 +230,6 @@ class Trainer:
             stopper.restore(self.net)
         return history
 
-    def choose_conv_algorithms(self, x: Array) -> None:
-        """Each convolution's algorithm: `auto` by the fixed rule (every rank alike, no timing);
-        `fastest` by dMath's autotuning, opt-in: rank 0 times the candidates on a batch of the
-        training data (the rows one rank runs per step) and every rank runs its choice. A resumed
-        run keeps its checkpoint's choice. (Under model parallelism rank 0's whole group runs the
-        timing passes, which gather over it.)"""
-        if not self.net.conv_layers():
-            return
-        if self.conv_algorithms is None:
-            rows = -(-self.sizes.size(self.position.epoch) // self.shares)
-            times: dict[str, dict[str, float]] = {}
-            if any(layer.algorithm == "fastest" for layer in self.net.conv_layers()):
-                timing = self.data_comm.is_root
-                tuned = (self.net.tune_convolutions(x[:rows]), self.net.conv_algorithms()) if timing else None
-                times, self.conv_algorithms = self.comm.bcast(tuned)
-            else:
-                self.conv_algorithms = self.net.conv_algorithms()
-            asked = {layer.name: layer.algorithm for layer in self.net.conv_layers()}
-            self.reporter.info(_conv_report(self.conv_algorithms, asked, times, min(rows, len(x))))
-        self.net.set_conv_algorithms(self.conv_algorithms)
-
     def _epoch(self, train: Split, validation: Split | None, x: Array, y: Array) -> None:
         start = time.perf_counter()
         epoch = self.position.epoch
@@ -246,7 +237,7 @@ class Trainer:
         metrics = {"epoch": epoch, **self.run_epoch(train, x, y)}
         self.parallel.end_epoch()
         if validation is not None:
-            val = evaluate(self.net, validation, self.task, self.data_comm, self.eval_batch_size)
+            val = evaluate(self.net, validation, self.task, self.data_comm, self.plan.eval_batch_size)
             metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
         metrics["lr"] = lr
         if self.sizes.changes:  # a growing batch: say each epoch's
@@ -266,40 +257,15 @@ class Trainer:
             where = f"epoch {self.position.epoch - 1} (completed)" if epoch_done else \
                 f"epoch {self.position.epoch}, step {self.position.step}"
             name = self.signals.name or "a signal on another rank"
-            if cp is None or cp.last is None:
-                raise Interrupted(f"stopped by {name} at {where}; checkpoints are off (training.checkpoint), "
-                                  "so nothing was saved", self.signals.received or 2)
-            raise Interrupted(f"stopped by {name} at {where}; checkpoint written: {cp.last}\n"
-                              f"Continue with: {resume_command(cp.last.parent.parent, self.comm.size)}",
+            raise Interrupted(advice.interrupted(name, where, cp.last if cp is not None else None, self.comm.size),
                               self.signals.received or 2)
 
     def check_weights(self) -> None:
         """A non-finite gradient leaves non-finite weights: never checkpoint or save those."""
-        if not bool(B.xp.isfinite(self.net.flat_params).all()):
+        if not bool(B.current().xp.isfinite(self.net.flat_params).all()):
             raise DivergenceError(self._divergence(f"after global step {self.global_step}: the weights are no "
                                                    "longer finite (a gradient overflowed)"))
 
     def _divergence(self, what: str) -> str:
-        lr = f"{self.opt.lr():.3g}"
-        last = self.checkpointer.last if self.checkpointer is not None else None
-        keep = (f" The last good checkpoint is {last}: resume from it with --resume {last} and a smaller "
-                "--set optimizer.learning_rate=...") if last else ""
-        return (f"{what}. Try a smaller learning rate (now {lr}), optimizer.clip_norm, or data.normalize: "
-                f"standard. No model file was written.{keep}")
+        return advice.diverged(what, self.opt.lr(), self.checkpointer.last if self.checkpointer is not None else None)
 
-
-def _conv_report(chosen: dict[str, str], asked: dict[str, str], times: dict[str, dict[str, float]],
-                 rows: int) -> str:
-    """One run-log line: each convolution layer's algorithm, with the timings that chose it."""
-    parts = []
-    for name, algorithm in chosen.items():
-        if name in times:
-            timed = ", ".join(f"{a} {s * 1e3:.2f} ms" for a, s in sorted(times[name].items(), key=lambda i: i[1]))
-            parts.append(f"{name} {algorithm} (timed on {rows} rows: {timed})")
-        elif asked.get(name) == "auto":
-            parts.append(f"{name} {algorithm} (auto: the fixed rule)")
-        elif asked.get(name, algorithm) != algorithm:
-            parts.append(f"{name} {algorithm} (the config's {asked[name]} cannot run this layer)")
-        else:
-            parts.append(f"{name} {algorithm} (set in the config)")
-    return "convolutions: " + "; ".join(parts)

@@ -68,7 +68,7 @@ class Constant(Node):
 
     def __init__(self, value: Any, name: str = "") -> None:
         super().__init__(name)
-        self.value = B.xp.asarray(value, dtype=B.floatx)
+        self.value = B.current().xp.asarray(value, dtype=B.current().floatx)
 
 
 class Parameter(Node):

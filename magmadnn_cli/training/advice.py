@@ -1,0 +1,43 @@
+"""What training tells the user to do next, naming the CLI's flags: the command that resumes an
+interrupted run, and the fixes for a diverged one. The trainer reports what happened; the words
+that name commands and flags are here."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+
+def resume_command(run_dir: Path, ranks: int = 1) -> str:
+    """The command that continues this run: the one that started it, with `--resume RUN_DIR` (and
+    `--processes N` for a data-parallel run, whatever launched it)."""
+    args = sys.argv[1:]
+    if not args or args[0] != "train":
+        args = ["train", "CONFIG"]
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--resume", "-r", "--init-from", "--processes", "-n"):
+            skip = True
+        elif not arg.startswith(("--resume=", "--init-from=", "--processes=")):
+            kept.append(arg)
+    return shlex.join(["magmadnn", *kept, *(["--processes", str(ranks)] if ranks > 1 else []),
+                       "--resume", str(run_dir)])
+
+
+def interrupted(signal_name: str, where: str, checkpoint: Path | None, ranks: int) -> str:
+    """What stopped the run at `where`, and how to continue it from `checkpoint` (None: none written)."""
+    if checkpoint is None:
+        return f"stopped by {signal_name} at {where}; checkpoints are off (training.checkpoint), so nothing was saved"
+    return (f"stopped by {signal_name} at {where}; checkpoint written: {checkpoint}\n"
+            f"Continue with: {resume_command(checkpoint.parent.parent, ranks)}")
+
+
+def diverged(what: str, learning_rate: float, last_checkpoint: Path | None) -> str:
+    """A diverged run's message: what became non-finite, and what to change."""
+    keep = (f" The last good checkpoint is {last_checkpoint}: resume from it with --resume {last_checkpoint} and a "
+            "smaller --set optimizer.learning_rate=...") if last_checkpoint else ""
+    return (f"{what}. Try a smaller learning rate (now {learning_rate:.3g}), optimizer.clip_norm, or data.normalize: "
+            f"standard. No model file was written.{keep}")
