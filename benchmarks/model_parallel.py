@@ -104,7 +104,7 @@ def worker(args: argparse.Namespace) -> None:
     base = rss_now()
     groups, net, parallel, timed = build(world, args.widths, args.split)
     rows = args.batch // groups.data.size  # each model group's share of the batch
-    group = world.rank // groups.split
+    group = world.rank // groups.model_ranks
     rng = np.random.default_rng(group)  # the ranks of a model group run the same rows
     x = rng.random((rows, args.widths[0]), dtype=np.float32)
     y = rng.integers(0, args.widths[-1], rows)
@@ -129,7 +129,7 @@ def worker(args: argparse.Namespace) -> None:
 
 def report(groups: ModelGroups, net: Network, mine: dict, args: argparse.Namespace) -> None:
     """Rank 0 prints this layout's row (as JSON for the driver) after gathering every rank's numbers."""
-    world, split = groups.world, groups.split
+    world, split = groups.world, groups.model_ranks
     ranks = world.allgather(mine)
     if world.rank:
         return

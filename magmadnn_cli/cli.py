@@ -212,9 +212,9 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);
     print it resolved, with every default and the seed."""
-    from .commands.train import check
+    from .commands.train import validate_run
     cfg = _load(config, set_)
-    check(cfg)
+    validate_run(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),
               end="")

@@ -156,7 +156,7 @@ def load_npz(path: Path, what: str, error: type[MagmaError] = MagmaError,
         raise error(f"{path}: not a readable {what} ({type(exc).__name__}: {exc})") from exc
 
 
-def fingerprint(path: Path | None) -> str | None:
+def file_sha256(path: Path | None) -> str | None:
     """sha256 of a regular file (None for streams, stdin and synthetic data)."""
     if path is None or not path.is_file():
         return None

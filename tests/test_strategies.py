@@ -9,7 +9,7 @@ import pytest
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.distributed import SingleProcess, comm as comm_module
 from magmadnn_cli.distributed.data_parallel import DataParallel
-from magmadnn_cli.distributed.strategies import STRATEGIES, check, config_problems, get_communicator
+from magmadnn_cli.distributed.strategies import STRATEGIES, checked_strategy, config_problems, get_communicator
 from magmadnn_cli.errors import ConfigError
 
 from conftest import run_cli
@@ -46,10 +46,10 @@ def test_split_layers_are_refused_exactly_where_the_strategy_keeps_whole_models(
 def test_max_staleness_is_taken_exactly_by_the_strategies_with_stale_gradients(blobs, name):
     config = _config(blobs, f"distributed.strategy={name}", "distributed.max_staleness=1")
     if STRATEGIES[name].stale_gradients:
-        assert check(config) is STRATEGIES[name]
+        assert checked_strategy(config) is STRATEGIES[name]
     else:
         with pytest.raises(ConfigError, match=f"strategy is '{name}': set strategy: async, or remove max_staleness"):
-            check(config)
+            checked_strategy(config)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -22,13 +22,13 @@ import yaml
 from ..config.schema import Config
 from ..distributed import Communicator, SingleProcess
 from ..errors import MagmaError
-from ..files import fingerprint, write_json, write_text
+from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..core import backend as B
 from ..training.builder import select_backend, task_of
 from ..distributed.comm import on_root
 from .run_dir import choose, locked, version_note
-from .train import SPLITS, build, replace_earlier_run, report
+from .train import SPLITS, build, replace_earlier_run, final_metrics
 
 
 def fold_metrics(config: Config, k: int, folds: int,
@@ -43,7 +43,7 @@ def fold_metrics(config: Config, k: int, folds: int,
             checked()
         history = run.fit()
         run.trainer.check_weights()
-        return {"fold": k + 1, **report(run, history, time.perf_counter() - started)}, run.data.notes
+        return {"fold": k + 1, **final_metrics(run, history, time.perf_counter() - started)}, run.data.notes
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -89,7 +89,7 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
         results = _run_folds(config, folds, comm, reporter, lambda: _begin(out_dir, note, reporter))
         metrics = {"name": config.name, "folds": folds, "processes": comm.size,
                    "wall_time_s": round(time.perf_counter() - started, 3),
-                   "data_sha256": fingerprint(config.data.train), **summarize(results), "per_fold": results}
+                   "data_sha256": file_sha256(config.data.train), **summarize(results), "per_fold": results}
         if comm.is_root:
             _write(out_dir, config, metrics)
             rows = {f"{split} {stat}": metrics[stat][split] for split in ("test", "train")

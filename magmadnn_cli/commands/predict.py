@@ -19,7 +19,7 @@ from ..data.csv_reader import csv_header
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.tables import ReadSpec, Table, reader_for
 from ..errors import DataError, MagmaError
-from ..files import atomic_write, check_output_file, fingerprint
+from ..files import atomic_write, check_output_file, file_sha256
 from ..training.builder import task_of
 from ..training.evaluation import split_report
 from ..training.modelfile import SavedModel, load, restore
@@ -87,9 +87,9 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
 
 
 def training_file_note(saved: SavedModel, model_path: Path, data_path: Path) -> str | None:
-    """A warning when `data_path` is the very file the model was trained on (its fingerprint)."""
+    """A warning when `data_path` is the very file the model was trained on (its file_sha256)."""
     recorded = saved.metrics.get("data_sha256")
-    if recorded is None or recorded != fingerprint(data_path):
+    if recorded is None or recorded != file_sha256(data_path):
         return None
     cfg = saved.config.data
     held = next((name for name, kept in (("test", cfg.test_split > 0 or cfg.test),
@@ -106,9 +106,9 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
     if cfg.synthetic is None:
         recorded = saved.metrics.get("data_sha256")
         if recorded is None:
-            raise MagmaError(f"{model_path}: the run recorded no fingerprint of its data (trained from a stream, or by "
+            raise MagmaError(f"{model_path}: the run recorded no file_sha256 of its data (trained from a stream, or by "
                              "an older magmadnn); evaluate it on a file: magmadnn evaluate MODEL DATA")
-        if fingerprint(cfg.train) != recorded:
+        if file_sha256(cfg.train) != recorded:
             raise DataError(f"{cfg.train}: the file changed since the run (sha256 differs), so its {split} split "
                             "cannot be rebuilt; evaluate on a file instead: magmadnn evaluate MODEL DATA")
     data = prepare(cfg, task_of(saved.config), saved.config.seed or 0)

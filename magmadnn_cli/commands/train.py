@@ -19,7 +19,7 @@ from ..core import backend as B
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess
 from ..errors import MagmaError
-from ..files import fingerprint, write_json, write_text
+from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
 from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_resume, restore
@@ -66,7 +66,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             replace_earlier_run(out_dir, reporter)
         history = run.fit(prune)
         run.trainer.check_weights()
-        metrics = report(run, history, time.perf_counter() - started)
+        metrics = final_metrics(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
         if comm.is_root:
             write_outputs(out_dir, pin_conv_algorithms(config, run.network), run.network, weights, run.data, run.task,
@@ -128,7 +128,7 @@ def idle_cores_tip(run: Run) -> str | None:
             "1.5x faster per epoch)")
 
 
-def check(config: Config) -> None:
+def validate_run(config: Config) -> None:
     """Every check `train` makes before its first step, without training or writing, and `tune`'s
     of a search space: `validate`."""
     if config.search is not None:
@@ -141,7 +141,7 @@ def check(config: Config) -> None:
 SPLITS = ("train", "validation", "test")
 
 
-def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
+def final_metrics(run: Run, history: History, seconds: float) -> dict[str, Any]:
     """The metrics of the trained network on every split (exact on any rank count)."""
     data, batch = run.data, run.config.training.eval_batch_size
     final = {name: split_report(run.network, split, data.classes, run.task, run.trainer.data_comm, batch, data.targets)
@@ -149,7 +149,7 @@ def report(run: Run, history: History, seconds: float) -> dict[str, Any]:
     return {"name": run.config.name, "task": run.task, "device": run.backend.device, "processes": run.comm.size,
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
-            "parameters": run.network.num_parameters, "data_sha256": fingerprint(run.config.data.train),
+            "parameters": run.network.num_parameters, "data_sha256": file_sha256(run.config.data.train),
             **run.trainer.parallel.summary(),
             **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}), **final}
 

@@ -136,13 +136,10 @@ class LAMBOptimizer(OptimizerBase):
                                         "no weight decay")
 
 
-class AdamaxOptimizer(OptimizerBase):
-    """Adam with the infinity norm: torch.optim.Adamax (Kingma & Ba 2015, section 7.1)."""
-    type: Literal["adamax"]
+class AdamaxOptimizer(AdamOptimizer):
+    """Adam with the infinity norm: torch.optim.Adamax (Kingma & Ba 2015, section 7.1); Adam's betas and epsilon."""
+    type: Literal["adamax"]  # type: ignore[assignment]
     learning_rate: PositiveFloat = 0.002
-    beta1: UnitFloat = 0.9
-    beta2: UnitFloat = 0.999
-    epsilon: PositiveFloat = 1e-8
 
 
 Optimizer = OptimizerBase.union()

@@ -32,7 +32,8 @@ class ModelGroups:
     data: Communicator
 
     @property
-    def split(self) -> int:
+    def model_ranks(self) -> int:
+        """How many ranks share one copy of the model (each holding part of its layers)."""
         return self.model.size
 
 
@@ -93,7 +94,7 @@ class ModelParallel(DataParallel):
 
     def layout(self) -> str:
         """The run log's line: the layout, and how much of the model each rank holds."""
-        held, total, split = self.net.local_parameters, self.net.num_parameters, self.groups.split
+        held, total, split = self.net.local_parameters, self.net.num_parameters, self.groups.model_ranks
         groups = self.groups.world.size // split
         return (f"model parallel: {groups} data-parallel group{'s' * (groups > 1)} x {split} model-parallel ranks "
                 f"(dense layers' units split {split} ways); each rank holds {held:,} of the {total:,} parameters "

@@ -70,7 +70,7 @@ def _synchronous(network: Any, optimizer: Any, comm: Communicator, groups: Model
     """Every rank applies the same update: model parallel when `groups` split the layers."""
     from .data_parallel import DataParallel  # noqa: PLC0415 (numpy: loaded when used)
     from .model_parallel import ModelParallel  # noqa: PLC0415
-    if groups.split > 1:
+    if groups.model_ranks > 1:
         return ModelParallel(network, optimizer, groups, dist.sync_batchnorm)
     return DataParallel(network, optimizer, comm, dist.sync_batchnorm)
 
@@ -98,7 +98,7 @@ def resolve_auto(comm: Communicator, groups: ModelGroups) -> Strategy:
     keep whole layers; else allreduce."""
     from ..core import backend as B  # noqa: PLC0415
     one_node = 1 < comm.size == comm.local_size
-    return STRATEGIES["shared_memory" if one_node and B.current().device == "cpu" and groups.split == 1 else "allreduce"]
+    return STRATEGIES["shared_memory" if one_node and B.current().device == "cpu" and groups.model_ranks == 1 else "allreduce"]
 
 
 def _auto(network: Any, optimizer: Any, comm: Communicator, groups: ModelGroups, dist: Any) -> DataParallel:
@@ -154,7 +154,7 @@ def config_problems(config: Any) -> list[Problem]:
     return [(("distributed",), problem) for problem in problems]
 
 
-def check(config: Any) -> Strategy:
+def checked_strategy(config: Any) -> Strategy:
     """The config's strategy, after refusing options it does not support (a ConfigError, exit 2)."""
     problems = config_problems(config)
     if problems:

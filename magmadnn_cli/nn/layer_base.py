@@ -31,7 +31,7 @@ class WeightSpec:
     axis: int = 0
     part: slice | None = None
 
-    def split(self, axis: int, part: slice) -> None:
+    def keep_part(self, axis: int, part: slice) -> None:
         self.whole, self.axis, self.part = self.shape, axis, part
         self.shape = tuple(part.stop - part.start if i == axis else n for i, n in enumerate(self.shape))
 

@@ -56,7 +56,7 @@ class Dense(Layer):
         self.group, self.widths = group, [q + (k < r) for k in range(group.size)]  # as np.array_split
         start = sum(self.widths[:group.rank])
         for spec in self.specs:
-            spec.split(0 if spec.name == "bias" else 1, slice(start, start + self.widths[group.rank]))
+            spec.keep_part(0 if spec.name == "bias" else 1, slice(start, start + self.widths[group.rank]))
 
     def compute_shape(self, input_shape: Shape) -> Shape:
         if len(input_shape) != 1:

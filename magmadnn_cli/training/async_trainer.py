@@ -52,7 +52,7 @@ class AsyncTrainer(Trainer):
         """A worker: the gradient of the step's whole batch, into the network's flat gradients."""
         xb, yb, rows = self.rows_of(batches, step, x, y, 1, 0)
         loss = self.net.forward_backward(xb, yb, 1.0, B.to_device(rows), derive_key(self.seed, self.position.epoch))
-        return float(loss) * len(rows), float(self.correct(yb)), bool(self.signals.received)
+        return float(loss) * len(rows), float(self.count_correct(yb)), bool(self.signals.received)
 
     def _applied(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
         """The server, after each step: count it, and write a step checkpoint when one is due. A

@@ -73,7 +73,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     strategy's wrapper and the trainer on the current backend, and make every check a run makes
     before its first step (`validate` runs exactly this)."""
     seed = config.seed if config.seed is not None else 0
-    strategy = strategies.check(config)
+    strategy = strategies.checked_strategy(config)
     data = on_every_rank(comm, lambda: prepare(config.data, task_of(config), seed, fold))
     groups = parallel_layout(config, comm, reporter, strategy)
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))

@@ -57,8 +57,8 @@ class Checkpoint:
     arrays: dict[str, np.ndarray]
 
 
-def fingerprint(train: Split) -> str:
-    """sha256 of the prepared (split, normalized) training arrays: same data, same fingerprint."""
+def rows_digest(train: Split) -> str:
+    """sha256 of the prepared (split, normalized) training arrays: same data, same digest."""
     digest = hashlib.sha256()
     for a in (train.x, train.y):
         digest.update(str((a.dtype.str, a.shape)).encode())
@@ -96,7 +96,7 @@ class Saver:
     def __init__(self, folder: Path, policy: Checkpointing, config: Config, train: Split,
                  comm: Communicator) -> None:
         self.folder, self.policy, self.config, self.comm = Path(folder), policy, config, comm
-        self.data = fingerprint(train)
+        self.data = rows_digest(train)
         self.last: Path | None = None
 
     def due(self, global_step: int, epoch_done: int | None) -> bool:
@@ -230,7 +230,7 @@ def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str
     harmlessly (e.g. epochs, learning rate)."""
     saved, current = ckpt.meta["config"], config.model_dump(mode="json")
     problems = differences(saved, current, MUST_MATCH)
-    if ckpt.meta["data"] != fingerprint(train):
+    if ckpt.meta["data"] != rows_digest(train):
         problems.append("the training data (after data.* splitting and normalization) differs from the "
                         "checkpoint's")
     if problems:

@@ -122,7 +122,7 @@ class Trainer:
         self.comm.barrier()  # state that ranks share in memory is written before anyone reads it
 
     # -- one step ------------------------------------------------------------------------------
-    def correct(self, y: Array) -> Array:
+    def count_correct(self, y: Array) -> Array:
         """Correct predictions in the batch just run, from the logits (no extra forward pass)."""
         logits = self.net.logits.value
         if self.task == "classification":
@@ -137,7 +137,7 @@ class Trainer:
         count = len(x)
         loss = self.net.forward_backward(x, y, count / global_count, B.to_device(positions),
                                          derive_key(self.seed, self.position.epoch))
-        loss_sum, correct, stop = self.parallel.reduce(loss * count, self.correct(y), bool(self.signals.received))
+        loss_sum, correct, stop = self.parallel.reduce(loss * count, self.count_correct(y), bool(self.signals.received))
         self.stop_requested = stop
         if math.isfinite(loss_sum):
             self.parallel.update()
