@@ -43,7 +43,8 @@ def _epochs(step: Callable[[Any], None], samples: int, epochs: int) -> float:
 
 
 def ours(layers: int, samples: int, epochs: int) -> float:
-    net = Network([Dense.of(units=HIDDEN, activation="sigmoid") for _ in range(layers)] + [Dense.of(units=CLASSES, activation="softmax")],
+    hidden = [Dense.of(units=HIDDEN, activation="sigmoid") for _ in range(layers)]
+    net = Network(hidden + [Dense.of(units=CLASSES, activation="softmax")],
                   (INPUTS,), CrossEntropy(), seed=0)
     opt = SGD.of(learning_rate=LR, weight_decay=DECAY)
     x, y = _data(samples)
@@ -59,7 +60,8 @@ def gemm_floor(layers: int, samples: int, epochs: int) -> float:
     xp = B.current().xp
     widths = [INPUTS] + [HIDDEN] * layers + [CLASSES]
     rng = np.random.default_rng(2)
-    ws = [B.to_device(rng.random((a, b), dtype=np.float32).astype(B.current().floatx)) for a, b in zip(widths, widths[1:])]
+    floatx = B.current().floatx
+    ws = [B.to_device(rng.random((a, b), dtype=np.float32).astype(floatx)) for a, b in zip(widths, widths[1:])]
     hs = [B.to_device(rng.random((BATCH, w), dtype=np.float32).astype(B.current().floatx)) for w in widths]
     dws = [xp.empty_like(w) for w in ws]
 
@@ -118,7 +120,8 @@ def bench(layers: list[int], samples: int, epochs: int, device: str = "auto",
     with B.using(B.select(device, "float32")):
         records: list[dict[str, Any]] = []
         for depth in layers:
-            record = {"layers": depth, "device": B.current().device, "samples": samples, "epochs": epochs, "batch": BATCH,
+            record = {"layers": depth, "device": B.current().device, "samples": samples, "epochs": epochs,
+                      "batch": BATCH,
                       "seconds": ours(depth, samples, epochs), "floor_seconds": gemm_floor(depth, samples, epochs),
                       "torch_seconds": torch_time(depth, samples, epochs)}
             previous = records[-1] if records else None

@@ -33,7 +33,8 @@ class Declared(Strict):
         kind = next(base for base in cls.__mro__ if "declarations" in base.__dict__)
         tag = cls.tag()
         if tag in kind.declarations:
-            raise TypeError(f"{cls.__name__} declares type {tag!r}, already declared by {kind.declarations[tag].__name__}")
+            twin = kind.declarations[tag].__name__
+            raise TypeError(f"{cls.__name__} declares type {tag!r}, already declared by {twin}")
         kind.declarations[tag] = cls
 
     @classmethod

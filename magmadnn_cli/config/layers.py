@@ -45,7 +45,8 @@ Initializer = Union[InitializerName, InitializerSpec.union()]
 # -- layers --------------------------------------------------------------------------------------
 SAFE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"  # one path component, not . or .., no separators
 IntOrPair = Union[PositiveInt, Annotated[list[PositiveInt], Field(min_length=2, max_length=2)]]
-Padding = Union[Annotated[int, Field(ge=0)], Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]]
+NonNegative = Annotated[int, Field(ge=0)]
+Padding = Union[NonNegative, Annotated[list[NonNegative], Field(min_length=2, max_length=2)]]
 
 
 def pair(value: int | list[int]) -> tuple[int, int]:
@@ -144,7 +145,8 @@ class Conv2DLayer(AlphaFor):
         if self.padding == "valid":
             return (0, 0)
         if self.padding == "same":
-            return tuple(d * (k - 1) // 2 for k, d in zip(pair(self.kernel_size), pair(self.dilation)))  # type: ignore[return-value]
+            (kh, kw), (dh, dw) = pair(self.kernel_size), pair(self.dilation)
+            return (dh * (kh - 1) // 2, dw * (kw - 1) // 2)
         return pair(self.padding)
 
 

@@ -135,7 +135,8 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
         fmt = spec.csv_format(path)
         _, wanted = _csv_columns(path, spec, fmt)
         target = spec.target if spec.need_target else None
-        arrow = read_numeric(path, fmt, wanted, target, spec.dtype or B.current().floatx) if not spec.text_columns(wanted) else None
+        dtype = spec.dtype or B.current().floatx
+        arrow = read_numeric(path, fmt, wanted, target, dtype) if not spec.text_columns(wanted) else None
         if arrow is not None:
             x, y = arrow
             _check_finite(x, path, wanted)

@@ -98,7 +98,8 @@ def resolve_auto(comm: Communicator, groups: ModelGroups) -> Strategy:
     keep whole layers; else allreduce."""
     from ..core import backend as B  # noqa: PLC0415
     one_node = 1 < comm.size == comm.local_size
-    return STRATEGIES["shared_memory" if one_node and B.current().device == "cpu" and groups.model_ranks == 1 else "allreduce"]
+    shared = one_node and B.current().device == "cpu" and groups.model_ranks == 1
+    return STRATEGIES["shared_memory" if shared else "allreduce"]
 
 
 def _auto(network: Any, optimizer: Any, comm: Communicator, groups: ModelGroups, dist: Any) -> DataParallel:

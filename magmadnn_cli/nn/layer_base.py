@@ -1,7 +1,7 @@
 """The layer contract every layer follows (Keras' build/call): `__init__` takes the layer's validated
-declaration (`config/layers.py`: hyperparameters, defaults, ranges); `build(input_shape)` declares its weights and returns the output shape (per sample, without the batch
-axis); `__call__` adds its nodes to the graph once the network has placed the weights in its flat
-buffer. Also the weight and buffer declarations and the graph-building context."""
+declaration (`config/layers.py`: hyperparameters, defaults, ranges); `build(input_shape)` declares its
+weights and returns the output shape (per sample, without the batch axis); `__call__` adds its nodes to
+the graph once the network has placed the weights in its flat buffer. Also the weight and buffer declarations and the graph-building context."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ class Layer:
         if "declaration" in cls.__dict__:
             tag = cls.declaration.tag()
             if tag in Layer.implementations:
-                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by {Layer.implementations[tag]}")
+                twin = Layer.implementations[tag].__name__
+                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by {twin}")
             Layer.implementations[tag] = cls
 
     def __init__(self, declared: LayerSpec, name: str = "") -> None:

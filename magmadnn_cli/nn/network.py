@@ -69,7 +69,8 @@ class Network:
             layer.weights[spec.name] = p
             self.parameters.append(p)
         for layer in all_layers(self.layers):
-            layer.buffers = {b.name: B.current().xp.full(b.shape, b.fill, dtype=B.current().floatx) for b in layer.buffer_specs}
+            layer.buffers = {b.name: B.to_device(np.full(b.shape, b.fill, dtype=B.current().floatx))
+                             for b in layer.buffer_specs}
         self.place(B.to_device(host), B.current().xp.zeros(host.size, dtype=B.current().floatx))
 
     def place(self, flat_params: Array, flat_grads: Array) -> None:

@@ -80,8 +80,8 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
-    trainer = (AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer)(parallel, plan(config, saver), reporter,
-                                                                                saver)
+    loop = AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
+    trainer = loop(parallel, plan(config, saver), reporter, saver)
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     return Run(config, comm, B.current(), data, network, trainer, stopper, saver)
