@@ -20,7 +20,8 @@ from magmadnn_cli.config.schema import SearchConfig
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.distributed.launcher import locate_mpi_launcher
 from magmadnn_cli.errors import MagmaError
-from magmadnn_cli.commands.tune import Pruner, objective_direction, sample_trials, trial_config, tune
+from magmadnn_cli.commands.search_space import Trials
+from magmadnn_cli.commands.tune import Pruner, objective_direction, trial_config, tune
 
 from conftest import run_cli
 
@@ -36,19 +37,19 @@ search:
 
 
 def test_grid_is_the_cartesian_product():
-    trials = sample_trials(SearchConfig(method="grid", space={"a": [1, 2, 3], "b": ["x", "y"], "c.0.d": [True]}))
+    trials = list(Trials(SearchConfig(method="grid", space={"a": [1, 2, 3], "b": ["x", "y"], "c.0.d": [True]})))
     assert len(trials) == 6
     assert {(t["a"], t["b"]) for t in trials} == {(a, b) for a in (1, 2, 3) for b in "xy"}
     with pytest.raises(MagmaError, match="grid search needs lists"):
-        sample_trials(SearchConfig(method="grid", space={"a": {"uniform": [0, 1]}}))
+        Trials(SearchConfig(method="grid", space={"a": {"uniform": [0, 1]}}))
 
 
 def test_random_search_is_seeded_and_in_bounds():
     space = {"lr": {"loguniform": [1e-4, 1e-1]}, "u": {"uniform": [-1, 2]}, "n": {"int_uniform": [3, 5]},
              "act": ["relu", "tanh"]}
-    a = sample_trials(SearchConfig(method="random", trials=300, seed=4, space=space))
-    assert a == sample_trials(SearchConfig(method="random", trials=300, seed=4, space=space))
-    assert a != sample_trials(SearchConfig(method="random", trials=300, seed=5, space=space))
+    a = list(Trials(SearchConfig(method="random", trials=300, seed=4, space=space)))
+    assert a == list(Trials(SearchConfig(method="random", trials=300, seed=4, space=space)))
+    assert a != list(Trials(SearchConfig(method="random", trials=300, seed=5, space=space)))
     lr = np.array([t["lr"] for t in a])
     assert lr.min() >= 1e-4 and lr.max() <= 1e-1
     assert 0.3 < np.mean(np.log10(lr) < -2.5) < 0.7  # log-uniform: half the draws below 10^-2.5

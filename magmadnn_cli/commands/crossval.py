@@ -25,6 +25,7 @@ from ..errors import MagmaError
 from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..core import backend as B
+from ..data.prepare import Prepared
 from ..training.builder import select_backend, task_of
 from ..distributed.comm import on_root
 from .run_dir import choose, locked, version_note
@@ -39,11 +40,20 @@ def fold_metrics(config: Config, k: int, folds: int,
     started = time.perf_counter()
     with B.using(select_backend(config, SingleProcess())):
         run = build(config, SingleProcess(), Reporter(), None, None, fold=(k, folds))
+        _enough_rows(run.data, folds)
         if checked is not None:
             checked()
         history = run.fit()
         run.trainer.check_weights()
         return {"fold": k + 1, **final_metrics(run, history, time.perf_counter() - started)}, run.data.notes
+
+
+def _enough_rows(data: Prepared, folds: int) -> None:
+    """Every fold must hold rows: K folds need K rows at least (checked on fold 1, before it trains)."""
+    rows = sum(len(split.x) for split in (data.train, data.validation, data.test) if split is not None)
+    if folds > rows:
+        raise MagmaError(f"{folds} folds: {data.source} has {rows} rows, so some folds would "
+                         f"hold none; use at most {rows} folds (--folds / search.folds)")
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

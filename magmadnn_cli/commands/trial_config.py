@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config.loading import apply_override, format_problems, format_validation_error, parse_override
+from .search_space import space_size
 from ..config.schema import Config, Distribution, DistributedConfig, SearchConfig
 from ..distributed.strategies import config_problems, strategy_of
 from ..errors import ConfigError
@@ -35,11 +36,13 @@ def _path(key: str) -> tuple:
 
 def check_space(base: dict, search: SearchConfig) -> None:
     """Each searched key at each of its values (a range's bounds) makes a valid config: a typo in a
-    key or a bad value is one error (per key) before any trial runs."""
+    key or a bad value is one error (per key) before any trial runs; then the space is sized (a search
+    too large to run is refused before anything is allocated)."""
     problems = [problem for key, spec in search.space.items()
                 if (problem := next(filter(None, (_problem(base, key, v) for v in _values(spec))), None))]
     if problems:
         raise ConfigError(f"invalid search space ({len(problems)} key(s)):\n" + "\n".join(problems))
+    space_size(search)
 
 
 def _problem(base: dict, key: str, value: Any) -> str | None:

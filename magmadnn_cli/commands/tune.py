@@ -7,10 +7,8 @@ a time (point-to-point), so fast workers are never held by slow ones.
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
-import itertools
 import math
 import secrets
 import signal
@@ -18,13 +16,12 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-import numpy as np
 import yaml
 from pydantic import ValidationError
 
-from ..config.schema import Config, Distribution, SearchConfig
+from ..config.schema import Config, SearchConfig
 from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
 from ..signals import Interruptible, ignoring_stop_signals
@@ -33,33 +30,9 @@ from ..reporting import Reporter, grid
 from .objective import objective_direction, objective_value, rank_key, second_key, tie_break, weighted
 from ..distributed.comm import on_root
 from .run_dir import choose, locked, newest_version, version_note
+from .search_space import Trials
 from .trial_config import Overrides, check_space, one_process, split_layouts, trial_config
 from .trial_log import TrialLog, resume_command, saved_seed
-
-
-def sample_trials(search: SearchConfig) -> list[Overrides]:
-    """Grid: the Cartesian product of the listed values. Random: `trials` seeded draws."""
-    keys = list(search.space)
-    if search.method == "grid":
-        bad = [k for k, v in search.space.items() if isinstance(v, Distribution)]
-        if bad:
-            raise MagmaError(f"search.space: grid search needs lists of values; {', '.join(bad)} are distributions "
-                             "(use method: random)")
-        return [dict(zip(keys, combo)) for combo in itertools.product(*(search.space[k] for k in keys))]
-    rng = np.random.default_rng(search.seed)
-    return [{k: _draw(search.space[k], rng) for k in keys} for _ in range(search.trials)]
-
-
-def _draw(spec: list[Any] | Distribution, rng: np.random.Generator) -> Any:
-    if isinstance(spec, list):
-        return copy.deepcopy(spec[int(rng.integers(len(spec)))])
-    if spec.uniform is not None:
-        return float(rng.uniform(*spec.uniform))
-    if spec.loguniform is not None:
-        low, high = spec.loguniform
-        return float(math.exp(rng.uniform(math.log(low), math.log(high))))
-    low, high = spec.int_uniform  # type: ignore[misc]
-    return int(rng.integers(low, high + 1))
 
 
 class TrialReporter(Reporter):
@@ -151,8 +124,8 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
     result (other ranks return [])."""
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
-    check_space(config.model_dump(mode="json"), config.search)
-    trials = sample_trials(config.search)
+    check_space(config.model_dump(mode="json"), config.search)  # every value, then the space's size
+    trials = Trials(config.search)
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
     wanted = out_dir or Path("runs") / f"{config.name}-tune"
     if resume and out_dir is None:
@@ -162,7 +135,7 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
         return _search(config, trials, chosen, reporter, comm, resume, version_note(wanted, chosen, "search"))
 
 
-def _search(config: Config, trials: list[Overrides], out_dir: Path, reporter: Reporter, comm: Communicator,
+def _search(config: Config, trials: Trials, out_dir: Path, reporter: Reporter, comm: Communicator,
             resume: bool, note: str | None) -> list[dict]:
     if config.seed is None:  # the journal's seed on resume, else one drawn for all ranks
         seed = (saved_seed(out_dir) if resume else secrets.randbelow(2**31)) if comm.is_root else None
@@ -213,12 +186,11 @@ def _interrupted(stopped: int, finished: int, trials: int, out_dir: Path, comm: 
     return interrupted
 
 
-def _to_run(trials: list[Overrides], search: SearchConfig, results: list[dict]) -> list[int]:
-    """Indices of the trials still to run: none once a finished one reached `stop_when`."""
+def _to_run(trials: Trials, search: SearchConfig, results: list[dict]) -> Iterator[tuple[int, Overrides]]:
+    """(index, overrides) of the trials still to run, in order: none once a finished one reached `stop_when`."""
     if any(_reached(search, r) for r in results):
-        return []
-    finished = {r["trial"] for r in results}
-    return [i for i in range(len(trials)) if i not in finished]
+        return iter(())
+    return trials.pending({r["trial"] for r in results})
 
 
 def _curves(results: list[dict]) -> dict[int, list[float]]:
@@ -264,36 +236,33 @@ def _reached(search: SearchConfig, result: dict[str, Any]) -> bool:
     return value >= search.stop_when if objective_direction(search) == "maximize" else value <= search.stop_when
 
 
-def _sequential(trials: list[Overrides], base: dict, out_dir: Path, search: SearchConfig,
+def _sequential(trials: Trials, base: dict, out_dir: Path, search: SearchConfig,
                 reporter: Reporter, results: list[dict], log: TrialLog) -> None:
     """Run the trials in turn, appending each result to `results` and the journal as it finishes."""
     pruner = Pruner(search.early_stop, _curves(results), maximize=objective_direction(search) == "maximize")
-    todo = _to_run(trials, search, results)
-    for n, index in enumerate(todo):
-        result = run_trial(index, base, trials[index], out_dir, pruner)
+    todo = len(trials) - len(results)
+    for n, (index, overrides) in enumerate(_to_run(trials, search, results)):
+        result = run_trial(index, base, overrides, out_dir, pruner)
         if result["status"] == "ok":
             pruner.record(result["curve"])
         results.append(result)
         log.append(result)
         _report(reporter, result, search)
         if _reached(search, result):
-            reporter.info(f"stop_when reached by trial {index}; {len(todo) - n - 1} trial(s) not run")
+            reporter.info(f"stop_when reached by trial {index}; {todo - n - 1} trial(s) not run")
             break
 
 
-def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: Reporter,
+def _master(trials: Trials, comm: Any, search: SearchConfig, reporter: Reporter,
             results: list[dict], log: TrialLog) -> None:
     """Hand out trial indices to whichever worker is free; collect results (into `results` and the
     journal); tell idle workers to stop."""
     curves = _curves(results)
     queue, busy = _to_run(trials, search, results), 0
     for worker in range(1, comm.size):
-        if queue:
-            index = queue.pop(0)
-            comm.send((index, trials[index], curves), worker)
-            busy += 1
-        else:
-            comm.send(None, worker)
+        task = next(queue, None)
+        comm.send(None if task is None else (*task, curves), worker)
+        busy += task is not None
     stop = False
     while busy:
         source, result = comm.recv_any()
@@ -305,12 +274,9 @@ def _master(trials: list[Overrides], comm: Any, search: SearchConfig, reporter: 
             for epoch, value in enumerate(result["curve"], start=1):
                 curves.setdefault(epoch, []).append(value)
         stop = stop or _reached(search, result)
-        if queue and not stop:
-            index = queue.pop(0)
-            comm.send((index, trials[index], curves), source)
-            busy += 1
-        else:
-            comm.send(None, source)
+        task = None if stop else next(queue, None)
+        comm.send(None if task is None else (*task, curves), source)
+        busy += task is not None
 
 
 def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> None:
