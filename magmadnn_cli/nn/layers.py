@@ -142,11 +142,21 @@ class Conv2D(Layer):
                   zip((h, w), self.kernel, self.stride, self.pad, self.dilation))
         if ho < 1 or wo < 1:
             raise self._error(f"a {self.kernel} kernel does not fit input {input_shape} (output {ho}x{wo})")
+        self._check_extent(c, h + 2 * self.pad[0], w + 2 * self.pad[1], ho * wo)
         kh, kw = self.kernel
         self.add_weight("kernel", (self.filters, c, kh, kw), self.kernel_init, c * kh * kw, self.filters * kh * kw)
         if self.use_bias:
             self.add_weight("bias", (self.filters,), self.bias_init, c * kh * kw, self.filters * kh * kw)
         return (self.filters, ho, wo)
+
+    def _check_extent(self, channels: int, height: int, width: int, outputs: int) -> None:
+        """One sample's padded input and output must fit in memory (Python ints: no overflow), so huge
+        padding or dilation is refused by `validate` as by `train`, before anything is allocated."""
+        values = channels * height * width + self.filters * outputs
+        B.require_memory(values * np.dtype(B.current().floatx).itemsize,
+                         f"layer {self.name!r} (conv2d, padding {self.spec.padding}, dilation {self.spec.dilation}): "
+                         f"one sample's padded input ({channels} x {height} x {width}) and output "
+                         f"({self.filters} x {outputs:,} positions)")
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         op = conv.Conv2D(x, self.weights["kernel"], self.weights.get("bias"), self.stride, self.pad,
