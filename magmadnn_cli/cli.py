@@ -12,20 +12,19 @@ from typing import Annotated, NoReturn, Optional
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from . import signals
 from .errors import Interrupted, MagmaError
-from .reporting import QuietOnClosedPipe
+from .reporting import QuietOnClosedPipe, SafeConsole
 
 app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   help="magmadnn: train, evaluate, tune and run neural networks declared in YAML.",
                   context_settings={"help_option_names": ["-h", "--help"]})
 out = QuietOnClosedPipe(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+err = SafeConsole(stderr=True, soft_wrap=True)
 STATE = {"debug": False}
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file", show_default=False)]

@@ -8,18 +8,56 @@ import os
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult, RenderHook
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
+
+_BIDI = {0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}  # direction overrides ("Trojan source")
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}")
+            for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), *_BIDI) if chr(c) not in "\n\t"}
+
+
+def visible(text: str) -> str:
+    """User text (paths, column names, labels, keys) as it may reach a terminal or a log: control
+    characters and direction overrides shown escaped (`\\x1b`), so a name cannot move the cursor,
+    clear or retitle the terminal, or reorder what is shown; newlines and tabs kept."""
+    return text.translate(_ESCAPES)
+
+
+class _Visible:
+    """A renderable whose text segments are shown through `visible` (rich's own control segments,
+    the progress bar's cursor movement, pass untouched)."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            yield segment if segment.control else Segment(visible(segment.text), segment.style)
+
+
+class _ShowVisible(RenderHook):
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Visible(r) for r in renderables]
+
+
+class SafeConsole(Console):
+    """Every console of the tool: whatever it prints (messages, tables, the resolved YAML) goes
+    through `visible` at the last step, so no user string reaches the terminal raw."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.push_render_hook(_ShowVisible())
 
 
 def _fmt(metrics: dict[str, Any]) -> str:
     return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
 
 
-class QuietOnClosedPipe(Console):
+class QuietOnClosedPipe(SafeConsole):
     """A console whose reader may go away (`| head`): it then prints nothing more, and the work goes on
     (rich's default is to exit)."""
 
@@ -57,7 +95,7 @@ class Reporter:
 
     def warn(self, text: str) -> None:
         if self.warnings:
-            Console(stderr=True, soft_wrap=True, highlight=False).print(Text("warning: ", style="yellow") + Text(text))
+            SafeConsole(stderr=True, soft_wrap=True, highlight=False).print(Text("warning: ", style="yellow") + Text(text))
 
     def table(self, table: Table) -> None: ...
 
