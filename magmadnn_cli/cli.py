@@ -70,7 +70,7 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int |
     cfg = _load(config, overrides, draw_seed=False)
     ranks = processes or cfg.distributed.processes
     if should_launch(ranks):
-        check_processes(ranks, oversubscribe)
+        check_processes(ranks, oversubscribe, "--processes" if processes else f"{config}: distributed.processes:")
         raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
     return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
 
@@ -212,7 +212,9 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);
     print it resolved, with every default and the seed."""
     from .commands.train import validate_run
+    from .distributed.launcher import check_processes
     cfg = _load(config, set_)
+    check_processes(cfg.distributed.processes, False, f"{config}: distributed.processes:")  # as train checks it
     validate_run(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),

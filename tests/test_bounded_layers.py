@@ -24,3 +24,23 @@ def test_ordinary_padding_is_still_valid(capsys):
     code, out, err = run_cli(capsys, "validate", ROOT / "configs" / "digits_cnn.yaml", "--set",
                              "model.layers.0.padding=3")
     assert code == 0 and "valid" in out, err
+
+
+def test_a_process_count_from_the_config_is_named_as_the_config_key(capsys, tmp_path):
+    from conftest import project
+    config = project(tmp_path)
+    for command in ("validate", "train"):
+        code, _, err = run_cli(capsys, command, config, "--set", "distributed.processes=1000")
+        assert code == 2 and "c.yaml: distributed.processes: 1000: this machine has" in err, err
+        assert "--processes 1000" not in err
+
+
+def test_a_cnn_whose_convolution_sets_the_width_names_its_filters(capsys, tmp_path):
+    from conftest import project
+    config = project(tmp_path)
+    text = (ROOT / "configs" / "digits_cnn.yaml").read_text().replace("../datasets/", str(ROOT / "datasets") + "/")
+    config.write_text(text)
+    layers = ("[{type: conv2d, filters: 5, kernel_size: 3, padding: same}, {type: activation, activation: relu}, "
+              "{type: global_avg_pool}, {type: activation, activation: softmax}]")
+    code, _, err = run_cli(capsys, "validate", config, "--set", f"model.layers={layers}")
+    assert code == 2 and "model.layers.0.filters: the output layer has 5 units; expected 10" in err, err

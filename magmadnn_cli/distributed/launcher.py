@@ -47,9 +47,10 @@ def max_processes() -> int:
     return max(8, 4 * (os.cpu_count() or 1))
 
 
-def check_processes(processes: int, oversubscribe: bool) -> None:
+def check_processes(processes: int, oversubscribe: bool, asked_by: str = "--processes") -> None:
+    """`asked_by`: where the count came from, as the user wrote it (the flag, or the config's key)."""
     if processes > max_processes() and not oversubscribe:
-        raise MagmaError(f"--processes {processes}: this machine has {os.cpu_count()} cores, so more than "
+        raise MagmaError(f"{asked_by} {processes}: this machine has {os.cpu_count()} cores, so more than "
                          f"{max_processes()} ranks would mostly wait for each other (and each holds its own copy of "
                          "the data); use fewer, or add --oversubscribe if you mean it")
 
