@@ -208,6 +208,19 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 
 
 @app.command()
+def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
+           output: Annotated[Path, typer.Option("--output", "-o", help="the .onnx file to write")],
+           overwrite: OverwriteFileOpt = False,
+           opset: Annotated[int, typer.Option("--opset", help="ONNX opset (17 or newer)")] = 17) -> None:
+    """The model's whole inference path (its preprocessing included) as one ONNX graph: raw rows in,
+    what `predict --proba` prints out (onnxruntime runs it)."""
+    from .commands.export import export as run_export
+    done = run_export(model, output, overwrite, opset)
+    err.print(f"wrote {output} ({done['bytes']:,} bytes, opset {opset}): inputs {', '.join(done['inputs'])}; "
+              f"outputs {', '.join(done['outputs'])}", markup=False, highlight=False)
+
+
+@app.command()
 def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);
     print it resolved, with every default and the seed."""

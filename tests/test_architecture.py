@@ -13,7 +13,8 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = ROOT / "magmadnn_cli"
-OWNERS = {"cupy": ("core/",), "mpi4py": ("distributed/",), "typer": ("cli.py",), "rich": ("cli.py", "reporting.py")}
+OWNERS = {"cupy": ("core/",), "mpi4py": ("distributed/",), "typer": ("cli.py",), "rich": ("cli.py", "reporting.py"),
+          "onnx": ("training/onnx_graph.py",)}
 
 
 def _imports(library: str) -> set[str]:

@@ -1,0 +1,54 @@
+"""`magmadnn export`: a model file (or run folder) as one ONNX graph, preprocessing included, that
+onnxruntime runs to what `predict --proba` prints (see `training/onnx_graph.py`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..data.csv_reader import csv_header
+from ..data.tables import ReadSpec, reader_for
+from ..errors import MagmaError
+from ..files import atomic_write, check_output_file
+from ..training.modelfile import SavedModel, load
+from ..training.onnx_graph import OPSET
+from .run_dir import model_file
+
+
+def export(model_path: Path, out: Path, overwrite: bool = False, opset: int = OPSET) -> dict[str, Any]:
+    """Write the ONNX file atomically (an existing file is replaced only with `overwrite`); returns
+    what was written: inputs, outputs, size and seconds."""
+    if opset < OPSET:
+        raise MagmaError(f"--opset {opset}: the graph needs ONNX opset {OPSET} or newer (LayerNormalization)")
+    model_path = model_file(model_path)
+    check_output_file(out, (model_path,), overwrite)
+    saved = load(model_path)
+    started = time.perf_counter()
+    try:
+        from ..training.onnx_graph import build  # noqa: PLC0415 (onnx is optional)
+    except ImportError as exc:
+        raise MagmaError("export needs the onnx package: pip install 'magmadnn-cli[onnx]'") from exc
+    model = build(saved, file_columns(saved), opset)
+    data = model.SerializeToString()
+    atomic_write(out, lambda f: f.write(data))
+    return {"inputs": [i.name for i in model.graph.input], "outputs": [o.name for o in model.graph.output],
+            "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}
+
+
+def file_columns(saved: SavedModel) -> list[str]:
+    """The training file's columns but the target, in order (ignored ones too, so a file row goes in
+    as it is); the model's own feature columns when the training file is gone or not a CSV."""
+    cfg = saved.config.data
+    if cfg.names:
+        return [n for n in cfg.names if n != cfg.target]
+    path = Path(cfg.train) if cfg.train else None
+    if path is None or not path.is_file() or reader_for(path).name != "csv":
+        return list(saved.features)
+    spec = ReadSpec.of(cfg, features=saved.features)
+    try:
+        names = csv_header(path, spec.csv_format(path))
+    except MagmaError:
+        return list(saved.features)
+    columns = [n for n in names if n != cfg.target]
+    return columns if set(saved.features) <= set(columns) else list(saved.features)

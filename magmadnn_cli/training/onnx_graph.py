@@ -1,0 +1,293 @@
+"""A model file's whole inference path as one ONNX graph (opset 17): raw rows in, what `predict`
+prints out. Preprocessing the model stored (imputation, missing indicators, one-hot categories,
+booleans, scaling, normalization, reshaping) runs inside the graph, then every layer, then the head
+(class probabilities and labels, or regression values in the data's units). `onnx` is imported here
+only, lazily, so the package works without it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import __version__
+from ..config.layers import pair
+from ..data.columns import MISSING, TRUE, Column
+from ..errors import MagmaError
+from ..nn.layers import build_layers
+from .modelfile import SavedModel
+
+OPSET = 17
+
+
+class Graph:
+    """The ONNX nodes, constants, inputs and outputs being assembled; names are made unique."""
+
+    def __init__(self) -> None:
+        import onnx  # noqa: PLC0415 (an optional dependency: the [onnx] extra)
+        self.onnx, self.helper = onnx, onnx.helper
+        self.nodes: list[Any] = []
+        self.constants: list[Any] = []
+        self.inputs: list[Any] = []
+        self.outputs: list[Any] = []
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def const(self, value: Any, hint: str = "c", dtype: Any = np.float32) -> str:
+        from onnx import numpy_helper  # noqa: PLC0415
+        array = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype)
+        name = self.name(hint)
+        if array.dtype.kind in "OUS":
+            tensor = self.helper.make_tensor(name, self.onnx.TensorProto.STRING, array.shape,
+                                             [str(v).encode() for v in array.ravel()])
+        else:
+            tensor = numpy_helper.from_array(array, name)
+        self.constants.append(tensor)
+        return name
+
+    def op(self, kind: str, *inputs: str, domain: str = "", **attributes: Any) -> str:
+        out = self.name(kind.lower())
+        self.nodes.append(self.helper.make_node(kind, list(inputs), [out], domain=domain or None, **attributes))
+        return out
+
+    def output(self, value: str, name: str, elem: int, shape: list[Any]) -> None:
+        self.nodes.append(self.helper.make_node("Identity", [value], [name]))
+        self.outputs.append(self.helper.make_tensor_value_info(name, elem, shape))
+
+
+def build(saved: SavedModel, file_columns: list[str], opset: int = OPSET) -> Any:
+    """The ONNX ModelProto of `saved`; `file_columns`: the training file's columns but the target, in
+    order (the `features` input's columns when every used column is a number)."""
+    g = Graph()
+    x = _inputs(g, saved, file_columns)
+    x = g.op("Reshape", x, g.const([-1, *saved.sample_shape], "shape", np.int64))
+    shape = saved.sample_shape
+    for layer in build_layers(saved.config.model.layers):
+        shape = layer.build(shape)  # its input shape, and its inner layers' (a block's)
+        x = _layer(g, layer, x, saved)
+    _head(g, saved, x)
+    graph = g.helper.make_graph(g.nodes, "magmadnn", g.inputs, g.outputs, g.constants)
+    model = g.helper.make_model(graph, opset_imports=[g.helper.make_opsetid("", opset),
+                                                      g.helper.make_opsetid("ai.onnx.ml", 3)],
+                                producer_name="magmadnn", producer_version=__version__)
+    model.ir_version = 8
+    meta = {"labels": ",".join(map(str, saved.classes)), "columns": ",".join(saved.features),
+            "magmadnn_version": __version__, "task": saved.task}
+    g.helper.set_model_props(model, meta)
+    g.onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+# -- inputs and preprocessing -----------------------------------------------------------------------
+def _inputs(g: Graph, saved: SavedModel, file_columns: list[str]) -> str:
+    """The encoded, normalized feature matrix (N, width) from the graph's inputs."""
+    columns = saved.encoder.columns
+    if not columns or all(c.kind == "number" for c in columns):
+        encoded = _number_matrix(g, saved, file_columns)
+    else:
+        encoded = g.op("Concat", *(_column(g, c) for c in columns), axis=1)
+    return _normalize(g, saved, encoded)
+
+
+def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str]) -> str:
+    """One float32 input `features` (N, F): the file's columns in order; the used ones gathered,
+    imputed and given their missing indicators."""
+    float_ = g.onnx.TensorProto.FLOAT
+    width = len(file_columns) if saved.encoder.columns or saved.features else int(np.prod(saved.sample_shape))
+    g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", width]))
+    if not saved.encoder.columns:
+        return "features"
+    where = {name: i for i, name in enumerate(file_columns)}
+    picked = g.op("Gather", "features", g.const([where[c.name] for c in saved.encoder.columns], "used", np.int64),
+                  axis=1)
+    fills = g.const([[float(c.fill) for c in saved.encoder.columns]], "fill")
+    missing = g.op("IsNaN", picked)
+    filled = g.op("Where", missing, fills, picked)
+    if not any(c.indicator for c in saved.encoder.columns):
+        return filled
+    parts = []
+    for i, column in enumerate(saved.encoder.columns):
+        index = g.const([i], "col", np.int64)
+        parts.append(g.op("Gather", filled, index, axis=1))
+        if column.indicator:
+            parts.append(g.op("Cast", g.op("Gather", missing, index, axis=1), to=float_))
+    return g.op("Concat", *parts, axis=1)
+
+
+def _column(g: Graph, column: Column) -> str:
+    """One column's encoded block from its own input: float32 numbers (NaN missing), or the raw
+    text of a category or boolean cell."""
+    tensor = g.onnx.TensorProto
+    text = column.kind != "number"
+    g.inputs.append(g.helper.make_tensor_value_info(column.name, tensor.STRING if text else tensor.FLOAT, ["N", 1]))
+    if not text:
+        missing = g.op("IsNaN", column.name)
+        block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), column.name)
+    else:
+        lowered = g.op("StringNormalizer", g.op("Reshape", column.name, g.const([-1], "flat", np.int64)),
+                       case_change_action="LOWER", locale="C")
+        lowered = g.op("Reshape", lowered, g.const([-1, 1], "col", np.int64))
+        missing = _is_one_of(g, lowered, MISSING)
+        filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
+        block = _boolean(g, filled) if column.kind == "boolean" else _one_hot(g, filled, column.categories)
+    if not column.indicator:
+        return block
+    return g.op("Concat", block, g.op("Cast", missing, to=tensor.FLOAT), axis=1)
+
+
+def _is_one_of(g: Graph, cells: str, words: tuple[str, ...]) -> str:
+    """(N, 1) bool: the (lowercased) cell is one of `words`."""
+    codes = g.op("CategoryMapper", cells, domain="ai.onnx.ml", cats_strings=list(words),
+                 cats_int64s=list(range(len(words))), default_int64=-1)
+    return g.op("GreaterOrEqual", codes, g.const(0, "zero", np.int64))
+
+
+def _boolean(g: Graph, cells: str) -> str:
+    lowered = g.op("StringNormalizer", g.op("Reshape", cells, g.const([-1], "flat", np.int64)),
+                   case_change_action="LOWER", locale="C")
+    lowered = g.op("Reshape", lowered, g.const([-1, 1], "col", np.int64))
+    return g.op("Cast", _is_one_of(g, lowered, TRUE), to=g.onnx.TensorProto.FLOAT)
+
+
+def _one_hot(g: Graph, cells: str, categories: list[str]) -> str:
+    """The category's one-hot row; an unseen category is all zeros, as `predict` encodes it by default.
+    Categories that are all numbers are compared as numbers (the cell '1.0' is the category '1', as
+    the readers spell codes); others by their text."""
+    numbers = _as_numbers(categories)
+    if numbers is not None:
+        values = g.op("Cast", cells, to=g.onnx.TensorProto.FLOAT)
+        return g.op("Cast", g.op("Equal", values, g.const([numbers], "categories")), to=g.onnx.TensorProto.FLOAT)
+    codes = g.op("CategoryMapper", cells, domain="ai.onnx.ml", cats_strings=[str(c) for c in categories],
+                 cats_int64s=list(range(len(categories))), default_int64=-1)
+    hot = g.op("Equal", codes, g.const([list(range(len(categories)))], "codes", np.int64))
+    return g.op("Cast", hot, to=g.onnx.TensorProto.FLOAT)
+
+
+def _as_numbers(categories: list[str]) -> list[float] | None:
+    try:
+        values = [float(c) for c in categories]
+    except ValueError:
+        return None
+    return values if all(math.isfinite(v) for v in values) else None
+
+
+def _normalize(g: Graph, saved: SavedModel, encoded: str) -> str:
+    """(x * scale - shift) / spread per encoded column, as the model's Normalizer computes it."""
+    norm = saved.normalizer
+    x = g.op("Mul", encoded, g.const(np.float32(norm.scale), "scale")) if norm.scale != 1.0 else encoded
+    return g.op("Div", g.op("Sub", x, g.const(norm.shift, "shift")), g.const(norm.spread, "spread"))
+
+
+# -- layers ---------------------------------------------------------------------------------------
+def _weight(g: Graph, saved: SavedModel, layer: str, name: str) -> str | None:
+    array = saved.weights.get(f"{layer}/{name}")
+    return None if array is None else g.const(array.astype(np.float32), name)
+
+
+def _layer(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    """`layer`: the runtime layer, built to the model's shapes (its declaration, name and input shape)."""
+    exporter = LAYERS.get(layer.type)
+    if exporter is None:
+        raise MagmaError(f"layer {layer.name!r} ({layer.type}) cannot be exported to ONNX yet")
+    return exporter(g, layer, x, saved)
+
+
+def _dense(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    y = g.op("MatMul", x, _weight(g, saved, layer.name, "kernel"))
+    bias = _weight(g, saved, layer.name, "bias")
+    return _activation(g, layer.spec, g.op("Add", y, bias) if bias else y)
+
+
+def _conv(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    spec = layer.spec
+    (ph, pw), bias = spec.pad(), _weight(g, saved, layer.name, "bias")
+    inputs = [x, _weight(g, saved, layer.name, "kernel")] + ([bias] if bias else [])
+    y = g.op("Conv", *inputs, strides=list(pair(spec.stride)), dilations=list(pair(spec.dilation)),
+             pads=[ph, pw, ph, pw], kernel_shape=list(pair(spec.kernel_size)))
+    return _activation(g, spec, y)
+
+
+def _pool(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    spec = layer.spec
+    window = list(pair(spec.pool_size))
+    stride = list(pair(spec.stride)) if spec.stride is not None else window
+    ph, pw = pair(spec.padding)
+    if spec.mode == "max":
+        return g.op("MaxPool", x, kernel_shape=window, strides=stride, pads=[ph, pw, ph, pw])
+    return g.op("AveragePool", x, kernel_shape=window, strides=stride, pads=[ph, pw, ph, pw], count_include_pad=1)
+
+
+def _batchnorm(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    """Inference form: gamma (x - mean) / sqrt(var + eps) + beta per feature (axis 1), folded into
+    one scale and one shift (computed in float64)."""
+    w = {k: saved.weights[f"{layer.name}/{k}"].astype(np.float64)
+         for k in ("gamma", "beta", "running_mean", "running_var")}
+    scale = w["gamma"] / np.sqrt(w["running_var"] + layer.spec.epsilon)
+    shift = w["beta"] - scale * w["running_mean"]
+    shape = (1, -1) + (1,) * (len(layer.input_shape) - 1)
+    return g.op("Add", g.op("Mul", x, g.const(scale.reshape(shape), "bn_scale")), g.const(shift.reshape(shape), "bn_shift"))
+
+
+def _layer_norm(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    return g.op("LayerNormalization", x, _weight(g, saved, layer.name, "gamma"), _weight(g, saved, layer.name, "beta"),
+                axis=1, epsilon=layer.spec.epsilon)
+
+
+def _residual(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
+    h = x
+    for inner in layer.inner:
+        h = _layer(g, inner, h, saved)
+    return _activation(g, layer.spec, g.op("Add", h, x))
+
+
+def _activation(g: Graph, spec: Any, z: str) -> str:
+    name, alpha = spec.activation, getattr(spec, "alpha", None)
+    simple = {"linear": None, "sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
+    if name in simple:
+        return z if simple[name] is None else g.op(simple[name], z)
+    if name == "leaky_relu":
+        return g.op("LeakyRelu", z, alpha=0.01 if alpha is None else alpha)
+    if name == "elu":
+        return g.op("Elu", z, alpha=1.0 if alpha is None else alpha)
+    if name in ("softmax", "log_softmax"):
+        return g.op("Softmax" if name == "softmax" else "LogSoftmax", z, axis=-1)
+    if name == "gelu":  # 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), the runtime's tanh form
+        cube = g.op("Mul", g.op("Mul", z, z), z)
+        inner = g.op("Mul", g.op("Add", z, g.op("Mul", cube, g.const(np.float32(0.044715), "k"))),
+                     g.const(np.float32(math.sqrt(2.0 / math.pi)), "c"))
+        return g.op("Mul", g.op("Mul", z, g.const(np.float32(0.5), "half")),
+                    g.op("Add", g.op("Tanh", inner), g.const(np.float32(1.0), "one")))
+    raise MagmaError(f"activation {name!r} cannot be exported to ONNX yet")
+
+
+LAYERS: dict[str, Callable[..., str]] = {  # config name -> exporter (a layer missing here is refused by name)
+    "input": lambda g, layer, x, saved: x,
+    "dropout": lambda g, layer, x, saved: x,
+    "flatten": lambda g, layer, x, saved: g.op("Flatten", x, axis=1),
+    "reshape": lambda g, layer, x, saved: g.op("Reshape", x, g.const([-1, *layer.spec.shape], "shape", np.int64)),
+    "global_avg_pool": lambda g, layer, x, saved: g.op("Flatten", g.op("GlobalAveragePool", x), axis=1),
+    "activation": lambda g, layer, x, saved: _activation(g, layer.spec, x),
+    "dense": _dense, "conv2d": _conv, "pool2d": _pool, "batchnorm": _batchnorm, "layer_norm": _layer_norm,
+    "residual": _residual,
+}
+
+
+# -- the head ---------------------------------------------------------------------------------------
+def _head(g: Graph, saved: SavedModel, out: str) -> None:
+    tensor = g.onnx.TensorProto
+    if saved.task == "regression":
+        targets = saved.targets
+        value = g.op("Add", g.op("Mul", out, g.const(targets.spread, "spread")), g.const(targets.shift, "shift")) \
+            if targets.active else out
+        g.output(value, "prediction", tensor.FLOAT, ["N", "targets"])
+        return
+    probs = out if saved.task == "classification" else \
+        g.op("Concat", g.op("Sub", g.const(np.float32(1.0), "one"), out), out, axis=1)
+    g.output(probs, "probabilities", tensor.FLOAT, ["N", len(saved.classes)])
+    index = g.op("ArgMax", probs, axis=1, keepdims=0)
+    labels = g.const(np.array([str(c) for c in saved.classes], dtype=object), "labels", None)
+    g.output(g.op("Gather", labels, index, axis=0), "label", tensor.STRING, ["N"])

@@ -1,0 +1,136 @@
+"""`magmadnn export`: every shipped config's model, and a table with categories, booleans and missing
+cells, runs in onnxruntime (an independent runtime) on the rows it trained on and gives what
+`magmadnn predict` prints: probabilities within 1e-5, regression values within 1e-5 relative, the
+same labels."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml") if p.name != "cifar10_cnn.yaml")  # no CIFAR shipped
+
+
+def _rows(path: Path, names: list[str] | None) -> tuple[list[str], list[list[str]]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    return (names, rows) if names else (rows[0], rows[1:])
+
+
+def _number(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return float("nan")  # a missing cell
+
+
+def _feeds(session, header: list[str], body: list[list[str]], target: str) -> dict[str, np.ndarray]:
+    """The rows as the exported graph takes them: one `features` matrix of every column but the target,
+    in file order, or one (N, 1) input per used column (text for categories and booleans)."""
+    inputs = session.get_inputs()
+    if [i.name for i in inputs] == ["features"]:
+        keep = [j for j, name in enumerate(header) if name != target]
+        return {"features": np.array([[_number(r[j]) for j in keep] for r in body], np.float32)}
+    feeds = {}
+    for i in inputs:
+        j = header.index(i.name)
+        feeds[i.name] = (np.array([[r[j]] for r in body], dtype=object) if i.type == "tensor(string)"
+                         else np.array([[_number(r[j])] for r in body], np.float32))
+    return feeds
+
+
+def _export_and_compare(capsys, model: Path, data: Path, header_names, target: str, tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "export", model, "-o", tmp_path / "m.onnx")
+    assert code == 0, err
+    checked = onnx.load(str(tmp_path / "m.onnx"))
+    onnx.checker.check_model(checked, full_check=True)
+    meta = {p.key: p.value for p in checked.metadata_props}
+    assert meta["magmadnn_version"] and "columns" in meta and "labels" in meta
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    header, body = _rows(data, header_names)
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, _feeds(session, header, body, target))))
+    regression = "prediction" in outputs
+    code, out, err = run_cli(capsys, "predict", model, data, *([] if regression else ["--proba"]))
+    assert code == 0, err
+    printed = list(csv.reader(io.StringIO(out)))[1:]
+    if regression:
+        expected = np.array([[float(v) for v in r] for r in printed])
+        np.testing.assert_allclose(outputs["prediction"], expected, rtol=1e-5, atol=1e-6)
+        return
+    np.testing.assert_allclose(outputs["probabilities"], np.array([[float(v) for v in r[1:]] for r in printed]),
+                               atol=1e-5, rtol=0)
+    assert list(outputs["label"]) == [r[0] for r in printed]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_exports_and_runs_in_onnxruntime_as_predict(capsys, tmp_path, name):
+    from magmadnn_cli.config.loading import load_config
+    config = load_config(ROOT / "configs" / name)
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / name, "--out", tmp_path / "run", "-q",
+                           "--set", "training.epochs=1", "--set", "search=null")
+    assert code == 0, err
+    _export_and_compare(capsys, tmp_path / "run", Path(config.data.train), config.data.names, config.data.target,
+                        tmp_path)
+
+
+MESSY = """\
+age,colour,member,income,city,label
+34,red,yes,52000,Oslo,a
+,green,no,61000,Bergen,b
+45,blue,yes,,Oslo,a
+29,red,NA,38000,Trondheim,b
+52,,no,72000,Bergen,a
+41,green,yes,55000,?,b
+38,blue,no,47000,Oslo,a
+60,red,yes,80000,Bergen,b
+"""
+
+
+def test_a_table_with_categories_booleans_and_missing_cells(capsys, tmp_path):
+    rows = MESSY.splitlines()
+    (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
+    (tmp_path / "c.yaml").write_text(
+        "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0, "
+        "columns: {member: boolean}}\nmodel:\n  layers:\n    - {type: dense, units: 8, activation: tanh}\n"
+        "    - {type: layer_norm}\n    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, batch_size: 8}\n")
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    session_inputs = None
+    _export_and_compare(capsys, tmp_path / "run", tmp_path / "messy.csv", None, "label", tmp_path)
+    session_inputs = [i.name for i in ort.InferenceSession(str(tmp_path / "m.onnx")).get_inputs()]
+    assert session_inputs == ["age", "colour", "member", "income", "city"]
+    (tmp_path / "unseen.csv").write_text(rows[0] + "\n34,purple,yes,52000,Paris,a\n")  # unseen categories
+    _export_and_compare(capsys, tmp_path / "run", tmp_path / "unseen.csv", None, "label", tmp_path / "run")
+
+
+def test_every_layer_has_an_exporter():
+    from magmadnn_cli.config.layers import LayerSpec
+    from magmadnn_cli.training.onnx_graph import LAYERS
+    shipped = {tag for tag, cls in LayerSpec.declarations.items() if cls.__module__.startswith("magmadnn_cli")}
+    assert shipped == set(LAYERS)
+
+
+def test_export_refuses_an_existing_file_and_an_old_opset(capsys, tmp_path):
+    (tmp_path / "m.onnx").write_text("mine")
+    code, _, err = run_cli(capsys, "export", ROOT / "tests" / "missing.npz", "-o", tmp_path / "x.onnx")
+    assert code == 2 and "model file not found" in err
+    from conftest import project
+    config = project(tmp_path)
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
+    code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")
+    assert code == 2 and (tmp_path / "m.onnx").read_text() == "mine", err
+    code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "n.onnx", "--opset", "13")
+    assert code == 2 and "opset 17 or newer" in err and not (tmp_path / "n.onnx").exists()
