@@ -8,10 +8,12 @@ float32 outside any run). Ops are written against the array module of their inpu
 
 from __future__ import annotations
 
+import os
 import types
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -160,7 +162,23 @@ def synchronize() -> None:
 
 
 def host_memory_available() -> int | None:
-    """Bytes of host memory available for new allocations (Linux MemAvailable; None if unknown)."""
+    """The memory budget: bytes this process may still allocate on the host, the least of the
+    machine's available memory (MemAvailable), the headroom under its address-space limit (RLIMIT_AS,
+    `ulimit -v`, `prlimit --as`) and the headroom under its cgroup's memory limit (a container's or a
+    job's); a bound that cannot be read is left out (None when none can)."""
+    known = [bound for bound, _ in _host_bounds()]
+    return max(0, min(known)) if known else None
+
+
+def _host_bounds() -> list[tuple[int, str]]:
+    """Each readable bound on the host memory this process may allocate, with what sets it."""
+    bounds = [(_mem_available(), "the machine's free memory"), (_address_space_headroom(), "its address-space "
+              "limit, ulimit -v"), (_cgroup_headroom(), "its cgroup's memory limit")]
+    return [(int(bound), what) for bound, what in bounds if bound is not None]
+
+
+def _mem_available() -> int | None:
+    """The machine's MemAvailable (Linux), else its free pages; None if unknown."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -169,10 +187,93 @@ def host_memory_available() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     try:
-        import os  # noqa: PLC0415
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def _address_space_headroom() -> int | None:
+    """RLIMIT_AS's soft limit minus this process's current address space (VmSize); None when unlimited."""
+    try:
+        import resource  # noqa: PLC0415 (POSIX only)
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return None
+    return limit - (_status_bytes("VmSize") or 0)
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+
+
+def _cgroup_headroom(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The least headroom (limit minus usage, reclaimable file cache not counted as usage) under
+    the memory limits of this process's cgroup and its ancestors: cgroup v2 (`memory.max`,
+    `memory.current`) or v1 (`memory.limit_in_bytes`, `memory.usage_in_bytes`); None where no
+    limit is set or none can be read."""
+    try:
+        entries = [line.split(":", 2) for line in proc_cgroup.read_text().splitlines()]
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = []
+    for entry in entries:
+        if len(entry) != 3:
+            continue
+        hierarchy, controllers, path = entry
+        if hierarchy == "0" and controllers == "":
+            mounts, files = (root, root / "unified"), ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            mounts, files = (root / "memory",), ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        for mount in mounts:
+            found += _cgroup_chain(mount, path, *files)
+    return min(found) if found else None
+
+
+def _cgroup_chain(mount: Path, path: str, limit_file: str, usage_file: str, inactive: str) -> list[int]:
+    """The headrooms of the cgroup at `path` under `mount` and of each ancestor up to the mount
+    (inside a container the cgroup's own folder is often the mount itself)."""
+    headrooms = []
+    folder = mount / path.strip("/")
+    while True:
+        limit = _read_int(folder / limit_file)
+        if limit is not None and limit < UNLIMITED:
+            usage = _read_int(folder / usage_file) or 0
+            headrooms.append(limit - max(0, usage - _stat_value(folder / "memory.stat", inactive)))
+        if folder == mount or mount not in folder.parents:
+            return headrooms
+        folder = folder.parent
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None  # missing, or v2's "max" (no limit)
+
+
+def _stat_value(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def memory_available() -> int | None:
@@ -188,10 +289,19 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def require_memory(needed: int, what: str, on_host: bool = False) -> None:
-    """Refuse up front, naming the amount, what a request would need but the machine lacks."""
-    available = host_memory_available() if on_host else memory_available()
+def require_memory(needed: int, what: str, on_host: bool = False, how: str = "") -> None:
+    """Refuse up front, naming the amount (and `how` it is counted), what a request would need but
+    this process cannot allocate (the budget: `host_memory_available`, or the GPU's free memory)."""
+    available = host_memory_available() if on_host or current().device == "cpu" else memory_available()
     if available is not None and needed > available:
-        where = "host" if on_host or current().device == "cpu" else "GPU"
-        raise MagmaError(f"{what} would need {gib(needed)} of memory; the {where} has {gib(available)} "
-                         "available. Make it smaller.")
+        raise MagmaError(f"{what} would need {gib(needed)} of memory{f' ({how})' if how else ''}; "
+                         f"{budget_text(available, on_host)}. Make it smaller.")
+
+
+def budget_text(available: int, on_host: bool = True) -> str:
+    """'1.2 GiB available to this process (its address-space limit, ulimit -v)': the budget and what sets it."""
+    if not on_host and current().device == "gpu":
+        return f"the GPU has {gib(available)} available"
+    least = min(_host_bounds(), default=None)  # read again: the bound within 2% of the budget sets it
+    binding = f" ({least[1]})" if least and abs(least[0] - available) <= available // 50 + (1 << 20) else ""
+    return f"{gib(available)} available to this process{binding}"

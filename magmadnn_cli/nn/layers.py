@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -91,7 +92,7 @@ class Activation(Layer):
         return nn.Activate(x, get_activation(self.activation, **self.activation_args))
 
     def flops(self) -> int:
-        return int(np.prod(self.input_shape))
+        return math.prod(self.input_shape)
 
 
 class Dropout(Layer):
@@ -110,7 +111,7 @@ class Flatten(Layer):
     declaration = decl.FlattenLayer
 
     def compute_shape(self, input_shape: Shape) -> Shape:
-        return (int(np.prod(input_shape)),)
+        return (math.prod(input_shape),)
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Flatten(x)
@@ -201,7 +202,7 @@ class Pool2D(Layer):
         return conv.Pool2D(x, self.mode, self.window, self.stride, self.pad)
 
     def flops(self) -> int:
-        return int(np.prod(self.output_shape)) * self.window[0] * self.window[1]
+        return math.prod(self.output_shape) * self.window[0] * self.window[1]
 
 
 class BatchNorm(Layer):
@@ -225,7 +226,7 @@ class BatchNorm(Layer):
                             self.buffers["running_var"], ctx.mode, self.momentum, self.epsilon)
 
     def flops(self) -> int:
-        return 4 * int(np.prod(self.input_shape))
+        return 4 * math.prod(self.input_shape)
 
 
 class LayerNorm(Layer):
@@ -234,7 +235,7 @@ class LayerNorm(Layer):
     declaration = decl.LayerNormLayer
 
     def compute_shape(self, input_shape: Shape) -> Shape:
-        size = int(np.prod(input_shape))
+        size = math.prod(input_shape)
         self.add_weight("gamma", input_shape, get_initializer("ones"), size, size)
         self.add_weight("beta", input_shape, get_initializer("zeros"), size, size)
         return input_shape
@@ -243,7 +244,7 @@ class LayerNorm(Layer):
         return LayerNormOp(x, self.weights["gamma"], self.weights["beta"], self.spec.epsilon)
 
     def flops(self) -> int:
-        return 8 * int(np.prod(self.input_shape))
+        return 8 * math.prod(self.input_shape)
 
 
 class LayerNormOp(Op):
@@ -284,7 +285,7 @@ class GlobalAvgPool(Layer):
         return ops.Mean(x, axis=(2, 3))
 
     def flops(self) -> int:
-        return int(np.prod(self.input_shape))
+        return math.prod(self.input_shape)
 
 
 class Reshape(Layer):
@@ -295,8 +296,8 @@ class Reshape(Layer):
         self.shape = tuple(declared.shape)
 
     def compute_shape(self, input_shape: Shape) -> Shape:
-        if int(np.prod(self.shape)) != int(np.prod(input_shape)):
-            raise self._error(f"cannot reshape {input_shape} ({int(np.prod(input_shape))} values) to {self.shape}")
+        if math.prod(self.shape) != math.prod(input_shape):
+            raise self._error(f"cannot reshape {input_shape} ({math.prod(input_shape)} values) to {self.shape}")
         return self.shape
 
     def __call__(self, x: Node, ctx: Context) -> Node:
@@ -333,7 +334,7 @@ class Residual(Layer):
         return y if self.activation == "linear" else nn.Activate(y, get_activation(self.activation))
 
     def flops(self) -> int:
-        return sum(layer.flops() for layer in self.inner) + int(np.prod(self.output_shape))
+        return sum(layer.flops() for layer in self.inner) + math.prod(self.output_shape)
 
 
 LAYERS = Layer.implementations

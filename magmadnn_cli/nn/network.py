@@ -4,6 +4,7 @@ and a prediction graph ending in the output."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,7 +36,7 @@ class Network:
         self.activation_size = 0  # floats of layer outputs per sample (for memory estimates)
         for layer in self.layers:
             shape = layer.build(shape)
-            self.activation_size += int(np.prod(shape))
+            self.activation_size += math.prod(shape)
         self.output_shape = shape
         self.group = group
         for layer in all_layers(self.layers) if group is not None else []:
@@ -49,13 +50,9 @@ class Network:
         """Initialize every weight on the host, then place all of them in one flat device buffer;
         allocate the layers' buffers on the device."""
         specs = [(layer, spec) for layer in all_layers(self.layers) for spec in layer.specs]
-        sizes = [int(np.prod(spec.shape)) for _, spec in specs]
+        sizes = [math.prod(spec.shape) for _, spec in specs]
         if sizes:
-            biggest = max(range(len(sizes)), key=sizes.__getitem__)
-            layer, spec = specs[biggest]
-            B.require_memory(3 * sum(sizes) * np.dtype(B.current().floatx).itemsize,
-                             f"the model's {sum(sizes):,} parameters (largest: {layer.name}/{spec.name} of shape "
-                             f"{tuple(spec.shape)}), with their gradients,")
+            self._check_allocation(specs, sizes)
         host = np.empty(sum(sizes), dtype=B.current().floatx)
         offset = 0
         for (layer, spec), size in zip(specs, sizes):
@@ -73,6 +70,24 @@ class Network:
                              for b in layer.buffer_specs}
         self.place(B.to_device(host), B.current().xp.zeros(host.size, dtype=B.current().floatx))
 
+    def _check_allocation(self, specs: list[tuple[Layer, Any]], sizes: list[int]) -> None:
+        """The flat parameter and gradient buffers, plus the temporaries of drawing the weights (each
+        tensor is drawn whole in float64 on the host, and a split tensor's part copied out), fit."""
+        itemsize = np.dtype(B.current().floatx).itemsize
+        draws = [8 * math.prod(spec.whole or spec.shape) + (8 * size if spec.whole else 0)
+                 for (_, spec), size in zip(specs, sizes)]
+        biggest = max(range(len(sizes)), key=draws.__getitem__)
+        layer, spec = specs[biggest]
+        what = (f"the model's {sum(sizes):,} parameters (largest: {layer.name}/{spec.name} of shape "
+                f"{tuple(spec.whole or spec.shape)}), with their gradients,")
+        how = "weights and gradients, each tensor drawn in float64 on the host first"
+        buffers = 2 * sum(sizes) * itemsize
+        if B.current().device == "cpu":
+            B.require_memory(buffers + draws[biggest], what, how=how)
+        else:
+            B.require_memory(sum(sizes) * itemsize + draws[biggest], what, on_host=True, how=how)
+            B.require_memory(buffers, what)
+
     def place(self, flat_params: Array, flat_grads: Array) -> None:
         """Make these flat buffers the network's parameters and gradients: every weight becomes a
         view into them. Used once at construction, and again by data parallelism to move them (into
@@ -81,21 +96,22 @@ class Network:
         self.flat_params, self.flat_grads = flat_params, flat_grads
         offset = 0
         for p, shape in zip(self.parameters, self.parameter_shapes):
-            size = int(np.prod(shape))
+            size = math.prod(shape)
             p.value = flat_params[offset:offset + size].reshape(shape)
             p.grad_view = flat_grads[offset:offset + size].reshape(shape)
             offset += size
 
-    def training_bytes(self, batch: int, optimizer_slots: int) -> int:
+    def training_bytes(self, batch: int, optimizer_slots: int, eval_batch: int = 0) -> int:
         """A lower bound on training memory: weights, gradients, optimizer state, and each layer's
-        output and its gradient for a batch."""
-        floats = self.flat_params.size * (2 + optimizer_slots) + 2 * batch * self.activation_size
-        return int(floats) * np.dtype(B.current().floatx).itemsize
+        output and its gradient for a training batch; an evaluation batch (`training.eval_batch_size`,
+        at most the rows of the split it scores) replaces the outputs while the gradients stay."""
+        activations = max(2 * batch, batch + eval_batch) * self.activation_size
+        return (int(self.flat_params.size) * (2 + optimizer_slots) + activations) * np.dtype(B.current().floatx).itemsize
 
     @property
     def num_parameters(self) -> int:
         """The model's parameters (all of every split tensor)."""
-        return sum(int(np.prod(spec.whole or spec.shape)) for spec in self.parameter_specs)
+        return sum(math.prod(spec.whole or spec.shape) for spec in self.parameter_specs)
 
     @property
     def local_parameters(self) -> int:
@@ -140,7 +156,7 @@ class Network:
 
     def flat_pieces(self, flat: Array) -> list[tuple[Array, bool]]:
         """Each parameter's piece of a flat buffer laid out like `flat_params`, with whether it is split."""
-        bounds = np.cumsum([0, *(int(np.prod(s)) for s in self.parameter_shapes)])
+        bounds = np.cumsum([0, *(math.prod(s) for s in self.parameter_shapes)])
         return [(flat[a:b], spec.part is not None) for a, b, spec in zip(bounds, bounds[1:], self.parameter_specs)]
 
     def gather_flat(self, flat: Array) -> np.ndarray:
@@ -153,7 +169,7 @@ class Network:
         """The inverse of `gather_flat`: this rank's parts of a buffer in the whole model's layout."""
         pieces, offset = [], 0
         for spec in self.parameter_specs:
-            size = int(np.prod(spec.whole or spec.shape))
+            size = math.prod(spec.whole or spec.shape)
             pieces.append(self._part(whole[offset:offset + size].reshape(spec.whole or spec.shape), spec).ravel())
             offset += size
         return np.concatenate(pieces) if pieces else whole
