@@ -134,3 +134,24 @@ def test_export_refuses_an_existing_file_and_an_old_opset(capsys, tmp_path):
     assert code == 2 and (tmp_path / "m.onnx").read_text() == "mine", err
     code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "n.onnx", "--opset", "13")
     assert code == 2 and "opset 17 or newer" in err and not (tmp_path / "n.onnx").exists()
+
+
+def test_an_image_model_from_npz_takes_its_arrays(capsys, tmp_path):
+    r = np.random.default_rng(0)
+    x = r.normal(size=(120, 1, 6, 6)).astype(np.float32)
+    np.savez(tmp_path / "img.npz", x=x, y=(x.mean(axis=(1, 2, 3)) > 0).astype(np.int64))
+    (tmp_path / "img.yaml").write_text(
+        "name: img\nseed: 0\ndata: {train: img.npz}\nmodel:\n  layers:\n"
+        "    - {type: conv2d, filters: 3, kernel_size: 3, padding: same, activation: relu}\n"
+        "    - {type: pool2d, mode: avg, pool_size: 2}\n    - {type: flatten}\n"
+        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: adam\n"
+        "training: {epochs: 2}\n")
+    assert run_cli(capsys, "train", tmp_path / "img.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    assert run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")[0] == 0
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    assert session.get_inputs()[0].shape == ["N", 1, 6, 6]
+    probabilities, labels = session.run(None, {"features": x})
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "img.npz", "--proba")
+    printed = list(csv.reader(io.StringIO(out)))[1:]
+    np.testing.assert_allclose(probabilities, np.array([[float(v) for v in r[1:]] for r in printed]), atol=1e-5)
+    assert list(labels) == [r[0] for r in printed]

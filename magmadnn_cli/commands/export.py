@@ -36,14 +36,17 @@ def export(model_path: Path, out: Path, overwrite: bool = False, opset: int = OP
             "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}
 
 
-def file_columns(saved: SavedModel) -> list[str]:
+def file_columns(saved: SavedModel) -> list[str] | None:
     """The training file's columns but the target, in order (ignored ones too, so a file row goes in
-    as it is); the model's own feature columns when the training file is gone or not a CSV."""
+    as it is); the model's own feature columns when the training file is gone; None for arrays and
+    images (NPZ, IDX, CIFAR, image folders, synthetic data)."""
     cfg = saved.config.data
     if cfg.names:
         return [n for n in cfg.names if n != cfg.target]
     path = Path(cfg.train) if cfg.train else None
-    if path is None or not path.is_file() or reader_for(path).name != "csv":
+    if path is None or (path.exists() and reader_for(path).name != "csv"):
+        return None
+    if not path.is_file():
         return list(saved.features)
     spec = ReadSpec.of(cfg, features=saved.features)
     try:

@@ -59,9 +59,9 @@ class Graph:
         self.outputs.append(self.helper.make_tensor_value_info(name, elem, shape))
 
 
-def build(saved: SavedModel, file_columns: list[str], opset: int = OPSET) -> Any:
+def build(saved: SavedModel, file_columns: list[str] | None, opset: int = OPSET) -> Any:
     """The ONNX ModelProto of `saved`; `file_columns`: the training file's columns but the target, in
-    order (the `features` input's columns when every used column is a number)."""
+    order (the `features` input's columns when every used column is a number), None for arrays."""
     g = Graph()
     x = _inputs(g, saved, file_columns)
     x = g.op("Reshape", x, g.const([-1, *saved.sample_shape], "shape", np.int64))
@@ -83,7 +83,7 @@ def build(saved: SavedModel, file_columns: list[str], opset: int = OPSET) -> Any
 
 
 # -- inputs and preprocessing -----------------------------------------------------------------------
-def _inputs(g: Graph, saved: SavedModel, file_columns: list[str]) -> str:
+def _inputs(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> str:
     """The encoded, normalized feature matrix (N, width) from the graph's inputs."""
     columns = saved.encoder.columns
     if not columns or all(c.kind == "number" for c in columns):
@@ -93,12 +93,14 @@ def _inputs(g: Graph, saved: SavedModel, file_columns: list[str]) -> str:
     return _normalize(g, saved, encoded)
 
 
-def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str]) -> str:
+def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> str:
     """One float32 input `features` (N, F): the file's columns in order; the used ones gathered,
     imputed and given their missing indicators."""
     float_ = g.onnx.TensorProto.FLOAT
-    width = len(file_columns) if saved.encoder.columns or saved.features else int(np.prod(saved.sample_shape))
-    g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", width]))
+    if file_columns is None:  # arrays or images: (N, C, H, W) / (N, ...), each sample in the model's shape
+        g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", *saved.sample_shape]))
+        return g.op("Flatten", "features", axis=1)
+    g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", len(file_columns)]))
     if not saved.encoder.columns:
         return "features"
     where = {name: i for i, name in enumerate(file_columns)}
