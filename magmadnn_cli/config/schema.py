@@ -42,6 +42,10 @@ class TrainingConfig(Strict):
     batch_schedule: dict[PositiveInt, PositiveInt] | None = Field(
         None, description="growing global batches: {epoch: batch size from that epoch on}, e.g. {5: 256, 10: 1024}; "
                           "batch_size until the first")
+    gradient_accumulation_steps: PositiveInt = Field(
+        1, description="K: each update is one step on K consecutive batches of batch_size (the mean over their "
+                       "rows; an epoch's last group may be shorter), in the memory of one batch; batchnorm "
+                       "statistics stay per batch")
     shuffle: bool = True
     early_stopping: EarlyStopping | None = None
     eval_batch_size: PositiveInt = 1024

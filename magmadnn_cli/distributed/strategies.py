@@ -152,7 +152,13 @@ def config_problems(config: Any) -> list[Problem]:
     if dist.max_staleness is not None and not strategy.stale_gradients:
         problems.append(f"max_staleness bounds asynchronous SGD; strategy is {strategy.name!r}: set strategy: "
                         f"{_names(lambda s: s.stale_gradients)}, or remove max_staleness")
-    return [(("distributed",), problem) for problem in problems]
+    located = [(("distributed",), problem) for problem in problems]
+    if config.training.gradient_accumulation_steps > 1 and strategy.stale_gradients:
+        located.append((("training", "gradient_accumulation_steps"),
+                        f"strategy {strategy.name} applies each worker's batch as it arrives, so it accumulates "
+                        f"nothing: use strategy {_names(lambda s: not s.stale_gradients)}, or "
+                        "gradient_accumulation_steps: 1"))
+    return located
 
 
 def checked_strategy(config: Any) -> Strategy:

@@ -13,11 +13,14 @@ def steps_per_epoch(rows: int, batch_size: int) -> int:
 
 
 class BatchSchedule:
-    """`batch_size` from epoch 1; from epoch E on, `changes[E]` (the latest E reached)."""
+    """`batch_size` from epoch 1; from epoch E on, `changes[E]` (the latest E reached). With gradient
+    accumulation each update takes `accumulation` batches of that size: an epoch's steps count
+    updates (what schedules, checkpoints and resume count); memory is that of one batch."""
 
-    def __init__(self, batch_size: int, changes: dict[int, int] | None = None) -> None:
+    def __init__(self, batch_size: int, changes: dict[int, int] | None = None, accumulation: int = 1) -> None:
         self.first = batch_size
         self.changes = sorted((changes or {}).items())
+        self.accumulation = accumulation
         self._ends: list[int] = []  # for the rows last asked about
         self._rows = -1
 
@@ -31,8 +34,13 @@ class BatchSchedule:
     def largest(self) -> int:
         return max([self.first, *(batch for _, batch in self.changes)])
 
+    def update_size(self, epoch: int) -> int:
+        """Rows per update: the batch size times the batches accumulated into it."""
+        return self.size(epoch) * self.accumulation
+
     def steps(self, rows: int, epoch: int) -> int:
-        return steps_per_epoch(rows, self.size(epoch))
+        """Updates in the epoch."""
+        return steps_per_epoch(rows, self.update_size(epoch))
 
     def epochs_done(self, rows: int, step: int) -> float:
         """Epochs completed (with the fraction of the one in progress) after `step` global steps."""

@@ -25,7 +25,7 @@ from ..nn.network import Network
 from ..nn.optimizers import OPTIMIZERS, Optimizer
 from ..reporting import Reporter
 from .async_trainer import AsyncTrainer
-from .batches import BatchSchedule, steps_per_epoch
+from .batches import BatchSchedule
 from .checkpoint import Saver
 from .convolutions import choose_convolutions
 from .early_stopping import EarlyStopper
@@ -109,8 +109,7 @@ def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: Mod
             network.load_state_dict(load_model(init_from).weights)
         except MagmaError as exc:
             raise MagmaError(f"--init-from {init_from}: {exc}") from exc
-    optimizer = build_optimizer(config, steps_per_epoch(len(data.train.x), config.training.batch_size), network,
-                                len(data.train.x))
+    optimizer = build_optimizer(config, batch_schedule(config).steps(len(data.train.x), 1), network, len(data.train.x))
     check_memory(config, network, len(optimizer.slots), len(data.train.x))
     return network, optimizer
 
@@ -158,7 +157,8 @@ def build_loss(config: Config) -> Loss:
 
 
 def batch_schedule(config: Config) -> BatchSchedule:
-    return BatchSchedule(config.training.batch_size, config.training.batch_schedule)
+    training = config.training
+    return BatchSchedule(training.batch_size, training.batch_schedule, training.gradient_accumulation_steps)
 
 
 def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None, group: Any = None) -> Network:

@@ -93,6 +93,7 @@ class Trainer:
         self.history = History()
         self.stopper: EarlyStopper | None = None
         self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
+        self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -131,22 +132,43 @@ class Trainer:
             return ((logits > (0.0 if self.net.fused else 0.5)) == (y > 0.5)).sum()
         return 0
 
-    def step(self, x: Array, y: Array, positions: np.ndarray, global_count: int) -> tuple[float, float]:
-        """Forward, backward, reduction, update. A rank with no rows in a short last batch still
-        runs (on zero rows) to join every collective. Returns the global (loss sum, correct)."""
-        count = len(x)
-        loss = self.net.forward_backward(x, y, count / global_count, B.to_device(positions),
-                                         derive_key(self.seed, self.position.epoch))
-        loss_sum, correct, stop = self.parallel.reduce(loss * count, self.count_correct(y), bool(self.signals.received))
+    def step(self, micro: list[tuple[Array, Array, np.ndarray]], global_count: int) -> tuple[float, float]:
+        """Forward and backward on each batch accumulated into this update (gradients summed, each
+        seeded with its rows' share of the update's `global_count`), then one reduction and the
+        update. A rank with no rows in a short last batch still runs (on zero rows) to join every
+        collective. Returns the global (loss sum, correct)."""
+        key = derive_key(self.seed, self.position.epoch)
+        loss_sum: Any = None
+        correct: Any = None
+        for i, (x, y, positions) in enumerate(micro):
+            loss = self.net.forward_backward(x, y, len(x) / global_count, B.to_device(positions), key)
+            part, hits = loss * len(x), self.count_correct(y)
+            loss_sum, correct = (part, hits) if i == 0 else (loss_sum + part, correct + hits)
+            if len(micro) > 1:
+                self._accumulate(first=i == 0, last=i == len(micro) - 1)
+        loss_sum, correct, stop = self.parallel.reduce(loss_sum, correct, bool(self.signals.received))
         self.stop_requested = stop
         if math.isfinite(loss_sum):
             self.parallel.update()
         return loss_sum, correct
 
+    def _accumulate(self, first: bool, last: bool) -> None:
+        """Sum the batches' gradients of one update; the last puts the sum where the update reads it."""
+        grads = self.net.flat_grads
+        if first:
+            if self._summed is None or self._summed.shape != grads.shape:
+                self._summed = B.array_module(grads).empty_like(grads)
+            self._summed[...] = grads
+        else:
+            self._summed += grads
+        if last:
+            grads[...] = self._summed
+
     # -- epochs --------------------------------------------------------------------------------
     def batches(self, n: int, epoch: int) -> list[np.ndarray]:
+        """The epoch's update batches (each `gradient_accumulation_steps` batches of the batch size)."""
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.plan.shuffle else np.arange(n)
-        size = self.sizes.size(epoch)
+        size = self.sizes.update_size(epoch)
         return [order[i:i + size] for i in range(0, n, size)]
 
     @property
@@ -162,20 +184,31 @@ class Trainer:
         """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch)."""
         batches = self.batches(len(train.x), self.position.epoch)
         for step in range(self.position.step + 1, len(batches) + 1):
-            xb, yb, rows = self.rows_of(batches, step, x, y, self.shares, self.data_comm.rank)
-            l_sum, c = self.step(xb, yb, rows, len(batches[step - 1]))
+            l_sum, c = self.step(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
             self.record_step(batches, step, l_sum, c)
             if step < len(batches):
                 self._checkpoint_if_due(None)
         return self.epoch_metrics()
 
+    def micro_batches(self, batches: list[np.ndarray], step: int, x: Array, y: Array) -> list[tuple[Array, Array,
+                                                                                                   np.ndarray]]:
+        """This rank's share of each batch of the step's update, in order."""
+        batch, size = batches[step - 1], self.sizes.size(self.position.epoch)
+        first = (step - 1) * len(batches[0])
+        return [self.share_of(batch, first, np.arange(first + lo, first + min(lo + size, len(batch))), x, y,
+                              self.shares, self.data_comm.rank) for lo in range(0, len(batch), size)]
+
     def rows_of(self, batches: list[np.ndarray], step: int, x: Array, y: Array, shares: int,
                 share: int) -> tuple[Array, Array, np.ndarray]:
-        """Share `share` of `shares` of the step's batch (augmented), and its rows' places in the
-        epoch's global order (which key their random numbers)."""
-        batch = batches[step - 1]
-        first = (step - 1) * len(batches[0])
-        mine = np.array_split(np.arange(first, first + len(batch)), shares)[share]
+        """Share `share` of `shares` of the step's whole batch."""
+        batch, first = batches[step - 1], (step - 1) * len(batches[0])
+        return self.share_of(batch, first, np.arange(first, first + len(batch)), x, y, shares, share)
+
+    def share_of(self, batch: np.ndarray, first: int, positions: np.ndarray, x: Array, y: Array, shares: int,
+                 share: int) -> tuple[Array, Array, np.ndarray]:
+        """Share `share` of `shares` of the rows at `positions` of the epoch's order (the batch begins
+        at `first`), augmented, with those positions (which key their random numbers)."""
+        mine = np.array_split(positions, shares)[share]
         idx = B.to_device(batch[mine - first])
         xb = x[idx]
         if self.plan.augment is not None:
@@ -184,7 +217,7 @@ class Trainer:
 
     def record_step(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
         """Count a step's global loss sum and correct predictions into the epoch (a non-finite loss
-        ends the training) and show the progress."""
+        ends the training) and report the progress and the update's loss."""
         pos, count = self.position, len(batches[step - 1])
         if not math.isfinite(loss_sum):
             raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
@@ -192,6 +225,7 @@ class Trainer:
         pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + loss_sum, pos.correct + correct, pos.seen + count
         self.reporter.step(pos.epoch, step, len(batches), pos.loss_sum / pos.seen,
                            pos.correct / pos.seen if self.task != "regression" else None)
+        self.reporter.optimizer_step(self.global_step, loss_sum / count)
 
     def epoch_metrics(self) -> dict[str, float]:
         pos = self.position
