@@ -220,6 +220,42 @@ def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn 
               f"outputs {', '.join(done['outputs'])}", markup=False, highlight=False)
 
 
+@app.command("lr-find")
+def lr_find(config: ConfigArg, set_: SetOpt = None,
+            low: Annotated[float, typer.Option("--min", help="the first learning rate")] = 1e-7,
+            high: Annotated[float, typer.Option("--max", help="the last learning rate")] = 10.0,
+            steps: Annotated[int, typer.Option("--steps", min=2, help="rates (one training step each)")] = 100,
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG of the loss curve")] = None,
+            overwrite: OverwriteFileOpt = False,
+            as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the curve and suggestion as JSON")] = False,
+            processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1, help="data-parallel ranks")] = None,
+            oversubscribe: OversubscribeOpt = False) -> None:
+    """Which learning rate? The range test: one step per rate, rates growing exponentially from --min
+    to --max, on the config's model and data (nothing of a run is written); suggests the rate where the
+    smoothed loss falls fastest, with the command that trains with it."""
+    from .commands.lr_find import lr_find as run_lr_find, plot as plot_curve, train_command
+    from .files import to_json
+    from .reporting import make_reporter
+    cfg, comm = _config_on_ranks(config, set_, processes, oversubscribe=oversubscribe)
+    result = run_lr_find(cfg, comm, low, high, steps, make_reporter(True, comm.rank))
+    if not comm.is_root:
+        return
+    if output is not None:
+        plot_curve(result, output, overwrite)
+    command = train_command(config, result["suggested_learning_rate"])
+    if as_json:
+        print(to_json({**result, "train_command": command}))
+        return
+    rate = result["suggested_learning_rate"]
+    ended = " (stopped early: the loss diverged)" if result["stopped_early"] else ""
+    err.print(f"{len(result['learning_rates'])} steps from {low:g} to {result['learning_rates'][-1]:.3g}{ended}; "
+              + (f"suggested learning rate {rate:.3g} (steepest descent of the smoothed loss)\n{command}" if rate
+                 else "no rate suggested: the loss never fell (try a wider --min/--max or more --steps)"),
+              markup=False, highlight=False)
+    if output is not None:
+        err.print(f"wrote {output}", markup=False, highlight=False)
+
+
 @app.command()
 def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);
@@ -329,7 +365,7 @@ def _runs_on_every_rank(args: list[str]) -> bool:
     """False on ranks other than 0 of an MPI launch, for commands that do not use the ranks."""
     from .distributed.comm import launched_rank, launched_ranks
     command = next((a for a in args if not a.startswith("-")), "")
-    return command in ("train", "tune") or launched_ranks() <= 1 or launched_rank() == 0
+    return command in ("train", "tune", "lr-find") or launched_ranks() <= 1 or launched_rank() == 0
 
 
 def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = "") -> None:

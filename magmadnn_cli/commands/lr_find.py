@@ -1,0 +1,120 @@
+"""`magmadnn lr-find`: the learning-rate range test (Smith, arXiv:1506.01186; Lightning's `lr_find`) on
+the config's model and data: one training step per rate, the rates growing exponentially from `low` to
+`high`, the loss recorded; nothing of a run is written. The suggestion is the rate where the smoothed
+loss falls fastest (the steepest descent against log(rate)), as Lightning suggests."""
+
+from __future__ import annotations
+
+import io
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config.schema import Config
+from ..core import backend as B
+from ..distributed import Communicator
+from ..errors import MagmaError
+from ..files import atomic_write, check_output_file
+from ..reporting import Reporter
+from ..training.builder import build_run, select_backend
+from ..training.convolutions import choose_convolutions
+
+SMOOTHING = 0.98   # the loss's exponential moving average (bias-corrected), as fastai and Lightning
+DIVERGED = 4.0     # stop once the smoothed loss exceeds this many times its best
+SKIP_START = 10    # the first steps' losses are noise from the initialization: not suggested
+
+
+def lr_find(config: Config, comm: Communicator, low: float, high: float, steps: int,
+            reporter: Reporter | None = None) -> dict[str, Any]:
+    """The range test's rates, raw and smoothed losses, and the suggested rate (None when the curve
+    never descends), on every rank of `comm` (data parallel: the same steps as one process)."""
+    if not 0 < low < high or steps < 2:
+        raise MagmaError(f"lr-find: need 0 < --min < --max and --steps >= 2; received {low}, {high}, {steps}")
+    training = config.training.model_copy(update={"early_stopping": None, "checkpoint": None, "epochs": 1})
+    trial = config.model_copy(update={"training": training,
+                                      "optimizer": config.optimizer.model_copy(update={"schedule": None})})
+    with B.using(select_backend(trial, comm)):
+        run = build_run(trial, comm, reporter or Reporter())
+        rates, losses = _sweep(run, low, high, steps)
+    smoothed = _smooth(losses)
+    return {"learning_rates": rates, "losses": losses, "smoothed": smoothed,
+            "suggested_learning_rate": suggest(rates, smoothed), "stopped_early": len(rates) < steps}
+
+
+def _sweep(run: Any, low: float, high: float, steps: int) -> tuple[list[float], list[float]]:
+    """One update per rate, through the epochs' batches (as many epochs as it takes), until the rates
+    are done or the loss diverges."""
+    trainer, data = run.trainer, run.data.train
+    choose_convolutions(trainer, data.x)
+    if trainer.conv_algorithms is not None:
+        run.network.set_conv_algorithms(trainer.conv_algorithms)
+    x, y = B.to_device(data.x), B.to_device(data.y)
+    rates, losses, best, batches, step = [], [], math.inf, [], 0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for i in range(steps):
+            if step == len(batches):  # the next epoch's batches
+                trainer.position.epoch += 1 if batches else 0
+                batches, step = trainer.batches(len(data.x), trainer.position.epoch), 0
+            step += 1
+            trainer.opt.learning_rate = low * (high / low) ** (i / (steps - 1))
+            loss_sum, _ = trainer.step(trainer.micro_batches(batches, step, x, y), len(batches[step - 1]))
+            rates.append(trainer.opt.learning_rate)
+            losses.append(float(loss_sum) / len(batches[step - 1]))
+            smooth = _smooth(losses)[-1]
+            best = min(best, smooth)
+            if not math.isfinite(smooth) or smooth > DIVERGED * best:
+                break
+    return rates, losses
+
+
+def _smooth(losses: list[float]) -> list[float]:
+    average, out = 0.0, []
+    for i, loss in enumerate(losses, start=1):
+        average = SMOOTHING * average + (1 - SMOOTHING) * loss
+        out.append(average / (1 - SMOOTHING ** i))
+    return out
+
+
+def suggest(rates: list[float], smoothed: list[float]) -> float | None:
+    """The rate where the smoothed loss falls fastest against log(rate), the first SKIP_START steps
+    and the last (a diverging one) left out; None when too few steps or no descent."""
+    finite = [i for i, v in enumerate(smoothed) if math.isfinite(v)]
+    end = (finite[-1] if finite else 0) + 1
+    values, logs = np.array(smoothed[SKIP_START:end - 1]), np.log(np.array(rates[SKIP_START:end - 1]))
+    if len(values) < 3:
+        return None
+    slope = np.gradient(values, logs)
+    steepest = int(np.argmin(slope))
+    return float(rates[SKIP_START + steepest]) if slope[steepest] < 0 else None
+
+
+def train_command(config_path: Path, rate: float | None) -> str | None:
+    return None if rate is None else shlex.join(["magmadnn", "train", str(config_path), "--set",
+                                                 f"optimizer.learning_rate={rate:.3g}"])
+
+
+def plot(result: dict[str, Any], out: Path, overwrite: bool) -> None:
+    """The smoothed loss against the rate (log scale), the suggestion marked, as a PNG."""
+    from .plot import _pyplot  # noqa: PLC0415 (matplotlib is optional)
+    check_output_file(out, overwrite=overwrite)
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(result["learning_rates"], result["losses"], color="0.75", linewidth=0.8, label="loss")
+    ax.plot(result["learning_rates"], result["smoothed"], color="C0", label="smoothed loss")
+    if result["suggested_learning_rate"] is not None:
+        ax.axvline(result["suggested_learning_rate"], color="C3", linestyle="--",
+                   label=f"suggested {result['suggested_learning_rate']:.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("training loss")
+    finite = [v for v in result["smoothed"] if math.isfinite(v)]
+    if finite:
+        ax.set_ylim(min(finite) * 0.9 if min(finite) > 0 else None, max(finite[:max(1, len(finite) // 2)]) * 1.3)
+    ax.legend()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    atomic_write(out, lambda f: f.write(buffer.getvalue()))
