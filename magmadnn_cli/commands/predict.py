@@ -18,7 +18,7 @@ from ..core import backend as B
 from ..data.csv_reader import csv_header
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.tables import ReadSpec, Table, reader_for
-from ..errors import DataError, MagmaError
+from ..errors import DataError, MagmaError, ModelFileError
 from ..files import atomic_write, check_output_file, file_sha256
 from ..training.builder import task_of
 from ..training.evaluation import split_report
@@ -44,14 +44,53 @@ def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
 
 
 def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, dict[str, int]]:
-    """A table's rows as the network's normalized inputs; wrong widths named, expected vs got."""
+    """A table's rows as the network's normalized inputs; wrong widths named, expected vs got; cells
+    that are infinite as read, or overflow the model's normalization, refused as training refuses them."""
+    _refuse_non_finite(table.x, np.isinf, table, table.features, "")
     x, unseen = encode_features(table, saved.encoder, strict)
     width = int(np.prod(saved.sample_shape))
     got = int(np.prod(x.shape[1:]))
     if got != width:
         raise DataError(f"{table.source}: samples of {got} values {tuple(x.shape[1:])}; the model expects {width} "
                         f"{saved.sample_shape}")
-    return saved.normalizer(x.reshape((len(x),) + saved.sample_shape)), unseen
+    with np.errstate(all="ignore"):  # overflow is found below, by row and column
+        normalized = saved.normalizer(x.reshape((len(x),) + saved.sample_shape))
+    names = saved.encoder.output_names() if saved.encoder.columns else table.features
+    _refuse_non_finite(normalized, lambda v: ~np.isfinite(v), table, names, "after the model's input normalization ")
+    return normalized, unseen
+
+
+def _refuse_non_finite(x: np.ndarray, is_bad: Callable[[np.ndarray], np.ndarray], table: Table, names: list[str],
+                       stage: str) -> None:
+    """Refuse the rows holding a non-finite value (`is_bad`), naming the first by data row and column:
+    an inf or NaN in would be a row of NaN out."""
+    flat = x.reshape(len(x), -1)
+    rows = is_bad(flat).any(axis=1)
+    if not rows.any():
+        return
+    first = table.raw.first(rows)
+    column = int(np.argmax(is_bad(flat[first])))
+    name = names[column] if column < len(names) else f"input {column + 1}"
+    raise DataError(f"{table.source}: column {name!r}, data row {table.raw.row(first)}: {flat[first, column]} "
+                    f"{stage}is not a finite number (an infinity, or beyond the range of {flat.dtype}, the model's "
+                    f"precision); {int(rows.sum())} row(s) hold such values. Training refuses them too: clean or "
+                    "drop those rows")
+
+
+def _refuse_non_finite_outputs(outputs: np.ndarray, data_rows: Callable[[np.ndarray], list[int]], source: str,
+                               model_path: Path, saved: SavedModel) -> None:
+    """Outputs that are inf or NaN although the inputs are finite: the model's own computation
+    overflowed (weights too large for its precision). Refused, naming the rows."""
+    bad = ~np.isfinite(outputs.reshape(len(outputs), -1)).all(axis=1)
+    if not bad.any():
+        return
+    rows = data_rows(np.flatnonzero(bad)[:5])
+    largest = max((float(np.abs(w).max()) for w in saved.weights.values() if w.size), default=0.0)
+    raise ModelFileError(f"{model_path}: the model's computation overflowed ({saved.config.precision}) to infinity "
+                         f"or NaN on {int(bad.sum())} of {len(bad)} row(s) of {source} (data row(s) "
+                         f"{', '.join(map(str, rows))}{', ...' if bad.sum() > len(rows) else ''}): its weights "
+                         f"(largest magnitude {largest:.3g}) are too large for its precision, so no prediction is "
+                         "given. Retrain the model (a smaller learning rate, weight_decay), or use precision: float64")
 
 
 def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,
@@ -81,8 +120,11 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
         y = map_labels(table.y, saved.config.data.label_map)
         data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path))))
         source = str(data_path)
-    report = split_report(network, data, saved.classes, saved.task, batch_size=saved.config.training.eval_batch_size,
-                          targets=saved.targets)
+    rows = (lambda i: [int(r) + 1 for r in i]) if split is not None else (lambda i: [table.raw.row(int(r)) for r in i])
+    with np.errstate(all="ignore"):  # non-finite outputs are refused by row, not left to numpy's warnings
+        report = split_report(network, data, saved.classes, saved.task,
+                              batch_size=saved.config.training.eval_batch_size, targets=saved.targets,
+                              check=lambda out: _refuse_non_finite_outputs(out, rows, source, model_path, saved))
     return {"model": str(model_path), "data": source, "rows": len(data.x), "task": saved.task, **report}
 
 
@@ -135,7 +177,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     with B.using(B.select(device, saved.config.precision)):
         network = restore(saved)
         tally: dict[str, Any] = {"rows": 0, "unseen": {}}
-        rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally).tolist()
+        rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path).tolist()
                 for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
         first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
 
@@ -179,13 +221,15 @@ def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chu
 
 
 def _predicted_rows(table: Table, network: Any, saved: SavedModel, proba: bool, keep: tuple[str, ...],
-                    strict: bool, tally: dict[str, Any]) -> np.ndarray:
+                    strict: bool, tally: dict[str, Any], model_path: Path) -> np.ndarray:
     """One chunk's output rows as text (kept columns first); counts rows and unseen categories."""
     x, seen = _inputs(table, saved, strict)
     for name, n in seen.items():
         tally["unseen"][name] = tally["unseen"].get(name, 0) + n
     tally["rows"] += len(x)
-    rows = _rows(_outputs(network, x, saved), saved, proba)
+    outputs = _outputs(network, x, saved)
+    _refuse_non_finite_outputs(outputs, lambda i: [table.raw.row(int(r)) for r in i], table.source, model_path, saved)
+    rows = _rows(outputs, saved, proba)
     return np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1) if keep else rows
 
 
@@ -198,8 +242,10 @@ def _header(saved: SavedModel, network: Any, proba: bool) -> list[str]:
 
 def _outputs(network: Any, x: np.ndarray, saved: SavedModel) -> np.ndarray:
     batch = saved.config.training.eval_batch_size
-    outputs = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch]))) for i in range(0, len(x), batch)])
-    return saved.targets.restore(outputs) if saved.task == "regression" else outputs
+    with np.errstate(all="ignore"):  # an overflow is refused by row (_refuse_non_finite_outputs), not warned raw
+        outputs = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch])))
+                                  for i in range(0, len(x), batch)])
+        return saved.targets.restore(outputs) if saved.task == "regression" else outputs
 
 
 def _rows(outputs: np.ndarray, saved: SavedModel, proba: bool) -> np.ndarray:

@@ -56,9 +56,11 @@ class DataConfig(Strict):
     unseen_categories: Literal["ignore", "error"] = Field(
         "ignore", description="a category not seen in training: ignore = an all-zero one-hot (counted in a "
                               "warning); error = refuse the row")
-    label_map: dict[Union[int, str], Union[int, str]] = Field(
+    label_map: dict[Union[int, float, str], Union[int, float, str]] = Field(
         default_factory=dict, description="rename or merge target labels before training, e.g. {2: 1, 3: 1, 4: 1} "
-                                          "(unlisted labels stay); evaluate applies it too")
+                                          "or {no: 0, yes: 1} (keys match the labels as written in the data; a "
+                                          "key that matches none is an error; unlisted labels stay); evaluate "
+                                          "applies it too")
     validation: Path | None = None
     test: Path | None = None
     validation_split: UnitFloat = 0.1

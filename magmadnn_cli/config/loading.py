@@ -18,19 +18,25 @@ from ..errors import ConfigError
 
 PATH_FIELDS = (("data", "train"), ("data", "validation"), ("data", "test"))
 MAX_ALIASES = 1000  # YAML aliases beyond this are refused (a "billion laughs" guard) ...
-MAX_VALUES = 100_000  # ... and so is a document that aliases expand beyond this many values
+MAX_EXPANSION = 100_000  # ... and so are aliases that expand to more values than this (reached through them)
 MAX_DEPTH = 100  # nesting levels
 MAX_BYTES = 1 << 20  # a config file's size
 Location = tuple[Any, ...]
 Check = Callable[[Config], list[tuple[Location, str]]]  # a valid config -> (path, problem) of what it cannot run
 
 
+MERGE, STR, BOOL = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:str", "tag:yaml.org,2002:bool"
+
+
 class _Loader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses duplicate keys, alias bombs, deep nesting and huge integers, and
-    takes YAML merge keys (`<<: *defaults`)."""
+    takes YAML merge keys (`<<: *defaults`) in the order the YAML merge spec gives. Keys are names, so a
+    key YAML 1.1 reads as a boolean (yes, no, on, off, true, false) stays the word written; so do
+    the labels of `label_map` (and, with `labels`, every such word: a --set inside label_map)."""
 
     aliases = 0
     depth = 0
+    labels = False
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -49,11 +55,59 @@ class _Loader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def flatten_mapping(self, node: Any, merging: frozenset[int] = frozenset()) -> None:
+        """Merge keys as the YAML merge spec orders them: the mapping's own keys first, then each merged
+        mapping in list order (`<<: [*b, *a]` takes a key in both from b). PyYAML 6.0.x keeps a key
+        met twice from the later mapping."""
+        own, merged = [], []
+        for key_node, value_node in node.value:
+            if key_node.tag != MERGE:
+                if key_node.tag == "tag:yaml.org,2002:value":  # a plain `=` key: a name, as PyYAML has it
+                    key_node.tag = STR
+                own.append((key_node, value_node))
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode) or id(source) in merging | {id(node)}:
+                    what = "the mapping itself" if isinstance(source, yaml.MappingNode) else f"a {source.id}"
+                    raise yaml.constructor.ConstructorError("while merging", node.start_mark, "`<<` merges "
+                                                            f"mappings; found {what}", source.start_mark)
+                self.flatten_mapping(source, merging | {id(node)})
+                merged += source.value
+        if merged:
+            taken = {self._key_identity(k) for k, _ in own}
+            first = []
+            for key_node, value_node in merged:
+                if self._key_identity(key_node) not in taken:
+                    taken.add(self._key_identity(key_node))
+                    first.append((key_node, value_node))
+            node.value = first + own
+
+    def _key_identity(self, key_node: Any) -> Any:
+        if isinstance(key_node, yaml.ScalarNode):
+            self._spell_boolean(key_node)
+            key = self.construct_object(key_node)
+            return ("key", key) if isinstance(key, (str, int, float, bool, type(None))) else id(key_node)
+        return id(key_node)
+
+    def _spell_boolean(self, node: Any) -> None:
+        """A plain scalar YAML 1.1 reads as a boolean becomes the word written (a name or label)."""
+        if isinstance(node, yaml.ScalarNode) and node.tag == BOOL and node.style is None:
+            node.tag = STR
+
+    def construct_yaml_bool(self, node: Any) -> Any:
+        return node.value if self.labels and node.style is None else super().construct_yaml_bool(node)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        self.flatten_mapping(node)
         seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<`: merged keys may be overridden by the mapping's own
+        for key_node, value_node in node.value:
+            self._spell_boolean(key_node)
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == "label_map" and \
+                    isinstance(value_node, yaml.MappingNode):
+                for label_node, new_node in value_node.value:
+                    self._spell_boolean(label_node)
+                    self._spell_boolean(new_node)
             key = self.construct_object(key_node, deep=deep)
             try:
                 hash(key)
@@ -74,6 +128,7 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_int)
+_Loader.add_constructor(BOOL, _Loader.construct_yaml_bool)
 
 
 def _shorten(text: str, limit: int = 60) -> str:
@@ -89,18 +144,24 @@ def _not_a_config(raw: bytes) -> str:
     return "a gzip file" if raw[:2] == b"\x1f\x8b" else "not UTF-8 text"
 
 
-def parse_yaml(text: str, origin: str) -> tuple[Any, Any]:
-    """YAML text -> (data, its root node), through the guarded loader; errors name `origin` and line."""
+def parse_yaml(text: str, origin: str, labels: bool = False) -> tuple[Any, Any]:
+    """YAML text -> (data, its root node), through the guarded loader; errors name `origin` and line.
+    `labels`: words YAML 1.1 reads as booleans stay words (a value inside data.label_map)."""
     try:
         loader = _Loader(text)
+        loader.labels = labels
         try:
             node = loader.get_single_node()
-            if node is not None and _expanded_size(node, {}) > MAX_VALUES:
-                raise ConfigError(f"{origin}: the YAML expands to more than {MAX_VALUES:,} values "
-                                  "through anchors and aliases (an alias bomb?); refused")
+            expansion = _alias_expansion(node) if node is not None else 0
+            if expansion > MAX_EXPANSION:
+                raise ConfigError(f"{origin}: the YAML's aliases expand to {expansion:,} values beyond those written "
+                                  f"(more than {MAX_EXPANSION:,}: an alias bomb?); refused")
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
+    except RecursionError as exc:
+        raise ConfigError(f"{origin}: anchors and aliases nest too deeply (through merges or aliases of "
+                          "aliases); refused") from exc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -129,7 +190,7 @@ def _syntax_fix(exc: yaml.MarkedYAMLError, text: str) -> str:
         fix = "a key indented deeper than the key above it, or a value holding ': ' (quote the value)"
     elif "could not find expected ':'" in problem:
         fix = "a line that is not `key: value` (a missing ': ', or an unclosed quote above it)"
-    elif exc.problem_mark is None or "constructor" in problem or "duplicate key" in problem:
+    elif exc.problem_mark is None or isinstance(exc, yaml.constructor.ConstructorError) or "constructor" in problem:
         return ""
     else:
         fix = "check this line's indentation and quotes"
@@ -138,17 +199,23 @@ def _syntax_fix(exc: yaml.MarkedYAMLError, text: str) -> str:
     return f"{shown}\nfix: {fix}"
 
 
-def _expanded_size(node: Any, memo: dict[int, int]) -> int:
-    """How many values the document holds once aliases are expanded (memoized, so cheap)."""
-    if id(node) not in memo:
-        memo[id(node)] = 0  # a recursive alias counts as nothing more
-        if isinstance(node, yaml.MappingNode):
-            memo[id(node)] = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            memo[id(node)] = 1 + sum(_expanded_size(v, memo) for v in node.value)
-        else:
-            memo[id(node)] = 1
-    return memo[id(node)]
+def _alias_expansion(root: Any) -> int:
+    """How many values the document gains when its aliases are expanded: every value counted as often
+    as it is reached, less the values written (so a long plain document counts nothing). Iterative
+    and memoized: a billion laughs is counted, never expanded."""
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        if children_done:
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+        elif id(node) not in size:
+            size[id(node)] = 0  # until counted; a recursive alias counts as nothing more
+            stack.append((node, True))
+            stack += [(c, False) for c in children if id(c) not in size]
+    return size[id(root)] - len(size)
 
 
 def _line_map(node: Any, path: Location = (), lines: dict[Location, int] | None = None,
@@ -203,7 +270,7 @@ def parse_override(text: str) -> tuple[Location, Any]:
     if raw.strip() in ("", "-"):  # `data.train=-`: stdin (in YAML a lone `-` would be a list)
         value: Any = raw.strip()
     else:
-        value = parse_yaml(raw, f"--set {_shorten(text)}")[0]
+        value = parse_yaml(raw, f"--set {_shorten(text)}", labels="label_map" in key.split("."))[0]
     path = tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
     return path, value
 

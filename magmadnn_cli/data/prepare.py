@@ -4,6 +4,8 @@ standardized. Everything fitted here is stored with the model."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,13 +118,37 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
     return idx.astype(B.current().floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
 
 
-def map_labels(y: np.ndarray | None, mapping: dict[Any, Any]) -> np.ndarray | None:
-    """Targets with data.label_map applied (labels compared as spelled); types inferred again."""
+def map_labels(y: np.ndarray | None, mapping: dict[Any, Any], source: str | None = None) -> np.ndarray | None:
+    """Targets with data.label_map applied; types inferred again. A key matches the label spelled the
+    same, or the same number (2 and 2.0). With `source` (the training data), a key that matches no
+    label is refused, with the closest label."""
     if not mapping or y is None:
         return y
-    lookup = {str(k): str(v) for k, v in mapping.items()}
     uniques, inverse = np.unique(y.astype(str), return_inverse=True)
+    texts = set(uniques.tolist())
+    numbers = {n: u for u in texts if (n := _number(u)) is not None}
+    lookup = {}
+    for key, new in mapping.items():
+        label = str(key) if str(key) in texts else numbers.get(_number(str(key)))
+        if label is None and source is not None:
+            raise DataError(f"{source}: data.label_map key {key!r} matches no label of the target"
+                            f"{_closest_label(str(key), uniques.tolist())}; the labels are "
+                            f"{', '.join(map(repr, uniques[:20].tolist()))}{' ...' if len(uniques) > 20 else ''}")
+        lookup[label] = str(new)
     return typed_labels(np.array([lookup.get(u, u) for u in uniques])[inverse.ravel()])
+
+
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _number(text: str) -> float | None:
+    """A label's value when it is written as a number (so a key 2 matches the label 2.0)."""
+    return float(text) if NUMBER.fullmatch(text.strip()) else None
+
+
+def _closest_label(key: str, labels: list[str]) -> str:
+    close = [u for u in labels if u.lower() == key.lower()] or difflib.get_close_matches(key, labels, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
@@ -240,7 +266,7 @@ def _read(cfg: DataConfig, seed: int) -> Table:
     table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, ReadSpec.of(cfg))
     if table.y is None:
         raise DataError(f"{table.source}: no targets")
-    table.y = map_labels(table.y, cfg.label_map)
+    table.y = map_labels(table.y, cfg.label_map, table.source)
     return table
 
 

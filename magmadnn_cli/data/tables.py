@@ -208,9 +208,11 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
         raise DataError(f"{path}: x must be numeric; received dtype {x.dtype}")
     if x.ndim < 2 or len(x) == 0:
         raise DataError(f"{path}: x must have shape (samples, features...); received {x.shape}")
-    if y is not None and len(y) != len(x):
-        raise DataError(f"{path}: x has {len(x)} rows but y has {len(y)}")
-    x = x.astype(spec.dtype or B.current().floatx)
+    if y is not None and (y.ndim == 0 or len(y) != len(x)):
+        raise DataError(f"{path}: x has {len(x)} rows but y has " + (f"{len(y)}" if y.ndim else "shape () (one value)")
+                        + "; they must have one row per sample")
+    with np.errstate(over="ignore"):  # a value beyond the float type becomes inf, refused just below by cell
+        x = x.astype(spec.dtype or B.current().floatx)
     flat = x.reshape(len(x), -1)
     _check_finite(flat, path, [f"x[{i}]" for i in range(flat.shape[1])])
     return Table(RawColumns(x), y, [f"x{i}" for i in range(flat.shape[1])], str(path))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,13 +37,17 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
 
 
 def split_report(network: Any, split: Split, classes: list[Any], task: str, comm: Communicator | None = None,
-                 batch_size: int = 1024, targets: TargetScaler | None = None) -> dict[str, Any]:
+                 batch_size: int = 1024, targets: TargetScaler | None = None,
+                 check: Callable[[np.ndarray], None] | None = None) -> dict[str, Any]:
     """Loss (of the scaled targets the network learns) plus the full metric set of one split
-    (regression metrics in the data's own units)."""
+    (regression metrics in the data's own units); `check` sees every row's output first, in the
+    data's units (and may refuse them, e.g. non-finite ones)."""
     result = evaluate(network, split, task, comm, batch_size)
     outputs = result.pop("outputs")
+    restore = targets.restore if targets is not None and task == "regression" else (lambda v: v)
+    if check is not None:
+        check(restore(outputs))
     if task == "regression":
-        restore = targets.restore if targets is not None else (lambda v: v)
         result.update(regression_report(restore(split.y), restore(outputs)))
     else:
         truth = split.y.reshape(-1).astype(np.int64)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from ..config.rules import output_head
 from ..config.schema import Config
 from ..data.columns import ColumnEncoder
 from ..data.prepare import Normalizer, TargetScaler
@@ -84,7 +87,7 @@ def load(path: Path) -> SavedModel:
         if version > FORMAT_VERSION:
             raise ModelFileError(f"{path}: model format version {version} is newer than this magmadnn "
                                  f"understands ({FORMAT_VERSION}); upgrade magmadnn")
-        meta = json.loads(str(f["meta"]))
+        meta = _parse_meta(str(f["meta"]))
         weights = {k.removeprefix("weights/"): v for k, v in f.items() if k.startswith("weights/")}
         shift, spread = f["norm/shift"], f["norm/spread"]
     except (KeyError, TypeError, ValueError) as exc:
@@ -106,8 +109,76 @@ def load(path: Path) -> SavedModel:
     return saved
 
 
+MAX_META_DEPTH = 64  # a model's metadata nests a few levels (config sections, metric tables)
+
+
+def _parse_meta(text: str) -> Any:
+    """The metadata JSON, its nesting bounded before parsing (a forged file nested 100,000 deep would
+    exhaust the parser's recursion)."""
+    depth = _json_depth(text)
+    if depth > MAX_META_DEPTH:
+        raise ValueError(f"the metadata JSON is nested {depth:,} levels deep; a model's nests a few")
+    return json.loads(text)
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text, brackets inside strings not counted (linear time)."""
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text).encode("utf-8", "replace")
+    codes = np.frombuffer(bare, dtype=np.uint8)
+    steps = np.isin(codes, (ord("["), ord("{"))).astype(np.int64) - np.isin(codes, (ord("]"), ord("}")))
+    return int(np.cumsum(steps).max(initial=0))
+
+
 def _inconsistency(saved: SavedModel) -> str | None:
     """What in a model file does not fit together (None when it all does)."""
+    return _dtype_problem(saved) or _field_problem(saved) or _task_problem(saved) or _shape_problem(saved)
+
+
+def _field_problem(saved: SavedModel) -> str | None:
+    """Metadata fields of the right kinds: feature names, sample sizes, the input scale, metrics."""
+    if not isinstance(saved.features, list) or not all(isinstance(n, str) for n in saved.features):
+        return f"its feature names are not a list of names: {str(saved.features)[:80]}"
+    if not saved.sample_shape or min(saved.sample_shape) < 1:
+        return f"its sample shape {saved.sample_shape} is not a list of positive sizes"
+    if not (np.isfinite(saved.normalizer.scale) and saved.normalizer.scale > 0):
+        return f"its input scale {saved.normalizer.scale} is not a positive number"
+    if not isinstance(saved.metrics, dict):
+        return "its metrics are not a mapping"
+    return None
+
+
+def _dtype_problem(saved: SavedModel) -> str | None:
+    """Weights and normalization are real floating-point numbers; a complex, integer or text array is
+    named with its dtype."""
+    arrays = {"norm/shift": saved.normalizer.shift, "norm/spread": saved.normalizer.spread} | saved.weights
+    odd = [(k, w.dtype) for k, w in arrays.items() if w.dtype.kind != "f"]
+    if odd:
+        listed = ", ".join(f"{k} ({dtype})" for k, dtype in odd[:5])
+        return f"arrays {listed} are not real floating-point numbers (float32 or float64 expected)"
+    return None
+
+
+def _task_problem(saved: SavedModel) -> str | None:
+    """The metadata's task and class labels agree with the loss and output head its config declares."""
+    loss = saved.config.loss
+    if saved.task != loss.task:
+        head = output_head(saved.config.model.layers, loss.type)
+        return (f"the metadata says task {saved.task!r}, but its loss {loss.type} with a {head.activation} output "
+                f"(model.layers.{head.index}) makes it a {loss.task} model")
+    classes = saved.classes
+    if not isinstance(classes, list) or not all(isinstance(c, (str, int, float)) for c in classes):
+        return f"its class labels are not a list of labels (text or numbers): {str(classes)[:80]}"
+    if saved.task == "regression" and classes:
+        return f"a regression model has no class labels; this one lists {len(classes)}"
+    if saved.task == "binary" and len(classes) != 2:
+        return f"a binary model has 2 class labels; this one lists {len(classes)}"
+    repeated = sorted(label for label, n in Counter(map(str, classes)).items() if n > 1)
+    if repeated:
+        return f"its class labels repeat: {', '.join(map(repr, repeated[:5]))}"
+    return None
+
+
+def _shape_problem(saved: SavedModel) -> str | None:
     width = int(np.prod(saved.sample_shape)) if saved.sample_shape else 0
     for name, vector in (("norm/shift", saved.normalizer.shift), ("norm/spread", saved.normalizer.spread)):
         if vector.shape != (width,):
@@ -115,8 +186,6 @@ def _inconsistency(saved: SavedModel) -> str | None:
     if not np.all(np.isfinite(saved.normalizer.spread)) or np.any(saved.normalizer.spread == 0) or \
             not np.all(np.isfinite(saved.normalizer.shift)):
         return "the input normalization holds zeros, NaN or infinities"
-    if saved.task not in ("classification", "binary", "regression"):
-        return f"unknown task {saved.task!r}"
     if saved.task != "regression" and len(saved.classes) < 2:
         return f"a {saved.task} model needs at least 2 class labels; it has {len(saved.classes)}"
     if saved.encoder.columns:
@@ -124,9 +193,11 @@ def _inconsistency(saved: SavedModel) -> str | None:
             return f"the column encoding gives {saved.encoder.width} values for samples of {width} values"
     elif len(saved.features) != width and saved.features:
         return f"{len(saved.features)} feature names for samples of {width} values"
-    if saved.targets.active and not (np.all(np.isfinite(saved.targets.spread)) and np.all(saved.targets.spread > 0)):
-        return "the target scaling holds zeros, NaN or infinities"
-    bad = [k for k, w in saved.weights.items() if w.dtype.kind not in "fiu" or not np.all(np.isfinite(w))]
+    targets = saved.targets
+    if targets.active and not (np.all(np.isfinite(targets.spread)) and np.all(targets.spread > 0)
+                               and np.all(np.isfinite(targets.shift)) and targets.shift.shape == targets.spread.shape):
+        return "the target scaling holds zeros, NaN or infinities, or shifts and spreads of different sizes"
+    bad = [k for k, w in saved.weights.items() if not np.all(np.isfinite(w))]
     if bad:
         return f"weights {', '.join(bad[:5])} are not finite numbers (NaN or infinity): predictions would be NaN"
     return None
@@ -145,4 +216,7 @@ def restore(saved: SavedModel) -> Network:
     if outputs != expected:
         raise ModelFileError(f"corrupt model file: the network has {outputs} outputs for {len(saved.classes)} "
                              f"class labels ({saved.task})")
+    if saved.targets.active and saved.targets.spread.shape != (outputs,):
+        raise ModelFileError(f"corrupt model file: the target scaling has {saved.targets.spread.size} values for "
+                             f"the network's {outputs} outputs")
     return network
