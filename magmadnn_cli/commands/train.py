@@ -26,6 +26,8 @@ from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
+from ..training.mlflow_tracking import STATE as MLFLOW_STATE
+from ..training.tracking import check_tracking, tracked
 from ..distributed.comm import on_root
 from .run_dir import MODEL, choose, classify, locked, version_note
 
@@ -54,7 +56,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
-    with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)):
+    with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
+            tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter:
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if moved:  # said once the run's checks have passed: a refused run claims no folder
             reporter.info(moved)
@@ -85,6 +88,7 @@ def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
     had_model = (out_dir / MODEL).is_file()
     (out_dir / MODEL).unlink(missing_ok=True)
     removed = clear(out_dir / "checkpoints")  # with or without new ones
+    (out_dir / MLFLOW_STATE).unlink(missing_ok=True)  # a later --resume must not continue its MLflow run
     gone = [MODEL] * had_model + [f"{removed} checkpoint(s)"] * bool(removed)
     if gone:
         reporter.info(f"removed {' and '.join(gone)} of the run this one replaces in {out_dir}")
@@ -134,6 +138,7 @@ def validate_run(config: Config) -> None:
     if config.search is not None:
         from .trial_config import check_space  # noqa: PLC0415
         check_space(config.model_dump(mode="json"), config.search)
+    check_tracking(config.tracking)
     with B.using(select_backend(config, SingleProcess())):
         build(config, SingleProcess())
 

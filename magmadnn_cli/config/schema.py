@@ -3,6 +3,7 @@ optimizers and schedules are discriminated unions on `type`. Knows nothing of nu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
@@ -125,6 +126,36 @@ class SearchConfig(Strict):
         return self
 
 
+# -- tracking ------------------------------------------------------------------------------------
+class MlflowTracking(Strict):
+    """An MLflow run per training: the config flattened as parameters, the metrics per epoch, the model
+    file as an artifact (needs `pip install 'magmadnn-cli[mlflow]'`)."""
+    tracking_uri: str | None = Field(None, min_length=1, description="e.g. http://host:5000 or file:/abs/mlruns; "
+                                     "null: the MLFLOW_TRACKING_URI environment variable")
+    experiment: str | None = Field(None, min_length=1, description="the experiment's name (null: the config's name)")
+
+
+class Tracking(Strict):
+    """Where runs are logged beside metrics.csv (rank 0 writes; a resumed run continues its logs)."""
+    tensorboard: Union[bool, Path] = Field(False, description="true: TensorBoard event files in <run folder>/tensorboard; "
+                                           "a folder: there (relative to the run folder)")
+    mlflow: MlflowTracking | None = None
+    log_every_steps: PositiveInt = Field(10, description="step/loss every N optimizer steps (the epoch scalars always)")
+
+    @field_validator("mlflow", mode="before")
+    @classmethod
+    def _mlflow_switch(cls, value: Any) -> Any:
+        """`mlflow: true` logs with the defaults (MLFLOW_TRACKING_URI), `mlflow: false` does not."""
+        return {False: None, True: {}}.get(value, value) if isinstance(value, bool) else value
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _a_folder_is_named(cls, value: Any) -> Any:
+        if isinstance(value, Path) and str(value) in ("", "."):
+            raise ValueError("give a folder name, or true for <run folder>/tensorboard")
+        return value
+
+
 class Config(Strict):
     name: str = Field(pattern=SAFE_NAME, description="run name (letters, digits, _ . -; not starting with . or -); "
                       "outputs go to runs/<name>")
@@ -139,6 +170,7 @@ class Config(Strict):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     search: SearchConfig | None = None
+    tracking: Tracking | None = Field(None, description="TensorBoard event files and/or an MLflow run")
 
     @model_validator(mode="before")
     @classmethod
