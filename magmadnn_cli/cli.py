@@ -370,14 +370,18 @@ def _runs_on_every_rank(args: list[str]) -> bool:
 
 def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = "") -> None:
     """Report on this rank, then end the job: under MPI every rank is aborted so none hangs."""
-    from .distributed.comm import ACTIVE, abort_if_distributed, launched_rank
+    import socket
+    from .distributed.comm import ACTIVE, abort_if_distributed, launched_rank, launched_ranks
     if STATE["debug"]:
         err.print_exception()
-    distributed = bool(ACTIVE) and ACTIVE[0].size > 1
+    ranked = launched_ranks() > 1  # under a launcher, with or without a communicator yet
     together = getattr(exc, "collective", False)  # every rank raised it at the same point: no abort needed
-    if launched_rank() == 0 or (distributed and not together):
-        rank = f"rank {ACTIVE[0].rank}: " if distributed and not together else ""
+    if launched_rank() == 0 or (ranked and not together):
+        rank = f"rank {launched_rank()} on {socket.gethostname()}: " if ranked and not together else ""
         err.print(Text(rank + prefix, style="bold red") + Text(str(exc) + suffix), highlight=False)
     if not together:
+        if ranked and not ACTIVE:  # failed before joining MPI: join it to end the others (no rank hangs)
+            from .distributed import get_communicator
+            get_communicator("allreduce")
         abort_if_distributed(code)
     sys.exit(code)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Any, Callable
 
@@ -139,10 +140,14 @@ def on_every_rank(comm: Any, make: Callable[[], Any]) -> Any:
         value = make()
     except MagmaError as exc:
         error = exc
-    first = next((e for e in comm.allgather(None if error is None else (str(error), error.exit_code)) if e), None)
-    if first is None:
+    found = comm.allgather(None if error is None else (str(error), error.exit_code, socket.gethostname()))
+    failed = [(rank, e) for rank, e in enumerate(found) if e]
+    if not failed:
         return value
-    _raise_together(error if error is not None else MagmaError(first[0]), first[1])  # rank 0 prints the first
+    rank, (message, code, host) = failed[0]
+    if len(failed) < comm.size:  # not every rank's mistake (a file missing on one node): say whose
+        message = f"rank {rank} on {host}: {message}"
+    _raise_together(MagmaError(message), code)  # every rank raises the lowest failing rank's; rank 0 prints it
 
 
 def _raise_together(failure: MagmaError, exit_code: int = MagmaError.exit_code) -> None:

@@ -4,6 +4,7 @@ abort that ends the whole job when any rank fails (no hung collectives)."""
 from __future__ import annotations
 
 import array
+import atexit
 import fcntl
 import os
 import stat
@@ -40,6 +41,7 @@ class MPICommunicator(Communicator):
         self._reduce, on_device = {"allreduce": (self._allreduce, True), "ring": (self._ring, False),
                                    "parameter_server": (self._parameter_server, False)}[reduction]
         self._nccl: NcclReducer | bool | None = None if on_device and part_of is None else False  # lazy; False: none
+        self.owned: list[Any] = []  # MPI objects this communicator made (split parts, windows): freed by `release`
         if part_of is not None:
             self.local_rank, self.local_size = part_of.local_rank, part_of.local_size
             return
@@ -54,6 +56,16 @@ class MPICommunicator(Communicator):
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         local.Free()
         install_abort_hook(self)
+        atexit.register(self.release)  # before mpi4py's MPI_Finalize (atexit runs in reverse order)
+
+    def release(self) -> None:
+        """Free every MPI object this communicator made, newest first (windows before the communicators
+        they live on), so MPI_Finalize finds none: some transports (MPICH over OFI) fail the job
+        otherwise. Collective: every rank calls it at exit."""
+        while self.owned:
+            handle = self.owned.pop()
+            if handle not in (MPI.COMM_NULL, MPI.WIN_NULL):
+                handle.Free()
 
     # -- collectives ---------------------------------------------------------------------------
     def bcast(self, obj: Any, root: int = 0) -> Any:
@@ -101,7 +113,13 @@ class MPICommunicator(Communicator):
     def split(self, color: int, key: int) -> "MPICommunicator":
         """The ranks with this `color` (ordered by `key`), reducing the same way through
         MPI (NCCL's communicator spans the world only); aborting it ends the whole job."""
-        return MPICommunicator(self.reduction, part_of=self, comm=self.comm.Split(color, key))
+        part = self.comm.Split(color, key)
+        self._root().owned.append(part)
+        return MPICommunicator(self.reduction, part_of=self, comm=part)
+
+    def _root(self) -> "MPICommunicator":
+        """The world communicator this one is a part of (itself for the world): it frees the parts."""
+        return self.parent._root() if self.parent is not None else self
 
     # Point to point: a waiting rank polls with growing pauses instead of spinning in MPI's blocking
     # receive, so a master or parameter server that mostly waits leaves its core to the workers.

@@ -47,13 +47,13 @@ class SharedMemoryCommunicator(MPICommunicator):
             raise MagmaError("distributed.strategy shared_memory needs the same number of ranks on every node "
                              f"(found {sorted(set(per_node))}); use allreduce")
         self.cross = self.comm.Split(self.local_rank, self.rank)  # the same share on every node
-        self.windows: list[Any] = []
+        self.owned += [self.local, self.cross]  # freed at exit (`release`), after the windows on them
 
     def allocate_shared(self, count: int, dtype: np.dtype) -> np.ndarray:
         """`count` elements in memory shared by this node's ranks (allocated by its rank 0)."""
         window = MPI.Win.Allocate_shared(count * dtype.itemsize if self.local_rank == 0 else 0, dtype.itemsize,
                                          comm=self.local)
-        self.windows.append(window)  # the memory lives as long as its window
+        self.owned.append(window)  # the memory lives as long as its window: freed at exit, before MPI_Finalize
         return np.ndarray((count,), dtype=dtype, buffer=window.Shared_query(0)[0])
 
     def all_agree(self, flag: bool) -> bool:
