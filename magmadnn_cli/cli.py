@@ -256,6 +256,25 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
         err.print(f"wrote {output}", markup=False, highlight=False)
 
 
+@app.command("env")
+def environment(as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the facts as JSON")] = False) -> None:
+    """What this machine offers a run: MPI library and launcher, ranks `--processes auto` would start
+    (the cores, or the Slurm allocation's tasks), cores, BLAS and its threads, GPUs and NCCL, /dev/shm."""
+    from .distributed.environment import describe
+    from .files import to_json
+    facts = describe()
+    if as_json:
+        print(to_json(facts))
+        return
+    table = Table(title="magmadnn env")
+    table.add_column("fact")
+    table.add_column("value")
+    for key, value in facts.items():
+        shown = f"{value / 2**30:.1f} GiB" if key == "dev_shm_free" and isinstance(value, int) else str(value)
+        table.add_row(key.replace("_", " "), Text(shown))
+    out.print(table)
+
+
 @app.command()
 def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);

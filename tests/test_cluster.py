@@ -59,3 +59,31 @@ def test_a_file_missing_on_one_node_names_the_rank_and_host_and_ends_the_job(tmp
                            str(tmp_path / "b"), *rank], capture_output=True, text=True, env=_env(), timeout=120)
     assert done.returncode == 2, done.stderr
     assert f"rank 1 on {socket.gethostname()}: error:" in done.stderr and "blobs.csv not found" in done.stderr
+
+
+def test_env_says_what_a_run_would_use():
+    import json
+    done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "env", "--json"], capture_output=True, text=True,
+                          env=_env(), timeout=60)  # its own process: it starts MPI to ask its version
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["cores"] >= 1 and facts["mpi_launcher"] == str(MPIEXEC) and "MPICH" in facts["mpi_library"]
+    assert facts["blas"] and facts["dev_shm_free"] > 0 and facts["launched_ranks"] == 0
+
+
+@pytest.mark.parametrize("plugin,variables", [
+    ("pmix", {"PMIX_RANK": "3", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3"}),
+    ("pmi2", {"PMI_FD": "5", "PMI_RANK": "3", "PMI_SIZE": "4", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3"}),
+    ("pmix without rank count", {"PMIX_RANK": "3", "PMIX_NAMESPACE": "slurm.pmix.1.0", "SLURM_STEP_ID": "0",
+                                 "SLURM_NTASKS": "4", "SLURM_PROCID": "3"}),
+])
+def test_srun_is_recognized_as_a_ranked_run(monkeypatch, plugin, variables):
+    from magmadnn_cli.distributed import comm
+    for key in [k for k in os.environ if k.startswith(("PMI", "SLURM", "OMPI_", "MPI_LOCAL"))]:
+        monkeypatch.delenv(key)
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    assert comm.launched_ranks() == 4 and comm.launched_rank() == 3, plugin
+    monkeypatch.delenv("SLURM_STEP_ID")  # a batch script's own process: not an srun task
+    if "PMI_SIZE" not in variables:
+        assert comm.launched_ranks() == 0

@@ -85,17 +85,30 @@ def _env_int(*keys: str) -> int | None:
     return None
 
 
+def _slurm_step() -> bool:
+    """A task of an `srun` step that speaks to MPI through a PMI plugin (--mpi=pmi2 sets PMI_FD,
+    --mpi=pmix PMIX_RANK and may set no size): its size and rank come from Slurm's variables."""
+    return "SLURM_STEP_ID" in os.environ and any(k in os.environ for k in ("PMI_FD", "PMIX_RANK", "PMI_RANK"))
+
+
 def launched_ranks() -> int:
-    """How many ranks the launcher says it started (0 when not under a launcher)."""
-    return _env_int("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE") or 0
+    """How many ranks the launcher says it started (0 when not under a launcher): mpiexec (hydra,
+    Open MPI, PMIx) or `srun --mpi=pmi2|pmix` inside a Slurm allocation."""
+    found = _env_int("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+    if found is None and _slurm_step():
+        found = _env_int("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+    return found or 0
 
 
 def launched_rank() -> int:
-    return _env_int("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK") or 0
+    found = _env_int("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+    return found if found is not None else (_env_int("SLURM_PROCID") or 0) if _slurm_step() else 0
 
 
 def local_ranks() -> int:
-    return _env_int("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE") or launched_ranks() or 1
+    """Ranks on this node, as the launcher says (the communicator learns it exactly from MPI)."""
+    slurm = _env_int("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE") if _slurm_step() else None
+    return _env_int("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE") or slurm or launched_ranks() or 1
 
 
 def abort_if_distributed(code: int) -> None:

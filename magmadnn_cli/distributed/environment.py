@@ -1,0 +1,74 @@
+"""`magmadnn env`: what this machine offers a run, as a cluster user asks it: the MPI library and the
+launcher `--processes` would use, how many ranks it would start here or in the Slurm allocation, cores,
+BLAS and its threads, GPUs and NCCL, and the shared memory the shared-memory strategy needs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+from ..core import backend as B
+from ..errors import MagmaError
+from .comm import launched_rank, launched_ranks
+from .launcher import THREAD_VARS, locate_mpi_launcher, max_processes
+
+
+def describe() -> dict[str, Any]:
+    """Every fact as a (JSON-ready) value; unknowns as None with the reason where there is one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"host": socket.gethostname(), "python": sys.version.split()[0], "platform": platform.platform(),
+            "cores": cores, **_mpi(), **_slurm(), **_blas(), **_gpus(), "dev_shm_free": _shm_free(),
+            "ranks_to_fill_this_machine_or_allocation": _slurm().get("slurm_tasks") or cores,
+            "processes_max_without_oversubscribe": max_processes()}
+
+
+def _mpi() -> dict[str, Any]:
+    try:
+        launcher = locate_mpi_launcher()
+    except MagmaError:
+        launcher = None
+    try:
+        from mpi4py import MPI  # noqa: PLC0415 (initializes MPI: only when asked)
+        library = MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
+        version = ".".join(map(str, MPI.Get_version()))
+    except Exception as exc:  # not installed, or an MPI that fails to start
+        library, version = f"unavailable ({type(exc).__name__}: {exc})", None
+    netmod = os.environ.get("MPIR_CVAR_CH4_NETMOD") or os.environ.get("UCX_TLS") or None
+    return {"mpi_library": library, "mpi_standard": version, "mpi_launcher": launcher, "mpi_transport_setting": netmod,
+            "launched_ranks": launched_ranks(), "this_rank": launched_rank()}
+
+
+def _slurm() -> dict[str, Any]:
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return {"slurm_job": None}
+    tasks = env.get("SLURM_NTASKS", "")
+    return {"slurm_job": env["SLURM_JOB_ID"], "slurm_nodes": env.get("SLURM_JOB_NODELIST"),
+            "slurm_tasks": int(tasks) if tasks.isdigit() else None, "slurm_step": env.get("SLURM_STEP_ID")}
+
+
+def _blas() -> dict[str, Any]:
+    import numpy as np  # noqa: PLC0415
+    try:
+        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
+        name = f"{blas.get('name')} {blas.get('version')}"
+    except (AttributeError, KeyError, TypeError):
+        name = None
+    return {"numpy": np.__version__, "blas": name,
+            "blas_threads": {v: os.environ[v] for v in THREAD_VARS if v in os.environ} or "the library's default"}
+
+
+def _gpus() -> dict[str, Any]:
+    usable, why = B.probe_gpu()
+    return {"gpu": why if usable else f"none ({why})", "nccl": B.nccl_module() is not None if usable else False}
+
+
+def _shm_free() -> int | None:
+    try:
+        stats = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
