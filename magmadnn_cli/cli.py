@@ -167,12 +167,25 @@ def _print_report(report: dict) -> None:
             table.add_row(key, f"{report[key]:.4f}")
     out.print(table)
     if "per_class" in report:
-        per = Table(title="per class")
+        classes, summary = report["per_class"], report.get("confusion_summary")
+        shown = sorted(classes, key=lambda c: (classes[c]["support"] == 0, classes[c]["recall"]))[:20] if summary \
+            else list(classes)  # many classes: the 20 of lowest recall, and the most confused pairs
+        per = Table(title=f"per class: the {len(shown)} of {len(classes):,} classes with the lowest recall (--json "
+                    "lists all)" if summary else "per class")
         for c in ("class", "precision", "recall", "f1", "support"):
             per.add_column(c, justify="right" if c != "class" else "left")
-        for label, m in report["per_class"].items():
+        for label in shown:
+            m = classes[label]
             per.add_row(Text(str(label)), f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}", str(m["support"]))
         out.print(per)
+        if summary:
+            pairs = Table(title=f"most confused classes ({summary['wrong']:,} rows wrong in all)")
+            for c in ("true", "predicted", "rows"):
+                pairs.add_column(c, justify="right" if c == "rows" else "left")
+            for pair in summary["most_confused"]:
+                pairs.add_row(Text(pair["true"]), Text(pair["predicted"]), str(pair["count"]))
+            out.print(pairs)
+            return
         cm = Table(title="confusion matrix (rows: true, columns: predicted)")
         cm.add_column("")
         for label in report["labels"]:

@@ -8,7 +8,6 @@ import gzip
 import resource
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -120,3 +119,219 @@ def test_the_training_estimate_counts_the_evaluation_batch():
     base = net.training_bytes(16, 2)
     assert net.training_bytes(16, 2, eval_batch=16) == base  # evaluation reuses what training freed
     assert net.training_bytes(16, 2, eval_batch=1024) == base + (1024 - 16) * 103 * 4
+
+
+# -- data ----------------------------------------------------------------------------------------
+def test_a_million_column_header_is_refused_before_allocating(tmp_path):
+    """A one-line file: pyarrow's per-column state once died of std::bad_alloc (signal 6) under 2 GiB."""
+    (tmp_path / "wide.csv").write_text(",".join(f"c{i}" for i in range(1_000_000)) + ",label\n")
+    (tmp_path / "c.yaml").write_text(BLOBS_CONFIG.replace("blobs.csv", "wide.csv"))
+    done = capped(2 * GiB, "validate", tmp_path / "c.yaml", cwd=tmp_path, timeout=60)
+    clean_refusal(done, "wide.csv: the header has 1,000,001 columns", "available to this process")
+
+
+def test_a_small_gzipped_csv_reads_under_a_3_gib_cap(tmp_path):
+    """The reader once asked gzip for half of MemAvailable in one read, failing under RLIMIT_AS."""
+    config = project(tmp_path, BLOBS_CONFIG.replace("blobs.csv", "blobs.csv.gz"))
+    (tmp_path / "blobs.csv.gz").write_bytes(gzip.compress((tmp_path / "blobs.csv").read_bytes()))
+    assert (tmp_path / "blobs.csv.gz").stat().st_size < 10_000
+    done = capped(3 * GiB, "train", config, "--out", tmp_path / "out", "-q", "--set", "training.epochs=2",
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _gzip_of_rows(path, header: bytes, row: bytes, inflated: int) -> None:
+    """A gzip file that inflates to `inflated` bytes of `row`s: one compressed MiB of rows repeated
+    as gzip members (a valid multi-member gzip), so it is written in milliseconds."""
+    block = row * ((1 << 20) // len(row))
+    member = gzip.compress(block, 9)
+    with open(path, "wb") as f:
+        f.write(gzip.compress(header))
+        for _ in range(inflated // len(block)):
+            f.write(member)
+
+
+def test_a_gzip_of_short_rows_inflating_to_4_gib_is_refused_while_it_inflates(tmp_path):
+    config = project(tmp_path, BLOBS_CONFIG.replace("blobs.csv", "bomb.csv.gz"))
+    _gzip_of_rows(tmp_path / "bomb.csv.gz", b"f1,f2,f3,f4,label\n", b"1,2,3,4,a\n", 4 * GiB)
+    assert (tmp_path / "bomb.csv.gz").stat().st_size < 12_000_000
+    done = capped(3 * GiB, "validate", config, cwd=tmp_path, timeout=60)
+    clean_refusal(done, "bomb.csv.gz: holds (or inflates to) more than", "available to this process")
+
+
+def test_parsed_rows_are_counted_against_the_budget(capsys, tmp_path, monkeypatch):
+    """Short rows parse into more bytes than their text: the rows read, not the text, hit the budget."""
+    from magmadnn_cli.core import backend
+    config = project(tmp_path)
+    with open(tmp_path / "blobs.csv", "a") as f:
+        f.write("1,2,3,4,a\n" * 300_000)  # 3 MB of text; 300,000 rows x 4 float32 features, plus labels
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 16_000_000)
+    for extra in ([], ["--set", "data.columns={f1: category}"]):  # pyarrow, then the line reader (text cells)
+        code, out, err = run_cli(capsys, "validate", config, *extra)
+        assert code == 2 and "rows of 4 columns" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_files_with_a_byte_order_mark_are_read(encoding, capsys, tmp_path):
+    config = project(tmp_path)
+    text = (tmp_path / "blobs.csv").read_text()
+    bom = {"utf-16-be": "\ufeff"}.get(encoding, "")  # the -be codec writes no mark of its own
+    (tmp_path / "blobs.csv").write_bytes((bom + text).encode(encoding))
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out", "-q", "--set", "training.epochs=2")
+    assert code == 0, err
+
+
+def test_utf16_without_a_byte_order_mark_is_named(capsys, tmp_path):
+    config = project(tmp_path)
+    (tmp_path / "blobs.csv").write_bytes((tmp_path / "blobs.csv").read_text().encode("utf-16-le"))
+    code, out, err = run_cli(capsys, "validate", config)
+    assert code == 2 and "UTF-16" in err and "data.encoding: utf-16-le" in " ".join(err.split()), err
+
+
+# -- normalization statistics --------------------------------------------------------------------
+def _scaled_column(tmp_path, factor: str, precision: str, normalize: str = "standard"):
+    import csv
+    config = project(tmp_path, BLOBS_CONFIG.replace("device: cpu", f"device: cpu\nprecision: {precision}")
+                     .replace("normalize: standard", f"normalize: {normalize}"))
+    rows = list(csv.reader(open(tmp_path / "blobs.csv")))
+    for row in rows[1:]:
+        row[1] = repr(float(row[1]) * float(factor))
+    with open(tmp_path / "blobs.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    return config
+
+
+@pytest.mark.parametrize("normalize", ["standard", "minmax"])
+def test_statistics_that_overflow_name_the_column(normalize, capsys, tmp_path):
+    """1e300 features in float64: the standard deviation (or the range) overflowed and training
+    blamed the learning rate, suggesting the normalize: standard already set."""
+    config = _scaled_column(tmp_path, "1e300" if normalize == "standard" else "3e307", "float64", normalize)
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out")
+    text = " ".join(err.split())
+    assert code == 2 and "column 'f2'" in text and "overflows float64" in text and "learning rate" not in text, err
+    assert "RuntimeWarning" not in err and not (tmp_path / "out" / "model.npz").exists()
+
+
+def test_float64_statistics_are_kept_in_float64(capsys, tmp_path):
+    """1e39 is finite in float64 but not in float32, where the statistics were stored."""
+    config = _scaled_column(tmp_path, "1e39", "float64")
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out", "-q")
+    assert code == 0, err
+    with np.load(tmp_path / "out" / "model.npz") as model:
+        assert model["norm/shift"].dtype == np.float64 and np.isfinite(model["norm/spread"]).all()
+    code, out, err = run_cli(capsys, "predict", tmp_path / "out", tmp_path / "blobs.csv")
+    assert code == 0 and "nan" not in out, err
+
+
+def test_statistics_are_computed_in_float64_without_a_float64_copy(monkeypatch):
+    """Column blocks: the float64 temporaries stay small whatever the table's size."""
+    import tracemalloc
+    from magmadnn_cli.data import prepare
+    from magmadnn_cli.data.prepare import Normalizer
+    x = np.random.default_rng(0).normal(5, 3, size=(200_000, 20)).astype(np.float32)
+    monkeypatch.setattr(prepare, "STATS_BLOCK", 200_000)  # a column at a time
+    tracemalloc.start()
+    n = Normalizer.fit(x, "standard", None)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < x.nbytes / 2  # a float64 copy of x is twice its size
+    np.testing.assert_allclose(n.shift, x.astype(np.float64).mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(n.spread, x.astype(np.float64).std(axis=0), rtol=1e-6)
+
+
+# -- many classes --------------------------------------------------------------------------------
+def _many_classes(folder, classes: int, rows: int, units: int | None = None):
+    r = np.random.default_rng(0)
+    labels = np.arange(rows) % classes
+    x = r.normal(size=(rows, 4)) + labels[:, None] % 7
+    lines = ["f1,f2,f3,f4,label"] + [",".join(f"{v:.3f}" for v in xs) + f",c{y}" for xs, y in zip(x, labels)]
+    (folder / "blobs.csv").write_text("\n".join(lines) + "\n")
+    config = BLOBS_CONFIG.replace("units: 3", f"units: {units or classes}").replace("epochs: 15", "epochs: 1")
+    (folder / "c.yaml").write_text(config)
+    return folder / "c.yaml"
+
+
+def test_a_class_per_row_is_refused_with_the_rule(capsys, tmp_path):
+    config = _many_classes(tmp_path, classes=300, rows=400)
+    code, out, err = run_cli(capsys, "validate", config)
+    text = " ".join(err.split())
+    assert code == 2 and "300 classes in 400 rows" in text and "at least 2 rows per class" in text, err
+
+
+def test_the_outputs_of_many_classes_are_counted_against_the_budget(capsys, tmp_path, monkeypatch):
+    from magmadnn_cli.core import backend
+    config = _many_classes(tmp_path, classes=1000, rows=4000)  # 4 rows per class: learnable
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 24_000_000)  # the network fits; 2 x 16 MB outputs not
+    code, out, err = run_cli(capsys, "validate", config)
+    text = " ".join(err.split())
+    assert code == 2 and "1,000 classes" in text and "4,000 rows" in text and "would need" in text, err
+
+
+def test_many_classes_are_summarized_not_drawn_as_a_matrix():
+    """10,000 classes: the metrics of 100,000 rows without a 10^8-cell confusion matrix."""
+    import time
+    import tracemalloc
+    from magmadnn_cli.training.metrics import classification_report
+    r = np.random.default_rng(0)
+    k, n = 10_000, 100_000
+    truth = r.integers(0, k, n)
+    guess = np.where(r.random(n) < 0.7, truth, (truth + 1 + (truth % 3 == 0)) % k)
+    tracemalloc.start()
+    started = time.perf_counter()
+    report = classification_report(truth, guess, [f"c{i}" for i in range(k)])
+    seconds, peak = time.perf_counter() - started, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "confusion_matrix" not in report and peak < 50_000_000 and seconds < 5, (peak, seconds)
+    summary = report["confusion_summary"]
+    assert summary["classes"] == k and len(summary["most_confused"]) == 20
+    top = summary["most_confused"][0]
+    wrong = (truth != guess)
+    pairs = np.unique(truth[wrong] * k + guess[wrong], return_counts=True)
+    assert top["count"] == pairs[1].max()
+    assert abs(report["accuracy"] - (truth == guess).mean()) < 1e-12
+
+
+def test_the_summary_agrees_with_the_dense_matrix():
+    from magmadnn_cli.training import metrics
+    r = np.random.default_rng(1)
+    k, n = 60, 5000
+    truth, guess = r.integers(0, k, n), r.integers(0, k, n)
+    guess[:3000] = truth[:3000]
+    labels = [f"c{i}" for i in range(k)]
+    report = metrics.classification_report(truth, guess, labels)
+    cm = np.zeros((k, k), np.int64)
+    np.add.at(cm, (truth, guess), 1)
+    assert report["mcc"] == pytest.approx(metrics.matthews(cm), abs=1e-12)
+    recall = np.diag(cm) / cm.sum(axis=1)
+    assert [report["per_class"][c]["recall"] for c in labels] == pytest.approx(recall.tolist())
+    off = cm - np.diag(np.diag(cm))
+    for pair in report["confusion_summary"]["most_confused"]:
+        assert off[labels.index(pair["true"]), labels.index(pair["predicted"])] == pair["count"]
+    assert report["confusion_summary"]["most_confused"][0]["count"] == off.max()
+    small = metrics.classification_report(truth % 3, guess % 3, ["a", "b", "c"])
+    assert np.sum(small["confusion_matrix"]) == n and "confusion_summary" not in small
+
+
+def test_evaluate_prints_the_summary_of_many_classes(capsys, tmp_path):
+    config = _many_classes(tmp_path, classes=60, rows=600)
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", tmp_path / "blobs.csv")
+    assert code == 0, err
+    assert "most confused" in out and "lowest recall" in out and "confusion matrix" not in out
+    assert len(out.splitlines()) < 80  # not a 60 x 60 matrix, nor 60 per-class rows
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", tmp_path / "blobs.csv", "--json")
+    import json
+    report = json.loads(out)
+    assert len(report["per_class"]) == 60 and report["confusion_summary"]["most_confused"]
+
+
+def test_an_evaluation_batch_that_does_not_fit_is_refused_not_a_memory_error(capsys, tmp_path, monkeypatch):
+    """Training batches of 16 fit; scoring the 96 training rows in one batch of 100,003 floats per
+    row does not: a clean refusal (up front once the builder counts the evaluation batch)."""
+    from magmadnn_cli.core import backend
+    config = project(tmp_path, BLOBS_CONFIG.replace("units: 16", "units: 100000").replace("epochs: 15", "epochs: 1"))
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 35_000_000)
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out", "-q")
+    text = " ".join(err.split())
+    assert code == 2 and "would need" in text and "Traceback" not in text, err

@@ -279,7 +279,7 @@ def test_an_identifier_column_is_refused_with_the_fix_not_one_hot_encoded(tmp_pa
 
 def test_encoded_features_larger_than_memory_are_refused_before_allocating(tmp_path, monkeypatch):
     from magmadnn_cli.core import backend
-    monkeypatch.setattr(backend, "host_memory_available", lambda: 10_000)  # bytes
+    monkeypatch.setattr(backend, "host_memory_available", lambda: 15_000)  # bytes: the columns fit, not their one-hot inputs
     with pytest.raises(DataError, match=r"m\.csv: the encoded features would take .* \(60 rows x 63 inputs\); "
                                         r"the host has .* available\. The widest column: 'customer_id' \(60 inputs\)"):
         prepare(_cfg(tmp_path, _ids_csv(), columns={"customer_id": "category"}), "classification", 0)

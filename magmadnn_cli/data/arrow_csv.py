@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import signals
-from ..core import backend as B
 from .columns import MISSING
-from .csv_reader import DECOMPRESSORS, CsvFormat, is_stream, stream_bytes
+from .csv_reader import DECOMPRESSORS, READ_ERRORS, CsvFormat, ReadBound, is_stream, stream_bytes
 
 try:
     import pyarrow as pa
@@ -25,30 +24,40 @@ except ImportError:  # the line reader does everything without it
 NULLS = sorted({spelling for token in MISSING for spelling in (token, token.upper(), token.capitalize())})
 
 
-def _source(path: Path) -> "pa.NativeFile | None":
-    """The file's bytes for pyarrow: a memory map of a plain file, the text inflated in memory
-    (bounded as the line reader bounds it), or a stream's bytes; None leaves the file to the line
-    reader (a compressed stream, or text past the bound, which it refuses with its message)."""
+def _source(path: Path, bound: ReadBound) -> "pa.NativeFile | None":
+    """The file's bytes for pyarrow, their text and rows counted by `bound` first (which refuses a
+    file past the memory budget): a memory map of a plain file, the text inflated in memory
+    READ_BYTES at a time, or a stream's bytes; None leaves a compressed stream to the line reader."""
     suffix = path.suffix.lower()
     if is_stream(path):
-        return None if suffix in DECOMPRESSORS else pa.BufferReader(stream_bytes(path))
-    if suffix not in DECOMPRESSORS:
-        return pa.memory_map(str(path), "r")
-    limit = (B.host_memory_available() or 2**40) // 2
-    with DECOMPRESSORS[suffix](path, "rb") as f:
-        data = f.read(limit + 1)
-    return pa.BufferReader(data) if len(data) <= limit else None
+        if suffix in DECOMPRESSORS:
+            return None
+        data = stream_bytes(path)
+        bound.add(len(data), data.count(b"\n"))
+        return pa.BufferReader(data)
+    if suffix in DECOMPRESSORS:
+        with DECOMPRESSORS[suffix](path, "rb") as f:
+            return pa.BufferReader(bound.read_all(f))
+    source = pa.memory_map(str(path), "r")
+    for offset in range(0, source.size(), SCAN_BYTES):
+        piece = np.frombuffer(source.read_at(min(SCAN_BYTES, source.size() - offset), offset), dtype=np.uint8)
+        bound.add(len(piece), int(np.count_nonzero(piece == NEWLINE)))
+    return source
+
+
+SCAN_BYTES, NEWLINE = 1 << 26, ord("\n")  # a plain file's rows are counted 64 MiB at a time (~0.1 s per GiB)
 
 
 def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | None,
-                 dtype: type) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(features as a dtype matrix, NaN where missing; target cells as text) or None."""
+                 dtype: type, bound: ReadBound | None = None) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(features as a dtype matrix, NaN where missing; target cells as text) or None. The text
+    and its rows are counted by `bound` before any is parsed."""
     if pa is None:
         return None
     wanted = features + ([target] if target else [])
     kind = pa.float64() if np.dtype(dtype) == np.float64 else pa.float32()
     try:
-        source = _source(path)
+        source = _source(path, bound or ReadBound(path))
         if source is None:
             return None
         table = pacsv.read_csv(
@@ -62,7 +71,7 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
                 column_types={**{f: kind for f in features}, **({target: pa.string()} if target else {})}))
     except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read: pass it on (a fallback would lose it)
         raise KeyboardInterrupt from exc
-    except (pa.ArrowException, OSError, EOFError, ValueError, LookupError, UnicodeError):
+    except (pa.ArrowException, *READ_ERRORS, ValueError, LookupError, UnicodeError):
         signals.check()  # the line reader takes the file, unless a stop signal caused the error
         return None
     if table.column_names != wanted or table.num_rows == 0:
@@ -70,5 +79,11 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
     x = np.empty((table.num_rows, len(features)), dtype=dtype)
     for j, name in enumerate(features):
         x[:, j] = table.column(name).to_numpy(zero_copy_only=False)
-    y = np.asarray(table.column(target).to_pylist(), dtype=str) if target else None
-    return x, y
+    return x, _labels(table.column(target)) if target else None
+
+
+def _labels(column: "pa.ChunkedArray") -> np.ndarray:
+    """A text column as a numpy string array, through its distinct values (a Python string per
+    distinct label, not per row)."""
+    encoded = column.combine_chunks().dictionary_encode()
+    return np.asarray(encoded.dictionary.to_pylist(), dtype=str)[encoded.indices.to_numpy(zero_copy_only=False)]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config.data import DataConfig
+from ..config.data import ColumnSpec, DataConfig
 from ..errors import DataError
 
 MISSING = ("", "na", "n/a", "nan", "-nan", "null", "none", "nil", "?", "#n/a")
@@ -207,9 +207,10 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
     what was inferred or imputed by default (a line each, said once in the run log)."""
     medians = _medians(raw.x)
     columns, inferred, imputed = [], [], {}
+    declared, undeclared = {name: cfg.column_spec(name) for name in cfg.columns}, ColumnSpec()  # once, not per column
     for j, name in enumerate(names):
-        column, missing = _fit_column(raw, j, name, cfg, medians[j], source)
-        spec = cfg.column_spec(name)
+        spec = declared.get(name, undeclared)
+        column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
         if spec.type is None and column.kind != "number":
             inferred.append(f"{name} ({column.kind}"
                             + (f", {len(column.categories)} values)" if column.kind == "category" else ")"))
@@ -224,9 +225,9 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
     return ColumnEncoder(columns, cfg.unseen_categories), notes
 
 
-def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, median: float, source: str) -> tuple[Column, int]:
-    """One column fitted, and how many of its training cells were missing."""
-    spec = cfg.column_spec(name)
+def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: ColumnSpec, median: float,
+                source: str) -> tuple[Column, int]:
+    """One column fitted (`spec`: its data.columns entry), and how many of its training cells were missing."""
     kind = spec.type or _inferred(raw, j, name, source)
     missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
     strategy = spec.missing or cfg.missing_values

@@ -14,7 +14,7 @@ import re
 import sys
 import zlib
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
@@ -57,23 +57,63 @@ def is_stream(path: Path) -> bool:
 
 def stream_bytes(path: Path) -> bytes:
     """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
-    them; bounded by half the memory available."""
+    them; bounded by half the memory budget (`ReadBound`)."""
     key = str(path)
     if key not in _READ_ONCE:
-        limit = (B.host_memory_available() or 2**40) // 2
+        bound = ReadBound(path, stream=True)
         try:
             if key == STDIN:
-                data = sys.stdin.buffer.read(limit + 1)
+                _READ_ONCE[key] = bound.read_all(sys.stdin.buffer)
             else:
                 with open(path, "rb") as f:
-                    data = f.read(limit + 1)
+                    _READ_ONCE[key] = bound.read_all(f)
         except OSError as exc:
             raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        if len(data) > limit:
-            raise DataError(f"{path}: the stream holds more than {B.gib(limit)}, half the memory available; "
-                            "write it to a file, which is read in chunks")
-        _READ_ONCE[key] = data
     return _READ_ONCE[key]
+
+
+READ_BYTES = 1 << 20  # bytes per read of a stream or a compressed file: memory stays bounded while it inflates
+PREPARE_COPIES = 4    # a whole table is held about this many times while read and prepared (table, split, normalized)
+
+
+@dataclass
+class ReadBound:
+    """What reading a whole file may take, counted as its text arrives (streamed, inflated or read
+    in chunks): the text at most half the memory budget, and its rows, parsed at `row_bytes` each
+    and held PREPARE_COPIES times while prepared, at most the budget. Refuses the first chunk past
+    either, so a gzip bomb costs what the budget allows, not what it inflates to."""
+    path: Path
+    row_bytes: int = 0     # bytes a parsed row takes (0: text only, for reads that are not kept whole)
+    columns: int = 0       # the feature columns of a row (for the message)
+    stream: bool = False
+    budget: int = field(default_factory=lambda: B.host_memory_available() or 2**40)
+    chars: int = 0
+    rows: int = 0
+
+    def add(self, chars: int, rows: int) -> None:
+        self.chars, self.rows = self.chars + chars, self.rows + rows
+        if self.chars > self.budget // 2:
+            half, budget = B.gib(self.budget // 2), B.budget_text(self.budget)
+            if self.stream:
+                raise DataError(f"{self.path}: the stream holds more than {half}, half of the {budget}; write it to "
+                                "a file, which is read in chunks")
+            raise DataError(f"{self.path}: holds (or inflates to) more than {half} of text, half of the {budget}; "
+                            "refused (a gzip bomb, or data too large for this machine)")
+        need = self.rows * self.row_bytes * PREPARE_COPIES
+        if need > self.budget:
+            budget = B.budget_text(self.budget)
+            raise DataError(f"{self.path}: holds (or inflates to) more than {self.rows:,} rows of {self.columns:,} "
+                            f"columns, {self.row_bytes:,} bytes each once parsed: {B.gib(need)} as the data is "
+                            f"prepared (about {PREPARE_COPIES} copies); {budget}. Refused (a gzip bomb, or data too "
+                            "large for this machine): use fewer rows, or fewer columns (data.features)")
+
+    def read_all(self, f: Any) -> bytes:
+        """All of a binary file object's bytes, read (or inflated) READ_BYTES at a time, counted."""
+        data = io.BytesIO()
+        while chunk := f.read(READ_BYTES):
+            self.add(len(chunk), chunk.count(b"\n"))
+            data.write(chunk)
+        return data.getvalue()
 
 
 def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
@@ -114,7 +154,44 @@ def _first_lines(path: Path, encoding: str, count: int = 20) -> list[str]:
     if len(lines[0]) >= MAX_LINE and not lines[0].endswith("\n"):
         raise DataError(f"{path}:1: a header line longer than {MAX_LINE:,} characters; not a CSV (a binary "
                         "or corrupt file?)")
+    if "\x00" in lines[0]:
+        raise _nul_error(path, lines[0].rstrip("\r\n"), encoding)
     return [line for line in lines if line.strip()]
+
+
+def _nul_error(path: Path, line: str, encoding: str) -> DataError:
+    """The first line holds NUL characters: UTF-16 text without a byte-order mark read as UTF-8
+    (every other character NUL), or not text at all."""
+    for order, nuls, text in (("le", line[1::2], line[0::2]), ("be", line[0::2], line[1::2])):
+        if nuls and set(nuls) == {"\x00"} and "\x00" not in text:
+            return DataError(f"{path}: the text looks like UTF-16 ({'little' if order == 'le' else 'big'}-endian) "
+                             f"without a byte-order mark, read as {encoding}; set data.encoding: utf-16-{order}")
+    return DataError(f"{path}:1: the first (header) line holds NUL characters; not {encoding} CSV text (a binary "
+                     "file? UTF-16 or UTF-32 text without a byte-order mark? set data.encoding)")
+
+
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE's mark begins with UTF-16 LE's: it is tried first
+
+
+def marked_encoding(path: Path, encoding: str) -> str:
+    """UTF-16 or UTF-32 where the text (inflated) starts with their byte-order mark and the
+    encoding is UTF-8, the default: the mark says how the file is written. Else `encoding`."""
+    try:
+        if codecs.lookup(encoding).name != "utf-8":
+            return encoding
+        if is_stream(path):
+            raw: Any = io.BytesIO(stream_bytes(path))
+            suffix = path.suffix.lower()
+            if suffix in DECOMPRESSORS:
+                raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
+            start = raw.read(4)
+        else:
+            with OPENERS.get(path.suffix.lower(), open)(path, "rb") as f:
+                start = f.read(4)
+    except (LookupError, *READ_ERRORS):
+        return encoding  # what is wrong is reported where the text is read
+    return next((name for mark, name in BOMS if start.startswith(mark)), encoding)
 
 
 def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line: int) -> DataError:
@@ -125,7 +202,9 @@ def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line:
 def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
            names: list[str] | tuple[str, ...] | None = None) -> CsvFormat:
     """The delimiter: given, tab for .tsv, else the one of , ; tab | that splits the header into
-    the most fields and every sampled row into as many (quotes respected). `names`: see `_named`."""
+    the most fields and every sampled row into as many (quotes respected). `names`: see `_named`.
+    A UTF-16 or UTF-32 byte-order mark sets the encoding (`marked_encoding`)."""
+    encoding = marked_encoding(path, encoding)
     if delimiter is not None:
         return _named(path, CsvFormat(delimiter, encoding), names)
     if ".tsv" in path.name.lower():
@@ -272,14 +351,13 @@ def _read_lines(f: TextIO, chunk_rows: int, chunk_chars: int) -> list[str]:
 
 
 def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None = None,
-                    chunk_chars: int = CHUNK_CHARS) -> Iterator[tuple[int, list[str]]]:
+                    chunk_chars: int = CHUNK_CHARS, bound: ReadBound | None = None) -> Iterator[tuple[int, list[str]]]:
     """(line number of the first row, raw lines) for consecutive chunks after the header, each of at
     most `chunk_rows` lines and about `chunk_chars` characters. Lines are bounded, and so is what the
-    chunks add up to (half the memory available): a gzip bomb, or a stream without line breaks, is
-    refused while it is read."""
+    chunks add up to (`bound`: the text, or the rows of a table read whole): a gzip bomb, or a stream
+    without line breaks, is refused while it is read."""
     fmt = fmt or CsvFormat()
-    limit = (B.host_memory_available() or 2**40) // 2
-    read = 0
+    bound = bound or ReadBound(path)
     line_no = 2 if fmt.header else 1
     try:
         with _open_text(path, fmt.encoding) as f:
@@ -291,11 +369,8 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
                 if long is not None:
                     raise DataError(f"{path}:{line_no + long}: a line longer than {MAX_LINE:,} characters; not a CSV "
                                     "of rows (a binary or corrupt file?)")
-                read += sum(map(len, lines))
                 physical = sum(line.count("\n") for line in lines)
-                if read > limit:
-                    raise DataError(f"{path}: holds (or inflates to) more than {B.gib(limit)} of text, half the memory "
-                                    "available; refused (a gzip bomb, or data too large for this machine)")
+                bound.add(sum(map(len, lines)), len(lines))
                 lines = [line for line in lines if line.strip()]
                 if not lines:
                     return

@@ -27,28 +27,67 @@ class Normalizer:
     spread: np.ndarray = field(default_factory=lambda: np.ones(0, np.float32))
 
     @classmethod
-    def fit(cls, x: np.ndarray, method: str, scale: float | None, numbers: np.ndarray | None = None) -> "Normalizer":
+    def fit(cls, x: np.ndarray, method: str, scale: float | None, numbers: np.ndarray | None = None,
+            names: list[str] | None = None, source: str = "the data") -> "Normalizer":
+        """Statistics computed in float64 (a block of columns at a time: no float64 copy of x) and
+        kept in x's float type; a statistic that overflows is refused, naming its column."""
         s = float(scale or 1.0)
-        flat = x.reshape(len(x), -1).astype(np.float64) * s
+        flat = x.reshape(len(x), -1)
         width = flat.shape[1]
         shift, spread = np.zeros(width), np.ones(width)
-        if method == "minmax":
-            low, high = flat.min(axis=0), flat.max(axis=0)
-            shift, spread = low, np.where(high > low, high - low, 1.0)
-        elif method == "standard":
-            std = flat.std(axis=0)
-            shift, spread = flat.mean(axis=0), np.where(std > 0, std, 1.0)
+        if method in ("minmax", "standard"):
+            step = max(1, STATS_BLOCK // max(1, len(flat)))
+            for j in range(0, width, step):
+                shift[j:j + step], spread[j:j + step] = _statistics(flat[:, j:j + step], s, method)
         if numbers is not None and not numbers.all():  # other columns: (x * s - 0) / s = x
             shift, spread = np.where(numbers, shift, 0.0), np.where(numbers, spread, s)
-        return cls(s, shift.astype(np.float32), spread.astype(np.float32))
+        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
+        _check_statistics(flat, shift, spread, method, dtype, names or [], source)
+        return cls(s, shift.astype(dtype), spread.astype(dtype))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        dtype = x.dtype if x.dtype.kind == "f" else B.current().floatx
+        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
         flat = x.reshape(len(x), -1).astype(dtype, copy=False)
         if self.scale != 1.0:
             flat = flat * dtype.type(self.scale)
-        out = (flat - self.shift.astype(dtype)) / self.spread.astype(dtype)
-        return out.reshape(x.shape).astype(dtype, copy=False)
+        out = flat - self.shift.astype(dtype)
+        out /= self.spread.astype(dtype)  # in place: one copy of x, not two
+        return out.reshape(x.shape)
+
+
+STATS_BLOCK = 1 << 21  # values per block of columns whose statistics are computed in float64 (16 MiB)
+
+
+def _statistics(block: np.ndarray, s: float, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, spread) of a block of columns in float64: the minimum and the range, or the mean and
+    the standard deviation (1 for a constant column); inf or NaN where they overflow."""
+    values = block.astype(np.float64) * s
+    with np.errstate(over="ignore", invalid="ignore"):
+        if method == "minmax":
+            low, high = values.min(axis=0), values.max(axis=0)
+            return low, np.where(high > low, high - low, 1.0)
+        std = values.std(axis=0)
+        return values.mean(axis=0), np.where(std > 0, std, 1.0)
+
+
+def _check_statistics(flat: np.ndarray, shift: np.ndarray, spread: np.ndarray, method: str, dtype: np.dtype,
+                      names: list[str], source: str) -> None:
+    """Refuse statistics that overflowed in float64, or that do not fit the run's float type, naming
+    the first such column, its largest value and the fix."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bad = ~(np.isfinite(shift.astype(dtype)) & np.isfinite(spread.astype(dtype)))
+    if not bad.any():
+        return
+    j = int(np.flatnonzero(bad)[0])
+    name = names[j] if j < len(names) else f"input {j + 1}"
+    largest = float(np.abs(flat[:, j]).max())
+    what = "range (maximum - minimum)" if method == "minmax" else "standard deviation"
+    where = "overflows float64" if not (np.isfinite(shift[j]) and np.isfinite(spread[j])) else \
+        f"does not fit {dtype.name} (precision: {dtype.name}; precision: float64 would hold it)"
+    divide = f"e.g. divide it by {10.0 ** np.floor(np.log10(largest)):.0e}" if 1 < largest < np.inf else "or data.scale"
+    raise DataError(f"{source}: data.normalize: {method} cannot scale column {name!r}: its {what}, computed in float64, "
+                    f"{where} (its values reach {largest:.3g}; {int(bad.sum())} column(s) in all). Rescale the "
+                    f"column in the file ({divide}), or leave it out (data.columns.{name}: ignore)")
 
 
 @dataclass
@@ -59,9 +98,15 @@ class TargetScaler:
     spread: np.ndarray = field(default_factory=lambda: np.ones(0))
 
     @classmethod
-    def fit(cls, y: np.ndarray) -> "TargetScaler":
-        std = y.std(axis=0, dtype=np.float64)
-        return cls(y.mean(axis=0, dtype=np.float64), np.where(std > 0, std, 1.0))
+    def fit(cls, y: np.ndarray, source: str = "the data") -> "TargetScaler":
+        """Mean and standard deviation in float64; refused where they overflow (values near 1e300)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            std, mean = y.std(axis=0, dtype=np.float64), y.mean(axis=0, dtype=np.float64)
+        if not (np.isfinite(std).all() and np.isfinite(mean).all()):
+            raise DataError(f"{source}: the regression target's standard deviation, computed in float64, overflows "
+                            f"float64 (its values reach {float(np.abs(y).max()):.3g}); rescale the target in the file, "
+                            "or set data.target_normalize: none")
+        return cls(mean, np.where(std > 0, std, 1.0))
 
     @property
     def active(self) -> bool:
@@ -159,7 +204,27 @@ def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
         raise DataError(f"{source}: the target has a single class ({labels[0]!r}); need at least 2 to learn")
     if task == "binary" and len(labels) != 2:
         raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)}")
+    _check_class_count(len(labels), len(y), source)
     return labels
+
+
+MANY_CLASSES = 50        # beyond this many classes, each needs ROWS_PER_CLASS rows on average
+ROWS_PER_CLASS = 2
+
+
+def _check_class_count(classes: int, rows: int, source: str) -> None:
+    """More than MANY_CLASSES classes need at least ROWS_PER_CLASS rows each on average (a label per
+    row or so is an identifier or a number, not a class: nothing to learn it from, and every class
+    an output); and the outputs of every row for every class (evaluation gathers them, twice while
+    it does) must fit the memory budget."""
+    if classes > MANY_CLASSES and classes * ROWS_PER_CLASS > rows:
+        raise DataError(f"{source}: the target has {classes:,} classes in {rows:,} rows; with more than "
+                        f"{MANY_CLASSES} classes a classifier needs at least {ROWS_PER_CLASS} rows per class on average "
+                        "to learn them. Is data.target an identifier, or a number to predict (loss: mse)? Group rare "
+                        "labels (data.label_map), or give more rows")
+    B.require_memory(2 * rows * classes * np.dtype(B.current().floatx).itemsize,
+                     f"{source}: the outputs for {classes:,} classes of its {rows:,} rows (evaluation keeps every "
+                     "row's scores)", on_host=True)
 
 
 def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray) -> np.ndarray | None:
@@ -299,10 +364,10 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     x = reshaped(x, cfg.shape, table.source)
     numbers = encoder.number_mask() if encoder.columns else None
     method = normalize_method(cfg, x)
-    normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers)
+    normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers, encoder.output_names(), table.source)
     notes += [n for n in [scale_note(x[parts["train"]], cfg, numbers, encoder.output_names())] if n]
     scale_targets = task == "regression" and cfg.target_normalize != "none"
-    targets = TargetScaler.fit(labels[parts["train"]]) if scale_targets else TargetScaler()
+    targets = TargetScaler.fit(labels[parts["train"]], table.source) if scale_targets else TargetScaler()
     splits: dict[str, Split | None] = {"train": Split(normalizer(x[parts["train"]]), targets(labels[parts["train"]]))}
     for name in ("validation", "test"):
         path = getattr(cfg, name) if fold is None else None
@@ -339,7 +404,8 @@ def scale_note(x: np.ndarray, cfg: DataConfig, numbers: np.ndarray | None, names
     SCALE_GAP times, naming the widest and narrowest and the fix."""
     if cfg.normalize != "none" or x.ndim != 2 or len(x) < 2:
         return None
-    std = x.astype(np.float64).std(axis=0) * float(cfg.scale or 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        std = x.astype(np.float64).std(axis=0) * float(cfg.scale or 1.0)
     usable = (std > 0) & (numbers if numbers is not None else True)
     if usable.sum() < 2:
         return None

@@ -18,8 +18,8 @@ from ..errors import DataError
 from ..files import load_npz
 from .arrow_csv import read_numeric
 from .columns import RawColumns, is_missing
-from .csv_reader import STDIN, CsvFormat, check_file, csv_header, detect, is_stream, iter_csv_chunks, parse_cells, \
-    parse_rows
+from .csv_reader import STDIN, CsvFormat, ReadBound, check_file, csv_header, detect, is_stream, iter_csv_chunks, \
+    parse_cells, parse_rows
 from .images import image_format, read_images
 
 
@@ -62,14 +62,17 @@ class ReadSpec:
     def wanted(self, names: list[str]) -> list[str]:
         if self.features:
             return list(self.features)
-        ignored = {n for n in names if self.data is not None and self.data.column_spec(n).type == "ignore"}
+        ignored = {n for n in self._declared() if self.data.column_spec(n).type == "ignore"}
         return [n for n in names if n != self.target and n not in ignored]
 
     def text_columns(self, wanted: list[str]) -> set[int]:
         """Positions of the columns declared category or boolean: read as text from the start."""
-        if self.data is None:
-            return set()
-        return {j for j, n in enumerate(wanted) if self.data.column_spec(n).type in ("category", "boolean")}
+        text = {n for n in self._declared() if self.data.column_spec(n).type in ("category", "boolean")}
+        return {j for j, n in enumerate(wanted) if n in text}
+
+    def _declared(self) -> list[str]:
+        """The columns data.columns types (the others have no declared type: no lookup per column)."""
+        return list(self.data.columns) if self.data is not None else []
 
 
 # -- CSV -----------------------------------------------------------------------------------------
@@ -79,9 +82,16 @@ def _closest(name: str, names: list[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+ARROW_MAX_COLUMNS = 10_000  # wider files go to the line reader: pyarrow keeps ~13 KiB per column (3 s at 100,000)
+COLUMN_BYTES = 4096         # per feature column, before any row: names, parsing, fitted encoders, the model's
+                            # inputs (a run of 1,000,000 columns x 2 rows peaked at 2.2 GiB; rounded up)
+
+
 def _csv_columns(path: Path, spec: ReadSpec, fmt: CsvFormat) -> tuple[list[str], list[str]]:
-    """The file's column names and the feature columns to read (checked against each other)."""
+    """The file's column names and the feature columns to read (checked against each other, and
+    their count against the memory budget)."""
     names = csv_header(path, fmt)
+    _check_width(path, names, spec)
     target = spec.target
     if spec.need_target:
         if target is None:
@@ -108,8 +118,31 @@ def _csv_columns(path: Path, spec: ReadSpec, fmt: CsvFormat) -> tuple[list[str],
     return names, wanted
 
 
-def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536) -> Iterator[Table]:
-    """The file's rows as Tables of at most `chunk_rows` rows (and about 8 Mi characters)."""
+def _check_width(path: Path, names: list[str], spec: ReadSpec) -> None:
+    """Refuse, before any per-column structure is built, more feature columns than the budget holds
+    at COLUMN_BYTES each."""
+    features = len(spec.features) if spec.features else len(names) - int(spec.target in names)
+    need, budget = features * COLUMN_BYTES, B.host_memory_available()
+    if budget is not None and need > budget:
+        raise DataError(f"{path}: the header has {len(names):,} columns; reading {features:,} feature columns would "
+                        f"take about {B.gib(need)} before any row ({COLUMN_BYTES // 1024} KiB per column); "
+                        f"{B.budget_text(budget)}. Choose fewer columns (data.features), or use a machine with more "
+                        "memory")
+
+
+def whole_read(path: Path, spec: ReadSpec, features: int) -> ReadBound:
+    """The bound of a table read whole: its rows, each of `features` numbers in the run's float type
+    and a target label, counted against the memory budget as they are read."""
+    target = TARGET_BYTES if spec.target and spec.need_target else 0
+    return ReadBound(path, features * np.dtype(spec.dtype or B.current().floatx).itemsize + target, features)
+
+
+TARGET_BYTES = 16  # a short label, as text then typed
+
+
+def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: bool = False) -> Iterator[Table]:
+    """The file's rows as Tables of at most `chunk_rows` rows (and about 8 Mi characters); `whole`:
+    the caller keeps them all (`read_csv`), so their rows are counted against the memory budget."""
     fmt = spec.csv_format(path)
     names, wanted = _csv_columns(path, spec, fmt)
     position = {n: i for i, n in enumerate(names)}
@@ -118,7 +151,8 @@ def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536) -> Iterator[
     dtype = spec.dtype or B.current().floatx
     target = spec.target if spec.target in position else None
     done = 0
-    for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt):
+    bound = whole_read(path, spec, len(wanted)) if whole else None
+    for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt, bound=bound):
         x, strings = parse_cells(lines, path, names, columns, first_line, fmt, dtype, text)
         y = parse_rows(lines, path, names, [position[target]], first_line, fmt, str)[:, 0] if target else None
         kept = parse_rows(lines, path, names, [position[k] for k in spec.keep], first_line, fmt, str) \
@@ -133,15 +167,16 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     columns, anything unusual, or `fast` off) the line reader, chunk by chunk."""
     if fast and not spec.keep:
         fmt = spec.csv_format(path)
-        _, wanted = _csv_columns(path, spec, fmt)
+        names, wanted = _csv_columns(path, spec, fmt)
         target = spec.target if spec.need_target else None
         dtype = spec.dtype or B.current().floatx
-        arrow = read_numeric(path, fmt, wanted, target, dtype) if not spec.text_columns(wanted) else None
+        arrow = read_numeric(path, fmt, wanted, target, dtype, whole_read(path, spec, len(wanted))) \
+            if not spec.text_columns(wanted) and len(names) <= ARROW_MAX_COLUMNS else None
         if arrow is not None:
             x, y = arrow
             _check_finite(x, path, wanted)
             return _labelled(Table(RawColumns(x), y, wanted, str(path)), spec.target)
-    parts = list(csv_chunks(path, spec))
+    parts = list(csv_chunks(path, spec, whole=True))
     if not parts:
         raise DataError(f"{path}: the CSV has a header but no data rows")
     text_cols = sorted({j for p in parts for j in p.raw.text})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -19,6 +20,7 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
     as `outputs`."""
     comm = comm or SingleProcess()
     rows = np.array_split(np.arange(len(split.x)), comm.size)[comm.rank]
+    _check_memory(network, len(split.x), min(batch_size, len(rows)))
     loss_sum, outputs = 0.0, []
     for i in range(0, len(rows), batch_size):
         part = rows[i:i + batch_size]
@@ -34,6 +36,21 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
         truth = split.y.reshape(-1).astype(np.int64)
         result["accuracy"] = float((predicted_classes(output, task) == truth).mean())
     return result
+
+
+def _check_memory(network: Any, rows: int, batch: int) -> None:
+    """An evaluation batch's activations (`training.eval_batch_size` rows through every layer) and
+    every row's outputs (kept, then gathered: twice) fit, before the first batch runs."""
+    if not hasattr(network, "activation_size"):
+        return
+    itemsize = np.dtype(B.current().floatx).itemsize
+    what = f"evaluating {rows:,} rows in batches of {batch:,} (training.eval_batch_size)"
+    activations, outputs = batch * network.activation_size * itemsize, 2 * rows * math.prod(network.output_shape) * itemsize
+    if B.current().device == "cpu":
+        B.require_memory(activations + outputs, what, how="a batch's activations and every row's outputs")
+    else:
+        B.require_memory(activations, what, how="a batch's activations")
+        B.require_memory(outputs, what, on_host=True, how="every row's outputs")
 
 
 def split_report(network: Any, split: Split, classes: list[Any], task: str, comm: Communicator | None = None,

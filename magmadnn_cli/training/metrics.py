@@ -7,37 +7,61 @@ from typing import Any
 import numpy as np
 
 
+CONFUSION_MAX_CLASSES = 50  # above this many classes the confusion matrix is summarized, not written out
+MOST_CONFUSED = 20          # the (true, predicted) pairs a summary keeps
+
+
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> np.ndarray:
     """Rows: true class; columns: predicted class."""
     return np.bincount(y_true * classes + y_pred, minlength=classes * classes).reshape(classes, classes)
 
 
 def classification_report(y_true: np.ndarray, y_pred: np.ndarray, labels: list[Any]) -> dict[str, Any]:
+    """Accuracy, macro F1, MCC and per-class precision/recall/F1/support, from per-class counts (no
+    k x k matrix is needed); the confusion matrix itself up to CONFUSION_MAX_CLASSES classes, above
+    them its summary (`confusion_summary`)."""
     k = len(labels)
-    cm = confusion_matrix(y_true.astype(np.int64), y_pred.astype(np.int64), k)
-    tp = np.diag(cm).astype(float)
-    predicted, actual = cm.sum(axis=0), cm.sum(axis=1)
+    y_true, y_pred = y_true.astype(np.int64), y_pred.astype(np.int64)
+    tp = np.bincount(y_true[y_true == y_pred], minlength=k).astype(float)
+    predicted, actual = np.bincount(y_pred, minlength=k), np.bincount(y_true, minlength=k)
     precision = np.divide(tp, predicted, out=np.zeros(k), where=predicted > 0)
     recall = np.divide(tp, actual, out=np.zeros(k), where=actual > 0)
     f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(k), where=precision + recall > 0)
     present = (actual > 0) | (predicted > 0)  # scikit-learn's macro average: the labels that occur
-    return {
-        "accuracy": float(tp.sum() / max(1, cm.sum())),
+    report = {
+        "accuracy": float(tp.sum() / max(1, len(y_true))),
         "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
-        "mcc": matthews(cm),
+        "mcc": _matthews(float(tp.sum()), float(len(y_true)), predicted.astype(float), actual.astype(float)),
         "per_class": {str(label): {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
                       for label, p, r, f, s in zip(labels, precision, recall, f1, actual)},
-        "confusion_matrix": cm.tolist(),
         "labels": [str(label) for label in labels],
     }
+    if k <= CONFUSION_MAX_CLASSES:
+        report["confusion_matrix"] = confusion_matrix(y_true, y_pred, k).tolist()
+    else:
+        report["confusion_summary"] = confusion_summary(y_true, y_pred, labels)
+    return report
+
+
+def confusion_summary(y_true: np.ndarray, y_pred: np.ndarray, labels: list[Any]) -> dict[str, Any]:
+    """The confusion matrix of many classes, summarized: its MOST_CONFUSED largest off-diagonal cells
+    (true, predicted, rows), counted over the wrong rows only (memory of the rows, not k x k)."""
+    wrong = y_true != y_pred
+    cells, counts = np.unique(y_true[wrong] * len(labels) + y_pred[wrong], return_counts=True)
+    top = np.argsort(-counts, kind="stable")[:MOST_CONFUSED]
+    return {"classes": len(labels), "wrong": int(wrong.sum()),
+            "most_confused": [{"true": str(labels[cells[i] // len(labels)]), "predicted": str(labels[cells[i] % len(labels)]),
+                               "count": int(counts[i])} for i in top]}
 
 
 def matthews(cm: np.ndarray) -> float:
     """Matthews correlation coefficient, multi-class form (Gorodkin 2004); 0 when undefined."""
     cm = cm.astype(float)
-    n = cm.sum()
-    correct = np.trace(cm)
-    p, t = cm.sum(axis=0), cm.sum(axis=1)
+    return _matthews(float(np.trace(cm)), float(cm.sum()), cm.sum(axis=0), cm.sum(axis=1))
+
+
+def _matthews(correct: float, n: float, p: np.ndarray, t: np.ndarray) -> float:
+    """MCC from the correct count, the row count and the per-class predicted (p) and true (t) counts."""
     denominator = np.sqrt((n * n - (p * p).sum()) * (n * n - (t * t).sum()))
     return float((correct * n - (p * t).sum()) / denominator) if denominator > 0 else 0.0
 
