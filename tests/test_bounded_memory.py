@@ -335,3 +335,19 @@ def test_an_evaluation_batch_that_does_not_fit_is_refused_not_a_memory_error(cap
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out", "-q")
     text = " ".join(err.split())
     assert code == 2 and "would need" in text and "Traceback" not in text, err
+
+
+def test_a_data_shape_beyond_int64_is_counted_in_python_ints(capsys, tmp_path):
+    config = project(tmp_path, BLOBS_CONFIG.replace("  normalize: standard", "  normalize: standard\n"
+                                                    "  shape: [4611686018427387904, 4]"))
+    code, out, err = run_cli(capsys, "validate", config)
+    assert code == 2 and "holds 18446744073709551616 values per sample" in err, err
+
+
+def test_a_regression_target_whose_statistics_overflow_is_refused(capsys, tmp_path):
+    config = _scaled_column(tmp_path, "1e300", "float64")
+    text = (config.read_text().replace("units: 3, activation: softmax", "units: 1")
+            .replace("target: label", "target: f2\n  features: [f1, f3, f4]").replace("cross_entropy", "mse"))
+    config.write_text(text)
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "out")
+    assert code == 2 and "regression target's standard deviation" in err and "target_normalize: none" in err, err

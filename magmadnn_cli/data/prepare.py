@@ -5,6 +5,7 @@ standardized. Everything fitted here is stored with the model."""
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -320,10 +321,10 @@ def reshaped(x: np.ndarray, shape: list[int] | None, source: str) -> np.ndarray:
     """Rows reshaped to `data.shape` (e.g. 784 pixel columns -> (1, 28, 28))."""
     if not shape:
         return x
-    width = int(np.prod(x.shape[1:]))
-    if int(np.prod(shape)) != width:
-        raise DataError(f"data.shape: {shape} holds {int(np.prod(shape))} values per sample; "
-                        f"{source} has {width} feature values per row")
+    width, held = math.prod(x.shape[1:]), math.prod(shape)  # Python ints: no overflow
+    if held != width:
+        raise DataError(f"data.shape: {shape} holds {held} values per sample; {source} has {width} feature values "
+                        "per row")
     return x.reshape((len(x), *shape))
 
 
