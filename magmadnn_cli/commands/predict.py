@@ -46,7 +46,7 @@ def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
 def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, dict[str, int]]:
     """A table's rows as the network's normalized inputs; wrong widths named, expected vs got; cells
     that are infinite as read, or overflow the model's normalization, refused as training refuses them."""
-    _refuse_non_finite(table.x, np.isinf, table, table.features, "")
+    _refuse_infinite_cells(table)
     x, unseen = encode_features(table, saved.encoder, strict)
     width = int(np.prod(saved.sample_shape))
     got = int(np.prod(x.shape[1:]))
@@ -55,26 +55,47 @@ def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, 
                         f"{saved.sample_shape}")
     with np.errstate(all="ignore"):  # overflow is found below, by row and column
         normalized = saved.normalizer(x.reshape((len(x),) + saved.sample_shape))
-    names = saved.encoder.output_names() if saved.encoder.columns else table.features
-    _refuse_non_finite(normalized, lambda v: ~np.isfinite(v), table, names, "after the model's input normalization ")
+    _refuse_normalization_overflow(x, normalized, table, saved)
     return normalized, unseen
 
 
-def _refuse_non_finite(x: np.ndarray, is_bad: Callable[[np.ndarray], np.ndarray], table: Table, names: list[str],
-                       stage: str) -> None:
-    """Refuse the rows holding a non-finite value (`is_bad`), naming the first by data row and column:
-    an inf or NaN in would be a row of NaN out."""
-    flat = x.reshape(len(x), -1)
-    rows = is_bad(flat).any(axis=1)
+def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:
+    """(row index, column, rows) of the first row in file order holding a True of `bad`, or None."""
+    bad = bad.reshape(len(bad), -1)
+    rows = bad.any(axis=1)
     if not rows.any():
-        return
+        return None
     first = table.raw.first(rows)
-    column = int(np.argmax(is_bad(flat[first])))
-    name = names[column] if column < len(names) else f"input {column + 1}"
-    raise DataError(f"{table.source}: column {name!r}, data row {table.raw.row(first)}: {flat[first, column]} "
-                    f"{stage}is not a finite number (an infinity, or beyond the range of {flat.dtype}, the model's "
-                    f"precision); {int(rows.sum())} row(s) hold such values. Training refuses them too: clean or "
-                    "drop those rows")
+    return first, int(np.argmax(bad[first])), int(rows.sum())
+
+
+def _refuse_infinite_cells(table: Table) -> None:
+    """Infinite cells (inf, or a number beyond the model's float type, e.g. 1e300 in float32) are
+    refused as training refuses them; an inf in would be a row of NaN out."""
+    found = _first_bad(np.isinf(table.x), table)
+    if found:
+        row, column, count = found
+        name = table.features[column] if column < len(table.features) else f"value {column + 1}"
+        raise DataError(f"{table.source}: column {name!r}, data row {table.raw.row(row)}: "
+                        f"{table.x.reshape(len(table.x), -1)[row, column]} is not a finite number (an infinity, or "
+                        f"beyond the range of {table.x.dtype}, the model's precision); {count} row(s) hold such "
+                        "values. Training refuses them too: clean or drop those rows")
+
+
+def _refuse_normalization_overflow(x: np.ndarray, normalized: np.ndarray, table: Table, saved: SavedModel) -> None:
+    """A finite input that the model's normalization ((x - shift) / spread) takes beyond its float type."""
+    found = _first_bad(~np.isfinite(normalized), table)
+    if found:
+        row, column, count = found
+        names = saved.encoder.output_names() if saved.encoder.columns else table.features
+        name = names[column] if column < len(names) else f"input {column + 1}"
+        norm = saved.normalizer
+        scaled = f"x * {norm.scale:.4g}" if norm.scale != 1.0 else "x"
+        raise DataError(f"{table.source}: column {name!r}, data row {table.raw.row(row)}: "
+                        f"{x.reshape(len(x), -1)[row, column]:.6g} goes beyond the range of {normalized.dtype} in the "
+                        f"model's input normalization (({scaled} - shift) / spread, shift {norm.shift[column]:.4g}, "
+                        f"spread {norm.spread[column]:.4g}); "
+                        f"{count} row(s) hold such values, far outside the data the model was trained on")
 
 
 def _refuse_non_finite_outputs(outputs: np.ndarray, data_rows: Callable[[np.ndarray], list[int]], source: str,
@@ -89,8 +110,8 @@ def _refuse_non_finite_outputs(outputs: np.ndarray, data_rows: Callable[[np.ndar
     raise ModelFileError(f"{model_path}: the model's computation overflowed ({saved.config.precision}) to infinity "
                          f"or NaN on {int(bad.sum())} of {len(bad)} row(s) of {source} (data row(s) "
                          f"{', '.join(map(str, rows))}{', ...' if bad.sum() > len(rows) else ''}): its weights "
-                         f"(largest magnitude {largest:.3g}) are too large for its precision, so no prediction is "
-                         "given. Retrain the model (a smaller learning rate, weight_decay), or use precision: float64")
+                         f"(largest magnitude {largest:.3g}) are too large for its precision. Retrain the model (a "
+                         "smaller learning rate, weight_decay), or use precision: float64")
 
 
 def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,

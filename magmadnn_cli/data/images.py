@@ -234,4 +234,6 @@ def read_images(path: Path) -> tuple[np.ndarray, np.ndarray]:
             from exc
     if len(x) == 0:
         raise DataError(f"{path}: holds no images (0 records)")
+    if x[0].size == 0:
+        raise DataError(f"{path}: its images of shape {x.shape[1:]} hold no pixels")
     return x, y

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from .. import __version__
 from ..config.rules import output_head
@@ -101,6 +102,11 @@ def load(path: Path) -> SavedModel:
         saved = SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],
                            meta["features"], tuple(int(n) for n in meta["sample_shape"]), meta["task"],
                            meta.get("metrics", {}), encoder, targets)
+    except ValidationError as exc:  # its config: the first problem, located
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(top level)"
+        raise ModelFileError(f"{path}: corrupt model metadata: its config does not validate: {where}: "
+                             f"{first['msg'].removeprefix('Value error, ')}") from exc
     except Exception as exc:  # a model whose metadata does not fit the schema is corrupt, whatever broke
         raise ModelFileError(f"{path}: corrupt model metadata ({type(exc).__name__}: {exc})") from exc
     problem = _inconsistency(saved)
