@@ -226,10 +226,10 @@ def test_float64_statistics_are_kept_in_float64(capsys, tmp_path):
 def test_statistics_are_computed_in_float64_without_a_float64_copy(monkeypatch):
     """Column blocks: the float64 temporaries stay small whatever the table's size."""
     import tracemalloc
-    from magmadnn_cli.data import prepare
+    from magmadnn_cli.data import normalize
     from magmadnn_cli.data.prepare import Normalizer
     x = np.random.default_rng(0).normal(5, 3, size=(200_000, 20)).astype(np.float32)
-    monkeypatch.setattr(prepare, "STATS_BLOCK", 200_000)  # a column at a time
+    monkeypatch.setattr(normalize, "STATS_BLOCK", 200_000)  # a column at a time
     tracemalloc.start()
     n = Normalizer.fit(x, "standard", None)
     peak = tracemalloc.get_traced_memory()[1]

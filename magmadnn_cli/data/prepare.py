@@ -16,108 +16,8 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder, fit
+from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
-
-
-@dataclass
-class Normalizer:
-    """x -> (x * scale - shift) / spread per encoded column, fitted on the training split; one-hot,
-    boolean and indicator columns are left as they are."""
-    scale: float = 1.0
-    shift: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
-    spread: np.ndarray = field(default_factory=lambda: np.ones(0, np.float32))
-
-    @classmethod
-    def fit(cls, x: np.ndarray, method: str, scale: float | None, numbers: np.ndarray | None = None,
-            names: list[str] | None = None, source: str = "the data") -> "Normalizer":
-        """Statistics computed in float64 (a block of columns at a time: no float64 copy of x) and
-        kept in x's float type; a statistic that overflows is refused, naming its column."""
-        s = float(scale or 1.0)
-        flat = x.reshape(len(x), -1)
-        width = flat.shape[1]
-        shift, spread = np.zeros(width), np.ones(width)
-        if method in ("minmax", "standard"):
-            step = max(1, STATS_BLOCK // max(1, len(flat)))
-            for j in range(0, width, step):
-                shift[j:j + step], spread[j:j + step] = _statistics(flat[:, j:j + step], s, method)
-        if numbers is not None and not numbers.all():  # other columns: (x * s - 0) / s = x
-            shift, spread = np.where(numbers, shift, 0.0), np.where(numbers, spread, s)
-        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
-        _check_statistics(flat, shift, spread, method, dtype, names or [], source)
-        return cls(s, shift.astype(dtype), spread.astype(dtype))
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
-        flat = x.reshape(len(x), -1).astype(dtype, copy=False)
-        if self.scale != 1.0:
-            flat = flat * dtype.type(self.scale)
-        out = flat - self.shift.astype(dtype)
-        out /= self.spread.astype(dtype)  # in place: one copy of x, not two
-        return out.reshape(x.shape)
-
-
-STATS_BLOCK = 1 << 21  # values per block of columns whose statistics are computed in float64 (16 MiB)
-
-
-def _statistics(block: np.ndarray, s: float, method: str) -> tuple[np.ndarray, np.ndarray]:
-    """(shift, spread) of a block of columns in float64: the minimum and the range, or the mean and
-    the standard deviation (1 for a constant column); inf or NaN where they overflow."""
-    values = block.astype(np.float64) * s
-    with np.errstate(over="ignore", invalid="ignore"):
-        if method == "minmax":
-            low, high = values.min(axis=0), values.max(axis=0)
-            return low, np.where(high > low, high - low, 1.0)
-        std = values.std(axis=0)
-        return values.mean(axis=0), np.where(std > 0, std, 1.0)
-
-
-def _check_statistics(flat: np.ndarray, shift: np.ndarray, spread: np.ndarray, method: str, dtype: np.dtype,
-                      names: list[str], source: str) -> None:
-    """Refuse statistics that overflowed in float64, or that do not fit the run's float type, naming
-    the first such column, its largest value and the fix."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        bad = ~(np.isfinite(shift.astype(dtype)) & np.isfinite(spread.astype(dtype)))
-    if not bad.any():
-        return
-    j = int(np.flatnonzero(bad)[0])
-    name = names[j] if j < len(names) else f"input {j + 1}"
-    largest = float(np.abs(flat[:, j]).max())
-    what = "range (maximum - minimum)" if method == "minmax" else "standard deviation"
-    where = "overflows float64" if not (np.isfinite(shift[j]) and np.isfinite(spread[j])) else \
-        f"does not fit {dtype.name} (precision: {dtype.name}; precision: float64 would hold it)"
-    divide = f"e.g. divide it by {10.0 ** np.floor(np.log10(largest)):.0e}" if 1 < largest < np.inf else "or data.scale"
-    raise DataError(f"{source}: data.normalize: {method} cannot scale column {name!r}: its {what}, computed in float64, "
-                    f"{where} (its values reach {largest:.3g}; {int(bad.sum())} column(s) in all). Rescale the "
-                    f"column in the file ({divide}), or leave it out (data.columns.{name}: ignore)")
-
-
-@dataclass
-class TargetScaler:
-    """Regression targets y -> (y - shift) / spread (fitted on training rows); `restore` maps
-    outputs back to the data's units. The identity for classification."""
-    shift: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    spread: np.ndarray = field(default_factory=lambda: np.ones(0))
-
-    @classmethod
-    def fit(cls, y: np.ndarray, source: str = "the data") -> "TargetScaler":
-        """Mean and standard deviation in float64; refused where they overflow (values near 1e300)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            std, mean = y.std(axis=0, dtype=np.float64), y.mean(axis=0, dtype=np.float64)
-        if not (np.isfinite(std).all() and np.isfinite(mean).all()):
-            raise DataError(f"{source}: the regression target's standard deviation, computed in float64, overflows "
-                            f"float64 (its values reach {float(np.abs(y).max()):.3g}); rescale the target in the file, "
-                            "or set data.target_normalize: none")
-        return cls(mean, np.where(std > 0, std, 1.0))
-
-    @property
-    def active(self) -> bool:
-        return self.shift.size > 0
-
-    def __call__(self, y: np.ndarray) -> np.ndarray:
-        return ((y - self.shift) / self.spread).astype(y.dtype) if self.active else y
-
-    def restore(self, out: np.ndarray) -> np.ndarray:
-        return (out * self.spread + self.shift).astype(out.dtype) if self.active else out
 
 
 @dataclass
@@ -387,38 +287,6 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             splits[name] = None
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes)
-
-
-def normalize_method(cfg: DataConfig, x: np.ndarray) -> str:
-    """`data.normalize` resolved: auto standardizes tables (flat rows) and leaves as read (and scaled)
-    images and features the config scales itself (`data.scale`, e.g. pixels 0-255 -> 0-1)."""
-    if cfg.normalize != "auto":
-        return cfg.normalize
-    return "standard" if x.ndim == 2 and cfg.scale is None else "none"
-
-
-SCALE_GAP = 100.0  # number columns whose spreads differ more than this train poorly unscaled
-
-
-def scale_note(x: np.ndarray, cfg: DataConfig, numbers: np.ndarray | None, names: list[str]) -> str | None:
-    """With `normalize: none` chosen, one line when number columns differ in scale by more than
-    SCALE_GAP times, naming the widest and narrowest and the fix."""
-    if cfg.normalize != "none" or x.ndim != 2 or len(x) < 2:
-        return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        std = x.astype(np.float64).std(axis=0) * float(cfg.scale or 1.0)
-    usable = (std > 0) & (numbers if numbers is not None else True)
-    if usable.sum() < 2:
-        return None
-    cols = np.flatnonzero(usable)
-    wide, narrow = cols[np.argmax(std[cols])], cols[np.argmin(std[cols])]
-    if std[wide] <= SCALE_GAP * std[narrow]:
-        return None
-    name = (lambda j: names[j] if j < len(names) else f"column {j + 1}")
-    return (f"data.normalize: none, but the number columns differ in scale by {std[wide] / std[narrow]:,.0f}x "
-            f"(widest: {name(wide)}, std {std[wide]:.4g}; narrowest: {name(narrow)}, std {std[narrow]:.4g}): "
-            "training may be slow or poor. Fix: data.normalize: standard (or leave the key out: auto "
-            "standardizes number columns)")
 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
