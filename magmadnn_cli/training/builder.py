@@ -142,10 +142,10 @@ def check_run(config: Config, network: Network, data: Prepared) -> None:
 
 def check_memory(config: Config, network: Network, slots: int, rows: int) -> None:
     """Training's memory (its largest batch) fits, before the training buffers are allocated."""
-    batch = min(batch_schedule(config).largest(), rows)
-    B.require_memory(network.training_bytes(batch, slots),
-                     f"training with batch {batch} (training.batch_size and batch_schedule; weights, gradients, "
-                     "optimizer state, activations)")
+    batch, scored = min(batch_schedule(config).largest(), rows), min(config.training.eval_batch_size, rows)
+    B.require_memory(network.training_bytes(batch, slots, scored),
+                     f"training with batch {batch} and evaluation batch {scored} (training.batch_size, batch_schedule "
+                     "and eval_batch_size; weights, gradients, optimizer state, activations)")
 
 
 def task_of(config: Config) -> str:
