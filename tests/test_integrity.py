@@ -173,7 +173,7 @@ def test_a_classification_task_on_a_regression_model_is_refused(capsys, tmp_path
 
 # -- 3. YAML merge keys and the alias-expansion guard ----------------------------------------------
 def test_merge_lists_take_each_key_from_the_earliest_mapping():
-    from magmadnn_cli.config.loading import parse_yaml
+    from magmadnn_cli.config.yaml_source import parse_yaml
     text = ("base: &base {units: 1, activation: relu, name: base}\n"
             "wide: &wide {units: 64, kernel: he, name: wide}\n"
             "both: {<<: [*wide, *base]}\n"
@@ -188,7 +188,7 @@ def test_merge_lists_take_each_key_from_the_earliest_mapping():
 
 
 def test_nested_merges_follow_the_same_order():
-    from magmadnn_cli.config.loading import parse_yaml
+    from magmadnn_cli.config.yaml_source import parse_yaml
     text = ("a: &a {units: 1, rate: 0.1}\n"
             "b: &b {<<: *a, units: 2}\n"
             "c: &c {units: 3, rate: 0.3, extra: 9}\n"
@@ -211,7 +211,7 @@ def test_merge_order_reaches_the_validated_config(capsys, tmp_path):
 
 
 def test_a_large_plain_document_is_not_an_alias_bomb(tmp_path):
-    from magmadnn_cli.config.loading import parse_yaml
+    from magmadnn_cli.config.yaml_source import parse_yaml
     text = "label_map:\n" + "".join(f"  lab{i:05d}: {i % 2}\n" for i in range(60_000))
     assert len(text) > 800_000
     data, _ = parse_yaml(text, "big.yaml")
@@ -219,7 +219,7 @@ def test_a_large_plain_document_is_not_an_alias_bomb(tmp_path):
 
 
 def test_alias_expansion_is_counted_not_values():
-    from magmadnn_cli.config.loading import parse_yaml
+    from magmadnn_cli.config.yaml_source import parse_yaml
     from magmadnn_cli.errors import ConfigError
     table = "t: &t [" + "0," * 40_000 + "]\n"
     data, _ = parse_yaml(table + "u: [*t, *t]\n", "twice.yaml")  # 80,002 values reached through aliases

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config.loading import apply_override, format_problems, format_validation_error, parse_override
+from ..config.loading import apply_override, parse_override
+from ..config.messages import format_problems, format_validation_error
 from .search_space import space_size
 from ..config.schema import Config, Distribution, DistributedConfig, SearchConfig
 from ..distributed.strategies import config_problems, strategy_of

@@ -101,9 +101,11 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
         g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", *saved.sample_shape]))
         return g.op("Flatten", "features", axis=1)
     g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", len(file_columns)]))
-    if not saved.encoder.columns:
-        return "features"
     where = {name: i for i, name in enumerate(file_columns)}
+    if not saved.encoder.columns:  # numbers as read: only the columns the model uses
+        used = [where[name] for name in saved.features]
+        return "features" if used == list(range(len(file_columns))) else \
+            g.op("Gather", "features", g.const(used, "used", np.int64), axis=1)
     picked = g.op("Gather", "features", g.const([where[c.name] for c in saved.encoder.columns], "used", np.int64),
                   axis=1)
     fills = g.const([[float(c.fill) for c in saved.encoder.columns]], "fill")
@@ -130,10 +132,7 @@ def _column(g: Graph, column: Column) -> str:
         missing = g.op("IsNaN", column.name)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), column.name)
     else:
-        lowered = g.op("StringNormalizer", g.op("Reshape", column.name, g.const([-1], "flat", np.int64)),
-                       case_change_action="LOWER", locale="C")
-        lowered = g.op("Reshape", lowered, g.const([-1, 1], "col", np.int64))
-        missing = _is_one_of(g, lowered, MISSING)
+        missing = _is_one_of(g, _lowered(g, column.name), MISSING)
         filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
         block = _boolean(g, filled) if column.kind == "boolean" else _one_hot(g, filled, column.categories)
     if not column.indicator:
@@ -148,11 +147,15 @@ def _is_one_of(g: Graph, cells: str, words: tuple[str, ...]) -> str:
     return g.op("GreaterOrEqual", codes, g.const(0, "zero", np.int64))
 
 
+def _lowered(g: Graph, cells: str) -> str:
+    """(N, 1) text cells in lower case (StringNormalizer takes one dimension; locale C everywhere)."""
+    flat = g.op("StringNormalizer", g.op("Reshape", cells, g.const([-1], "flat", np.int64)),
+                case_change_action="LOWER", locale="C")
+    return g.op("Reshape", flat, g.const([-1, 1], "col", np.int64))
+
+
 def _boolean(g: Graph, cells: str) -> str:
-    lowered = g.op("StringNormalizer", g.op("Reshape", cells, g.const([-1], "flat", np.int64)),
-                   case_change_action="LOWER", locale="C")
-    lowered = g.op("Reshape", lowered, g.const([-1, 1], "col", np.int64))
-    return g.op("Cast", _is_one_of(g, lowered, TRUE), to=g.onnx.TensorProto.FLOAT)
+    return g.op("Cast", _is_one_of(g, _lowered(g, cells), TRUE), to=g.onnx.TensorProto.FLOAT)
 
 
 def _one_hot(g: Graph, cells: str, categories: list[str]) -> str:

@@ -1,0 +1,153 @@
+"""The optimizer contract every optimizer follows: `__init__` takes the optimizer's validated
+declaration (`config/optimizers.py`), whose hyperparameters become attributes; the base class owns the
+step (schedule, clipping, coupled L2 decay, the step count, chunking, state); a subclass writes only its
+update rule on the flat parameter and gradient buffers, in place. Layer-wise rules also need each
+parameter tensor's extent in the flat buffers: `set_segments`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+
+from ..config import optimizers as decl
+from ..core import backend as B
+
+Array = Any
+CPU_CHUNK = 65536  # elements per chunk of an update on the CPU (256 KiB of float32)
+
+
+class Optimizer:
+    """A runtime optimizer takes its validated declaration, whose hyperparameters become attributes
+    (`self.learning_rate`, `self.beta1`, ...); `epochs` is the run's length (a cosine schedule's default)."""
+    declaration: ClassVar[type[decl.OptimizerBase]]
+    implementations: ClassVar[dict[str, type["Optimizer"]]] = {}
+    slots: ClassVar[tuple[str, ...]] = ()    # per-parameter state buffers, same shape as the parameters
+    scalars: ClassVar[tuple[str, ...]] = ()  # other attributes that change as it trains (saved too)
+    learning_rate: float
+    weight_decay: float
+    clip_norm: float | None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "declaration" in cls.__dict__:
+            tag = cls.declaration.tag()
+            if tag in Optimizer.implementations:
+                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by "
+                                f"{Optimizer.implementations[tag]}")
+            Optimizer.implementations[tag] = cls
+
+    def __init__(self, declared: decl.OptimizerBase, steps_per_epoch: int = 1, epochs: int = 1) -> None:
+        self.spec, self.name = declared, declared.type
+        for field in type(declared).model_fields:
+            if field not in ("type", "schedule"):
+                setattr(self, field, getattr(declared, field))
+        self.epochs = epochs
+        self.steps_per_epoch = max(1, steps_per_epoch)
+        self.epoch_of_step: Callable[[int], float] | None = None  # epochs done after t steps, when not t / steps_per_epoch
+        self.t = 0  # steps taken
+        self.state: dict[str, Array] = {}
+        self._scratch: Array | None = None  # a chunk-sized buffer for temporaries
+        self.shapes: list[tuple[int, ...]] | None = None  # the parameter tensors in flat order (set_segments)
+
+    @classmethod
+    def of(cls, steps_per_epoch: int = 1, epochs: int = 1, **hyperparameters: Any) -> "Optimizer":
+        """The optimizer from hyperparameters, validated by its declaration (`Adam.of(learning_rate=0.01)`)."""
+        return cls(cls.declaration.of(**hyperparameters), steps_per_epoch, epochs)
+
+    def schedule(self, epoch: float) -> float:
+        """The learning rate at this (fractional) epoch: the declared schedule of `learning_rate`."""
+        if self.spec.schedule is None:
+            return self.learning_rate
+        return self.spec.schedule.rate(self.learning_rate, epoch, self.epochs)
+
+    def set_segments(self, shapes: Sequence[Sequence[int]]) -> None:
+        """The shapes of the parameter tensors, in the order the flat buffers hold them
+        (`Network.parameter_shapes`). Layer-wise rules take their norms per tensor; until this is
+        called the whole buffer counts as one tensor."""
+        self.shapes = [tuple(int(n) for n in shape) for shape in shapes]
+
+    def lr(self) -> float:
+        """The learning rate of the step about to be taken."""
+        return self.schedule(self.epoch_of_step(self.t) if self.epoch_of_step else self.t / self.steps_per_epoch)
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The step count, every slot (host copies) and every attribute named in `scalars`."""
+        state: dict[str, Any] = {"step": self.t, **{name: getattr(self, name) for name in self.scalars}}
+        state.update({f"slots/{k}": B.to_host(v).copy() for k, v in self.state.items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s result; slots are copied in place where they exist (they may
+        live in memory that data-parallel ranks share)."""
+        self.t = int(state["step"])
+        for name in self.scalars:
+            setattr(self, name, type(getattr(self, name))(state[name]))
+        for key, value in state.items():
+            if key.startswith("slots/"):
+                name = key.removeprefix("slots/")
+                if name in self.state:
+                    self.state[name][...] = B.to_device(value, dtype=self.state[name].dtype)
+                else:
+                    self.state[name] = B.to_device(value, dtype=B.current().floatx)
+
+    def ensure_state(self, params: Array) -> None:
+        """Create the slots (zeros, like `params`) before the first update."""
+        if not self.state and self.slots:
+            xp = B.array_module(params)
+            self.state = {s: xp.zeros_like(params) for s in self.slots}
+
+    # -- one step ------------------------------------------------------------------------------
+    def step(self, params: Array, grads: Array) -> None:
+        """One update of `params` from `grads` (both flat; `grads` is used as scratch): clip the
+        gradient to `clip_norm`, then apply the rule."""
+        self.ensure_state(params)
+        if self.clip_norm is not None:
+            self.clip(grads, float(B.array_module(grads).vdot(grads, grads)))
+        self.apply(params, grads, self.state)
+
+    def clip(self, grads: Array, squared_norm: float) -> None:
+        """Scale `grads` in place so that the whole gradient, whose squared norm is given (it may be
+        summed over more than `grads`), has norm at most `clip_norm`."""
+        norm = math.sqrt(squared_norm)
+        if self.clip_norm is not None and norm > self.clip_norm:
+            grads *= self.clip_norm / norm
+
+    def apply(self, params: Array, grads: Array, slots: dict[str, Array], start: int = 0,
+              total: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """Take this step's learning rate, then run the rule on `params`, `grads` and `slots` (views
+        of the same elements: the whole buffers, or any part of them) in place.
+
+        When several ranks each update a part, `start` is where this part begins in the whole buffer
+        and `total` sums an array over those ranks (an allreduce); only layer-wise rules need them.
+        On the CPU the buffers are walked in cache-sized chunks, so the few elementwise passes of a
+        rule run on data still in cache (measured in docs/performance.md, "Why the code is shaped so")."""
+        chunk = self._chunk(params)
+        lr = self.lr()
+        self.t += 1
+        for offset in range(0, params.size, chunk):
+            part = slice(offset, min(offset + chunk, params.size))
+            p, g = params[part], grads[part]
+            self.decay(p, g, lr)
+            self.update(p, g, lr, {k: v[part] for k, v in slots.items()})
+
+    def _chunk(self, params: Array) -> int:
+        """Elements per chunk (cache-sized on the CPU, everything on the GPU), with scratch for one."""
+        xp = B.array_module(params)
+        chunk = CPU_CHUNK if xp is np else max(1, params.size)
+        if self._scratch is None or self._scratch.size < min(chunk, params.size):
+            self._scratch = xp.empty(min(chunk, params.size), dtype=params.dtype)
+        return chunk
+
+    def decay(self, params: Array, grads: Array, lr: float) -> None:
+        """L2 weight decay, coupled: g <- g + wd * p."""
+        if self.weight_decay:
+            tmp = self._scratch[:params.size]
+            B.array_module(params).multiply(params, self.weight_decay, out=tmp)
+            grads += tmp
+
+    def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
+        """The rule, in place on `p`; `state` holds this chunk's view of each slot."""
+        raise NotImplementedError  # abstract: every optimizer defines its rule
