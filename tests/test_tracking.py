@@ -232,14 +232,20 @@ def _assert_mlflow_run(client, run_id: str, run: Path, every: int = 4) -> None:
     assert local.read_bytes() == (run / "model.npz").read_bytes()
 
 
-def test_an_mlflow_run_holds_the_config_metrics_and_model_and_a_resume_continues_it(tmp_path, capsys, mlflow_store):
+def _trained_and_checked(tmp_path, capsys, store: str, config_uri: str | None):
+    """Train the blobs into an MLflow store; its one run, checked against the run folder."""
     from mlflow.tracking import MlflowClient
-    config, run = _mlflow_config(tmp_path, mlflow_store), tmp_path / "run"
+    config, run = _mlflow_config(tmp_path, config_uri), tmp_path / "run"
     code, _, err = run_cli(capsys, "train", config, "--out", run, "-q")
     assert code == 0, err
-    client = MlflowClient(tracking_uri=mlflow_store)
+    client = MlflowClient(tracking_uri=store)
     (only,) = client.search_runs([client.get_experiment_by_name("blob-runs").experiment_id])
     _assert_mlflow_run(client, only.info.run_id, run)
+    return client, only, config, run
+
+
+def test_an_mlflow_run_holds_the_config_metrics_and_model_and_a_resume_continues_it(tmp_path, capsys, mlflow_store):
+    client, only, config, run = _trained_and_checked(tmp_path, capsys, mlflow_store, mlflow_store)
     code, _, err = run_cli(capsys, "train", config, "--resume", run, "-q", "--set", "training.epochs=7")
     assert code == 0, err
     (again,) = client.search_runs([client.get_experiment_by_name("blob-runs").experiment_id])
@@ -248,11 +254,5 @@ def test_an_mlflow_run_holds_the_config_metrics_and_model_and_a_resume_continues
 
 
 def test_mlflow_takes_the_tracking_uri_from_the_environment(tmp_path, capsys, mlflow_store, monkeypatch):
-    from mlflow.tracking import MlflowClient
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)
-    config, run = _mlflow_config(tmp_path, None), tmp_path / "run"
-    code, _, err = run_cli(capsys, "train", config, "--out", run, "-q")
-    assert code == 0, err
-    client = MlflowClient(tracking_uri=mlflow_store)
-    (only,) = client.search_runs([client.get_experiment_by_name("blob-runs").experiment_id])
-    _assert_mlflow_run(client, only.info.run_id, run)
+    _trained_and_checked(tmp_path, capsys, mlflow_store, None)
