@@ -2,7 +2,7 @@
 earlier run, and never shares a folder with a live run.
 
 A folder a command writes holds a marker, `.magmadnn` (JSON: what wrote it), and, while a command
-writes it, a lock, `.magmadnn.lock` (JSON: PID and host). Re-running a config writes a new version of
+writes it, a lock, `.magmadnn.lock` (JSON: PID, host and any Slurm job id and restart count). Re-running a config writes a new version of
 its default folder (runs/NAME, runs/NAME-2, runs/NAME-3, ... as Ludwig's experiment_run_N); an
 explicit `--out` holding an earlier run is refused unless `--overwrite`; a folder holding anything
 else (the user's own files) is refused always. The same rule holds for `train`, `train --folds` and
@@ -121,7 +121,8 @@ def _next_version(folder: Path, kind: Kind) -> Path:
 
 class FolderLock:
     """Holds `<folder>/.magmadnn.lock` while a command writes the folder; refuses a folder that a
-    live process holds (naming its PID); takes over the lock of a process that died."""
+    live process holds (naming its PID); takes over the lock of a process that died on this host, or of
+    this Slurm job's run before it was requeued; names the host and job of any other holder."""
 
     def __init__(self, folder: Path, kind: Kind, detail: dict[str, Any] | None = None) -> None:
         self.folder, self.kind, self.detail = Path(folder), kind, detail or {}
@@ -146,7 +147,7 @@ class FolderLock:
                 self._remove_created()  # leave nothing behind
                 raise MagmaError(f"{self.folder}: cannot write here: {exc.strerror or exc}") from exc
             with os.fdopen(fd, "w") as f:
-                json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+                json.dump(_identity(), f)
             self.held = True
             try:
                 write_json(self.folder / MARKER, {"kind": self.kind, **self.detail, "magmadnn_version": __version__})
@@ -157,16 +158,21 @@ class FolderLock:
         raise MagmaError(f"{self.path}: another process keeps taking this lock; try again")
 
     def _refuse_if_live(self) -> None:
-        holder = _holder(self.folder)
+        """Refuse a lock that a live run holds. On this host its PID says; on another host a requeued
+        Slurm job (the same job id, a higher restart count: the earlier incarnation has ended) takes it
+        over, and any other holder is named with the safe fix."""
+        holder, me = _holder(self.folder), _identity()
         if holder is None:
             return  # unreadable: a writer killed before it wrote the lock's contents
-        pid, host = holder
-        if host == socket.gethostname() and pid != os.getpid() and _alive(pid):
-            raise MagmaError(f"{self.folder}: another magmadnn (PID {pid}) is writing this folder now; wait for "
-                             "it, stop it, or use another --out")
-        if host != socket.gethostname():
-            raise MagmaError(f"{self.folder}: locked by a magmadnn on {host} (PID {pid}); if it is no longer "
-                             f"running, remove {self.path}")
+        pid, host, job = holder["pid"], holder["host"], holder.get("slurm_job")
+        if host == me["host"]:
+            if pid != me["pid"] and _alive(pid):
+                raise MagmaError(f"{self.folder}: another magmadnn (PID {pid}) is writing this folder now; wait for "
+                                 "it, stop it, or use another --out")
+            return
+        if job is not None and job == me.get("slurm_job") and me["slurm_restart"] > holder.get("slurm_restart", 0):
+            return  # this job was requeued: Slurm ended every step of the earlier run before restarting it
+        raise MagmaError(_held_elsewhere(self.folder, self.path, holder, me))
 
     def __exit__(self, *exc: object) -> None:
         """Release the lock; a command that wrote nothing (it failed first) leaves nothing behind."""
@@ -193,12 +199,39 @@ class FolderLock:
                     return
 
 
-def _holder(folder: Path) -> tuple[int, str] | None:
-    """(PID, host) of the process whose lock `folder` holds; None without a readable lock."""
+def _identity() -> dict[str, Any]:
+    """What a lock records of its holder: PID, host and, inside a Slurm job, the job id and restart count."""
+    me: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname()}
+    if job := os.environ.get("SLURM_JOB_ID"):
+        restarts = os.environ.get("SLURM_RESTART_COUNT", "")
+        me.update(slurm_job=job, slurm_restart=int(restarts) if restarts.isdigit() else 0)
+    return me
+
+
+def _held_elsewhere(folder: Path, lock: Path, holder: dict[str, Any], me: dict[str, Any]) -> str:
+    """Why a lock taken on another host is not taken over, and the safe fix."""
+    pid, host, job = holder["pid"], holder["host"], holder.get("slurm_job")
+    if job is None:
+        return f"{folder}: locked by a magmadnn on {host} (PID {pid}); if it is no longer running, remove {lock}"
+    said = f"{folder}: locked by a magmadnn on {host} (PID {pid}) in Slurm job {job}"
+    if job == me.get("slurm_job"):
+        return (f"{said}: another step of this job at the same restart ({holder.get('slurm_restart', 0)}), so not a "
+                f"requeue; two runs must not write one folder: use another --out, or once that step has ended, "
+                f"remove {lock}")
+    return (f"{said}; if that job is no longer running (`squeue -j {job}` lists nothing), remove {lock}; else wait "
+            "for it or use another --out")
+
+
+def _holder(folder: Path) -> dict[str, Any] | None:
+    """What the lock of `folder` records of its holder (pid, host, any slurm_job and slurm_restart);
+    None without a readable lock."""
     try:
         holder = json.loads((folder / LOCK).read_text(encoding="utf-8"))
-        return int(holder["pid"]), str(holder["host"])
-    except (OSError, ValueError, KeyError, TypeError):
+        found: dict[str, Any] = {"pid": int(holder["pid"]), "host": str(holder["host"])}
+        if holder.get("slurm_job") is not None:
+            found.update(slurm_job=str(holder["slurm_job"]), slurm_restart=int(holder.get("slurm_restart") or 0))
+        return found
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -252,8 +285,8 @@ def _no_model(folder: Path) -> str:
     """Why `folder` holds no model.npz, and the command that writes one."""
     from ..training.checkpoint import listing  # noqa: PLC0415 (heavy: only when a folder lacks its model)
     kind, holder = classify(folder), _holder(folder)
-    if kind in ("run", "search") and holder and holder[1] == socket.gethostname() and _alive(holder[0]):
-        return f"{folder}: a magmadnn (PID {holder[0]}) is writing this {kind} now; its {MODEL} is written when it ends"
+    if kind in ("run", "search") and holder and holder["host"] == socket.gethostname() and _alive(holder["pid"]):
+        return f"{folder}: a magmadnn (PID {holder['pid']}) is writing this {kind} now; its {MODEL} is written when it ends"
     if kind == "run" and (checkpoints := listing(folder / "checkpoints")):
         return (f"{folder}: the run was interrupted before its model was written (newest checkpoint: "
                 f"{checkpoints[-1].name}); continue it with: {resume_command(folder)} (CONFIG: the config it was "

@@ -1,0 +1,73 @@
+"""Run-folder locks on a shared file system: the lock says which host, process and Slurm job holds the
+folder; a requeued Slurm job (same job id, a higher SLURM_RESTART_COUNT, maybe on another node) takes
+over the lock its earlier incarnation left; any other holder on another host is named, with the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+from magmadnn_cli.commands.run_dir import LOCK, FolderLock
+from magmadnn_cli.errors import MagmaError
+
+
+@pytest.fixture
+def no_slurm(monkeypatch):
+    for var in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT"):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def _left_by(folder, host: str, pid: int = 4242, job: str | None = None, restart: int = 0) -> None:
+    """The lock a run on `host` left when its node died."""
+    folder.mkdir(parents=True, exist_ok=True)
+    holder = {"pid": pid, "host": host, **({"slurm_job": job, "slurm_restart": restart} if job else {})}
+    (folder / LOCK).write_text(json.dumps(holder))
+
+
+def test_the_lock_records_host_pid_and_slurm_job(tmp_path, no_slurm):
+    no_slurm.setenv("SLURM_JOB_ID", "777")
+    no_slurm.setenv("SLURM_RESTART_COUNT", "2")
+    with FolderLock(tmp_path / "run", "run"):
+        held = json.loads((tmp_path / "run" / LOCK).read_text())
+    assert held == {"pid": os.getpid(), "host": socket.gethostname(), "slurm_job": "777", "slurm_restart": 2}
+
+
+def test_a_requeued_slurm_job_takes_over_its_own_lock_from_another_node(tmp_path, no_slurm):
+    _left_by(tmp_path / "run", "node-that-died", job="777", restart=0)
+    no_slurm.setenv("SLURM_JOB_ID", "777")
+    no_slurm.setenv("SLURM_RESTART_COUNT", "1")
+    with FolderLock(tmp_path / "run", "run"):
+        held = json.loads((tmp_path / "run" / LOCK).read_text())
+    assert held["host"] == socket.gethostname() and held["pid"] == os.getpid() and held["slurm_restart"] == 1
+
+
+@pytest.mark.parametrize("ours", [None, "778"])
+def test_another_jobs_lock_on_another_host_is_named_with_the_fix(tmp_path, no_slurm, ours):
+    _left_by(tmp_path / "run", "node7", pid=99, job="777")
+    if ours:
+        no_slurm.setenv("SLURM_JOB_ID", ours)
+    with pytest.raises(MagmaError) as caught:
+        FolderLock(tmp_path / "run", "run").__enter__()
+    message = str(caught.value)
+    assert "node7" in message and "PID 99" in message and "Slurm job 777" in message
+    assert "squeue -j 777" in message and f"remove {tmp_path / 'run' / LOCK}" in message
+    assert (tmp_path / "run" / LOCK).exists()  # not taken
+
+
+def test_the_same_job_at_the_same_restart_on_another_host_is_a_concurrent_step_not_a_requeue(tmp_path, no_slurm):
+    _left_by(tmp_path / "run", "node7", job="777", restart=1)
+    no_slurm.setenv("SLURM_JOB_ID", "777")
+    no_slurm.setenv("SLURM_RESTART_COUNT", "1")
+    with pytest.raises(MagmaError, match="node7.*Slurm job 777.*another step of this job"):
+        FolderLock(tmp_path / "run", "run").__enter__()
+
+
+def test_a_lock_from_another_host_without_slurm_is_named_with_the_fix(tmp_path, no_slurm):
+    _left_by(tmp_path / "run", "node7", pid=99)
+    with pytest.raises(MagmaError) as caught:
+        FolderLock(tmp_path / "run", "run").__enter__()
+    assert "on node7 (PID 99)" in str(caught.value) and f"remove {tmp_path / 'run' / LOCK}" in str(caught.value)
