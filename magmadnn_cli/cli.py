@@ -50,7 +50,13 @@ def _root(debug: Annotated[bool, typer.Option("--debug", metavar="", help="show 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="no progress, per-trial lines or tables")]
 OverwriteFileOpt = Annotated[bool, typer.Option("--overwrite", metavar="", help="replace an existing --output file")]
-OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", metavar="", help="allow --processes above 4 per core")]
+OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", metavar="", help="allow --processes above the "
+                                                "slots of the hosts, the Slurm allocation's tasks, or 4 per core")]
+ProcessesOpt = Annotated[Optional[str], typer.Option("--processes", "-n", metavar="N|auto", show_default=False,
+                         help="ranks, under mpiexec; auto: every slot of the hosts, the Slurm allocation, or the cores "
+                         "here [default: distributed.processes]")]
+HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="`host:slots` a line", show_default=False)]
+HostsOpt = Annotated[Optional[str], typer.Option("--hosts", metavar="H:SLOTS,...", help="as node01:4,node02:4")]
 
 
 def _load(config: Path, overrides: list[str] | None, draw_seed: bool = True):
@@ -60,18 +66,16 @@ def _load(config: Path, overrides: list[str] | None, draw_seed: bool = True):
     return load_config(config, overrides or [], draw_seed, checks=(config_problems,))
 
 
-def _config_on_ranks(config: Path, overrides: list[str] | None, processes: int | None, strategy: bool = True,
-                     oversubscribe: bool = False):
-    """Load the config; re-launch under mpiexec when more ranks are asked for; else this rank's
-    communicator (tune's ranks share out trials: `strategy` False, plain MPI). A missing seed stays
-    missing: the command draws one for all ranks (or takes the one of the run it resumes)."""
+def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, strategy: bool = True):
+    """Load the config; re-launch under mpiexec when ranks or hosts are asked for (`layout`: --processes,
+    --hostfile, --hosts, --oversubscribe); else this rank's communicator (tune's ranks share out trials:
+    `strategy` False, plain MPI). A missing seed stays missing: the command draws one for all ranks."""
     from .distributed import get_communicator
-    from .distributed.launcher import check_processes, launch, should_launch, strip_processes
+    from .distributed.launcher import relaunch
     cfg = _load(config, overrides, draw_seed=False)
-    ranks = processes or cfg.distributed.processes
-    if should_launch(ranks):
-        check_processes(ranks, oversubscribe, "--processes" if processes else f"{config}: distributed.processes:")
-        raise typer.Exit(launch(ranks, strip_processes(sys.argv[1:])))
+    code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
+    if code is not None:
+        raise typer.Exit(code)
     return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
 
 
@@ -84,8 +88,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
           quiet: QuietOpt = False,
           overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="replace the earlier run in --out "
                                "(without it, a re-run writes runs/<name>-2, ... and an --out holding a run is refused)")] = False,
-          processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
-                               help="data-parallel ranks: re-launch under mpiexec [default: distributed.processes]")] = None,
+          processes: ProcessesOpt = None, hostfile: HostfileOpt = None, hosts: HostsOpt = None,
           oversubscribe: OversubscribeOpt = False,
           folds: Annotated[Optional[int], typer.Option("--folds", "-k", min=2, max=100, help="K-fold cross-validation "
                            "(stratified by class; shuffled for regression): mean and std of every metric over the "
@@ -97,7 +100,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
     from .commands.train import train as run_train
     if folds is not None and (resume is not None or init_from is not None):
         raise MagmaError("--folds runs a cross-validation from scratch; it takes neither --resume nor --init-from")
-    cfg, comm = _config_on_ranks(config, set_, processes, oversubscribe=oversubscribe)
+    cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe))
     if folds is not None:
         from .commands.crossval import train_folds
         train_folds(cfg, folds, out_dir, make_reporter(quiet, comm.rank), comm, overwrite)
@@ -114,13 +117,13 @@ def tune(config: ConfigArg, set_: SetOpt = None,
                               "(without it, a re-run writes runs/<name>-tune-2, ... and an --out holding a search is "
                               "refused)")] = False,
          quiet: QuietOpt = False,
-         processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1,
-                              help="ranks: rank 0 hands out trials, the others train them")] = None,
+         processes: ProcessesOpt = None, hostfile: HostfileOpt = None, hosts: HostsOpt = None,
          oversubscribe: OversubscribeOpt = False) -> None:
-    """Grid or random hyperparameter search over the config's `search:` section."""
+    """Grid or random hyperparameter search over the config's `search:` section (under --processes:
+    rank 0 hands out trials, the others train them)."""
     from .reporting import make_reporter
     from .commands.tune import tune as run_tune
-    cfg, comm = _config_on_ranks(config, set_, processes, strategy=False, oversubscribe=oversubscribe)
+    cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe), strategy=False)
     run_tune(cfg, out_dir, make_reporter(quiet, comm.rank), comm, resume, overwrite)
 
 
@@ -241,7 +244,7 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG of the loss curve")] = None,
             overwrite: OverwriteFileOpt = False,
             as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the curve and suggestion as JSON")] = False,
-            processes: Annotated[Optional[int], typer.Option("--processes", "-n", min=1, help="data-parallel ranks")] = None,
+            processes: ProcessesOpt = None, hostfile: HostfileOpt = None, hosts: HostsOpt = None,
             oversubscribe: OversubscribeOpt = False) -> None:
     """Which learning rate? The range test: one step per rate, rates growing exponentially from --min
     to --max, on the config's model and data (nothing of a run is written); suggests the rate where the
@@ -249,7 +252,7 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
     from .commands.lr_find import lr_find as run_lr_find, plot as plot_curve, train_command
     from .files import to_json
     from .reporting import make_reporter
-    cfg, comm = _config_on_ranks(config, set_, processes, oversubscribe=oversubscribe)
+    cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe))
     result = run_lr_find(cfg, comm, low, high, steps, make_reporter(True, comm.rank))
     if not comm.is_root:
         return
@@ -279,13 +282,8 @@ def environment(as_json: Annotated[bool, typer.Option("--json", metavar="", help
     if as_json:
         print(to_json(facts))
         return
-    table = Table(title="magmadnn env")
-    table.add_column("fact")
-    table.add_column("value")
-    for key, value in facts.items():
-        shown = f"{value / 2**30:.1f} GiB" if key == "dev_shm_free" and isinstance(value, int) else str(value)
-        table.add_row(key.replace("_", " "), Text(shown))
-    out.print(table)
+    from .reporting import env_table
+    out.print(env_table(facts))
 
 
 @app.command()

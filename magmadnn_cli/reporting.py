@@ -221,3 +221,14 @@ def bench_table(records: list[dict[str, Any]]) -> Table:
             for r in records]
     return grid(title, ["L", "ours s", "PyTorch s", "ours/PyTorch", "GEMM floor s", "ours/floor", "delta/layer s"],
                 rows)
+
+
+def env_table(facts: dict[str, Any]) -> Table:
+    """`magmadnn env`'s facts, one a row (/dev/shm's free bytes in GiB)."""
+    table = Table(title="magmadnn env")
+    table.add_column("fact")
+    table.add_column("value")
+    for key, value in facts.items():
+        shown = f"{value / 2**30:.1f} GiB" if key == "dev_shm_free" and isinstance(value, int) else str(value)
+        table.add_row(key.replace("_", " "), Text(shown))
+    return table

@@ -14,7 +14,7 @@ import threading
 from types import FrameType
 from typing import Any, Iterator
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's warning before the time limit
 
 
 class StopSignals:

@@ -246,10 +246,12 @@ def assert_same_weights(run, reference, tolerance: float) -> None:
                                    err_msg=key)
 
 
-def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, overrides: list[str]) -> None:
+def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, overrides: list[str],
+                                                 sig: int = 15) -> None:
     """`magmadnn train CONFIG --processes N` (mpiexec as its child) gets SIGTERM once the first
     checkpoint is on disk, to the launcher alone (a scheduler, `kill`): the ranks write a checkpoint
-    and stop, the launcher exits 143 saying how to resume, and no rank or mpiexec outlives it."""
+    and stop, the launcher exits 143 saying how to resume, and no rank or mpiexec outlives it. `sig`:
+    SIGTERM, or another stop signal (SIGUSR1, Slurm's warning before the time limit)."""
     import os
     import signal
     import subprocess
@@ -266,8 +268,8 @@ def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, ov
         time.sleep(0.05)
     job = job_processes(launcher.pid)  # the launcher, mpiexec, its proxy and the ranks
     assert len(job) >= 3 + processes, f"the job's processes were not found: {job}"
-    launcher.send_signal(signal.SIGTERM)  # to the launcher only, not its process group
+    launcher.send_signal(sig)  # to the launcher only, not its process group
     _, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 143, err
-    assert "stopped by SIGTERM" in err and "--resume" in err
+    assert launcher.returncode == 128 + sig, err
+    assert f"stopped by {signal.Signals(sig).name}" in err and "--resume" in err
     assert not wait_until_gone(job), "a rank or mpiexec outlived the launcher"

@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 import yaml
 
-from magmadnn_cli.distributed.launcher import strip_processes
-
 from conftest import assert_a_failing_rank_ends_the_job, assert_sigterm_to_the_launcher_stops_the_job, find_mpiexec
 
 
@@ -134,11 +132,6 @@ def test_a_user_error_under_mpi_is_said_once_and_leaves_nothing(project, tmp_pat
     assert result.stderr.count("the output layer has 4 units; expected 3") == 1, result.stderr
     assert "rank " not in result.stderr and "Abort" not in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists()
-
-
-def test_strip_processes():
-    assert strip_processes(["train", "c.yaml", "--processes", "4", "-q"]) == ["train", "c.yaml", "-q"]
-    assert strip_processes(["train", "--processes=2", "c.yaml"]) == ["train", "c.yaml"]
 
 
 def test_a_drawn_seed_is_one_seed_for_all_ranks(project):

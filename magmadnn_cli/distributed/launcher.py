@@ -1,4 +1,5 @@
-"""`--processes N`: re-launch this command under the mpiexec of the running Python environment."""
+"""`--processes N|auto` [`--hostfile FILE` | `--hosts h1:4,h2:4`]: re-launch this command under the
+mpiexec of the running Python environment, on the hosts given."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 from pathlib import Path
 
 from ..errors import MagmaError
+from ..signals import SIGNALS
 from .comm import launched_ranks, local_ranks
+from .hosts import Layout, mpiexec_command, resolve_layout
 
 GUARD = "MAGMADNN_LAUNCHED"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -28,10 +31,6 @@ def locate_mpi_launcher() -> str:
             return found
     raise MagmaError("--processes needs mpiexec: `pip install mpich` into this environment (magmadnn's "
                      "default install does), or put an MPI's mpiexec on PATH")
-
-
-def should_launch(processes: int) -> bool:
-    return processes > 1 and not os.environ.get(GUARD) and launched_ranks() == 0
 
 
 def limit_blas_threads(ranks: int, env: dict[str, str] | os._Environ = os.environ) -> None:
@@ -64,44 +63,58 @@ def _die_with_parent() -> None:
         pass
 
 
-def launch(processes: int, argv: list[str]) -> int:
-    """Run `magmadnn <argv>` on `processes` ranks; returns the job's exit code. SIGINT and SIGTERM
-    sent to this launcher are passed on to mpiexec (which passes them to every rank, so they write a
-    checkpoint and stop), and the launcher waits for the job to end: it never leaves ranks behind."""
+def check_layout(layout: Layout, oversubscribe: bool, asked_by: str) -> None:
+    """More ranks than the hosts' slots (or the Slurm allocation's tasks, or 4 per core here) are
+    refused without --oversubscribe: they would mostly wait for each other."""
+    if oversubscribe:
+        return
+    if layout.hosts and layout.processes > layout.slots:
+        listed = ", ".join(f"{host}:{slots}" for host, slots in layout.hosts[:4]) + (", ..." * (len(layout.hosts) > 4))
+        raise MagmaError(f"{asked_by} {layout.processes}: the hosts of {layout.hosts_flag} offer {layout.slots} slots "
+                         f"({listed}); use --processes auto ({layout.slots}), more slots, or --oversubscribe")
+    if not layout.hosts and layout.allocation and layout.processes > layout.allocation:
+        raise MagmaError(f"{asked_by} {layout.processes}: this Slurm allocation has {layout.allocation} tasks; use "
+                         "--processes auto, ask sbatch for more (--ntasks), or add --oversubscribe")
+    if not layout.hosts and not layout.allocation:
+        check_processes(layout.processes, oversubscribe, asked_by)
+
+
+def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, oversubscribe: bool,
+             configured: int, config_key: str) -> int | None:
+    """Start this command under mpiexec when the options (or the config's `configured` count, named
+    `config_key` in messages) ask for ranks or hosts: the job's exit code; None where this process
+    runs the command itself."""
+    if os.environ.get(GUARD) or launched_ranks():
+        return None  # already a rank (of our launch, mpiexec's or srun's): the layout is in place
+    layout = resolve_layout(processes, hostfile, hosts, configured)
+    if layout.processes <= 1 and not layout.hosts:
+        return None
+    check_layout(layout, oversubscribe, "--processes" if processes is not None or layout.hosts else config_key)
+    return launch(layout, sys.argv[1:])
+
+
+def launch(layout: Layout, argv: list[str]) -> int:
+    """Run `magmadnn <argv>` as `layout` says; returns the job's exit code. Stop signals (SIGINT,
+    SIGTERM, SIGUSR1) sent to this launcher are passed on to mpiexec (which passes them to every rank,
+    so they write a checkpoint and stop), and the launcher waits for the job to end: it never leaves
+    ranks behind. The ranks get `argv` whole, so the resume hint repeats the layout as it was given."""
     mpiexec = locate_mpi_launcher()
-    flags: list[str] = []
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    if "Open MPI" in version or "OpenRTE" in version:
-        flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     env = dict(os.environ, **{GUARD: "1"})
-    limit_blas_threads(processes, env)
-    command = [mpiexec, *flags, "-n", str(processes), sys.executable, "-m", "magmadnn_cli", *argv]
+    limit_blas_threads(layout.processes, env)
     # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
-    job = subprocess.Popen(command, env=env, start_new_session=True,
+    job = subprocess.Popen(mpiexec_command(mpiexec, version, layout, argv), env=env, start_new_session=True,
                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
     def forward(signum: int, frame: object) -> None:
         job.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, forward) for sig in SIGNALS}
     try:
         return job.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def strip_processes(argv: list[str]) -> list[str]:
-    """argv without `--processes N` / `--processes=N` (the child runs under mpiexec instead)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--processes":
-            skip = True
-        elif not arg.startswith("--processes="):
-            out.append(arg)
-    return out
 
 
 def before_numpy() -> None:

@@ -8,10 +8,13 @@ import shlex
 import sys
 from pathlib import Path
 
+LAYOUT = ("--processes", "-n", "--hostfile", "--hosts")  # the options that place the ranks
+
 
 def resume_command(run_dir: Path, ranks: int = 1) -> str:
-    """The command that continues this run: the one that started it, with `--resume RUN_DIR` (and
-    `--processes N` for a data-parallel run, whatever launched it)."""
+    """The command that continues this run: the one that started it, with `--resume RUN_DIR`. Its
+    layout (--processes, --hostfile, --hosts) is kept as the user gave it; a data-parallel run that
+    another launcher started (mpiexec -n N, srun) gets `--processes N`."""
     args = sys.argv[1:]
     if not args or args[0] != "train":
         args = ["train", "CONFIG"]
@@ -19,11 +22,12 @@ def resume_command(run_dir: Path, ranks: int = 1) -> str:
     for arg in args:
         if skip:
             skip = False
-        elif arg in ("--resume", "-r", "--init-from", "--processes", "-n"):
+        elif arg in ("--resume", "-r", "--init-from"):
             skip = True
-        elif not arg.startswith(("--resume=", "--init-from=", "--processes=")):
+        elif not arg.startswith(("--resume=", "--init-from=")):
             kept.append(arg)
-    return shlex.join(["magmadnn", *kept, *(["--processes", str(ranks)] if ranks > 1 else []),
+    laid_out = any(a in LAYOUT or a.startswith(tuple(f"{flag}=" for flag in LAYOUT)) for a in kept)
+    return shlex.join(["magmadnn", *kept, *(["--processes", str(ranks)] if ranks > 1 and not laid_out else []),
                        "--resume", str(run_dir)])
 
 
