@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.csv_reader import csv_header
 from ..data.tables import ReadSpec, reader_for
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
@@ -44,13 +43,13 @@ def file_columns(saved: SavedModel) -> list[str] | None:
     if cfg.names:
         return [n for n in cfg.names if n != cfg.target]
     path = Path(cfg.train) if cfg.train else None
-    if path is None or (path.exists() and reader_for(path).name != "csv"):
+    reader = reader_for(path) if path is not None and path.exists() else None
+    if path is None or (reader is not None and reader.columns is None):
         return None
     if not path.is_file():
         return list(saved.features)
-    spec = ReadSpec.of(cfg, features=saved.features)
     try:
-        names = csv_header(path, spec.csv_format(path))
+        names = reader.columns(path, ReadSpec.of(cfg, features=saved.features))
     except MagmaError:
         return list(saved.features)
     columns = [n for n in names if n != cfg.target]

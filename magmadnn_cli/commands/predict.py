@@ -4,20 +4,18 @@ own column encoding (categories, booleans, missing cells), normalization and tar
 
 from __future__ import annotations
 
-import csv
 import itertools
-import io
 import shlex
 import sys
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..core import backend as B
-from ..data.csv_reader import csv_header
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
-from ..data.tables import ReadSpec, Table, reader_for
+from ..data.tables import ReadSpec, Table, reader_for, typed_labels
+from ..data.writers import Columns, write_rows
 from ..errors import DataError, MagmaError, ModelFileError
 from ..files import atomic_write, check_output_file, file_sha256
 from ..training.builder import task_of
@@ -37,10 +35,11 @@ def _spec(path: Path, saved: SavedModel, need_target: bool, keep: tuple[str, ...
 
 
 def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
-    if reader_for(path).name != "csv":
+    names = reader_for(path).columns
+    if names is None:
         return []
     known = set(saved.features) | {saved.config.data.target} | set(spec.keep)
-    return [n for n in csv_header(path, spec.csv_format(path)) if n not in known]
+    return [n for n in names(path, spec) if n not in known]
 
 
 def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, dict[str, int]]:
@@ -198,25 +197,16 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     with B.using(B.select(device, saved.config.precision)):
         network = restore(saved)
         tally: dict[str, Any] = {"rows": 0, "unseen": {}}
-        rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path).tolist()
+        rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path)
                 for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
         first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
 
-        def write(f: IO[bytes]) -> None:
-            text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
-            try:
-                writer = csv.writer(text, lineterminator="\n")
-                writer.writerow(list(keep) + _header(saved, network, proba))
-                for chunk in itertools.chain([first], rows):
-                    writer.writerows(chunk)
-                text.flush()
-            finally:
-                text.detach()  # leave the underlying file (maybe stdout) open
-
+        columns = _columns(saved, network, proba, keep)
+        chunks = (np.asarray(chunk, dtype=object) for chunk in itertools.chain([first], rows))
         if out is None:
-            write(sys.stdout.buffer)
+            write_rows(sys.stdout.buffer, None, columns, chunks)
         else:
-            atomic_write(out, write)
+            atomic_write(out, lambda f: write_rows(f, out, columns, chunks))
         if (note := unseen_note(tally["unseen"], str(data_path))) and warn:
             warn(note)
         return tally["rows"]
@@ -227,8 +217,8 @@ def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chu
     """The input's rows in chunks, the first read (so its columns are checked) before anything is
     written; columns the model does not use are named once."""
     reader = reader_for(data_path)
-    if keep and reader.name != "csv":
-        raise DataError(f"{data_path}: --keep copies CSV columns; this is {reader.name} data")
+    if keep and reader.columns is None:
+        raise DataError(f"{data_path}: --keep copies a table's columns; this is {reader.name} data (arrays)")
     spec = _spec(data_path, saved, False, keep)
     chunks = reader.chunks(data_path, spec, chunk_rows)
     first = next(chunks, None)
@@ -254,11 +244,17 @@ def _predicted_rows(table: Table, network: Any, saved: SavedModel, proba: bool, 
     return np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1) if keep else rows
 
 
-def _header(saved: SavedModel, network: Any, proba: bool) -> list[str]:
+def _columns(saved: SavedModel, network: Any, proba: bool, keep: tuple[str, ...]) -> Columns:
+    """The output's columns: kept ones (text), then the predictions: values (float), or the label
+    (typed as the training labels) and with --proba a probability (float) per class."""
     if saved.task == "regression":
         width = network.output_shape[-1]
-        return ["prediction"] if width == 1 else [f"prediction_{i}" for i in range(width)]
-    return ["prediction"] + ([f"prob_{c}" for c in saved.classes] if proba else [])
+        names = ["prediction"] if width == 1 else [f"prediction_{i}" for i in range(width)]
+        return Columns(list(keep) + names, ["text"] * len(keep) + ["float"] * width)
+    labels = typed_labels(np.array([str(c) for c in saved.classes]))
+    label = {"i": "int", "f": "float"}.get(labels.dtype.kind, "text")
+    probs = [f"prob_{c}" for c in saved.classes] if proba else []
+    return Columns(list(keep) + ["prediction"] + probs, ["text"] * len(keep) + [label] + ["float"] * len(probs))
 
 
 def _outputs(network: Any, x: np.ndarray, saved: SavedModel) -> np.ndarray:

@@ -312,10 +312,15 @@ def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[in
             return parse_rows(lines, path, names, columns, first_line, fmt, dtype), {}
         except CellError:  # missing or text cells in this chunk: read them as text, column by column
             signals.check()  # unless the "cell" was a stop signal numpy turned into a parse error
-    cells = parse_rows(lines, path, names, columns, first_line, fmt, str)
+    return typed_cells(parse_rows(lines, path, names, columns, first_line, fmt, str), dtype, text)
+
+
+def typed_cells(cells: np.ndarray, dtype: Any, text: set[int] = frozenset()) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Text cells (rows x columns) as numbers (NaN where missing: blank, NA, ?, ...) where every
+    present cell of a column is one, else (and for the positions in `text`) as text (missing: '')."""
     x = np.full(cells.shape, np.nan, dtype)
     strings = {}
-    for j in range(len(columns)):
+    for j in range(cells.shape[1]):
         column = np.char.strip(cells[:, j])
         missing = is_missing(column)
         if j not in text:

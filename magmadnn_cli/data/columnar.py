@@ -1,0 +1,248 @@
+"""Parquet, Feather / Arrow IPC and JSON Lines (also .gz, .bz2, .xz) through pyarrow, read in record
+batches (so `predict` streams a file of any size). Typed columns keep their types: numbers are
+numbers, nulls (and NaN) missing cells, strings text that the CSV inference types (categories,
+booleans, numbers written as text), booleans true/false, dates ISO text. The columns are checked
+and named as in CSV. A JSON Lines file whose keys change type or appear late (which pyarrow's
+typed reader refuses) is read on by a line reader, with file:line messages."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .. import signals
+from ..core import backend as B
+from ..errors import DataError
+from .columns import RawColumns
+from .csv_reader import DECOMPRESSORS, READ_ERRORS, check_file, typed_cells
+from .table import ReadSpec, Table, checked_columns, joined, whole_read
+
+try:
+    import pyarrow as pa
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+except ImportError:  # a dependency; only these formats need it
+    pa = None
+
+PACKED = ("", ".gz", ".bz2", ".xz")
+SUFFIXES = {"parquet": (".parquet", ".pq"), "feather": (".feather", ".arrow", ".ipc"),
+            "jsonl": tuple(s + p for s in (".jsonl", ".ndjson") for p in PACKED)}
+
+
+def columnar_format(path: Path) -> str | None:
+    """parquet, feather or jsonl by the file's suffix; None for other files."""
+    name = path.name.lower()
+    return next((kind for kind, suffixes in SUFFIXES.items() if name.endswith(suffixes)), None)
+
+
+@dataclass
+class Source:
+    """An opened file: its column names and its rows of some columns, in batches of at most n rows."""
+    names: list[str]
+    batches: Callable[[list[str], int], Iterator["pa.RecordBatch"]]
+
+
+def _parquet(path: Path) -> Source:
+    f = pq.ParquetFile(str(path), memory_map=True)
+    return Source(list(f.schema_arrow.names), lambda columns, rows: f.iter_batches(batch_size=rows, columns=columns))
+
+
+def _feather(path: Path) -> Source:
+    """Feather version 2 is the Arrow IPC file format; the IPC stream format is taken too."""
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+        parts: Callable[[], Iterator[Any]] = lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))
+    except pa.ArrowInvalid:
+        try:
+            stream = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+        except pa.ArrowInvalid:
+            raise DataError(f"{path}: not an Arrow IPC or Feather (version 2) file; a Feather version 1 file can be "
+                            "rewritten with pyarrow.feather.write_feather(pyarrow.feather.read_table(path), path)")
+        reader, parts = stream, lambda: iter(stream)
+
+    def batches(columns: list[str], rows: int) -> Iterator[Any]:
+        for batch in parts():
+            batch = batch.select(columns)
+            for start in range(0, batch.num_rows, rows):
+                yield batch.slice(start, rows)
+    return Source(list(reader.schema.names), batches)
+
+
+# -- JSON Lines ----------------------------------------------------------------------------------
+BLOCK_BYTES = 1 << 20  # pyarrow infers a JSON Lines file's types from its first block
+
+
+def _binary(path: Path) -> Any:
+    opener = DECOMPRESSORS.get(path.suffix.lower())
+    return opener(path, "rb") if opener else open(path, "rb")
+
+
+def _jsonl(path: Path) -> Source:
+    names: dict[str, None] = {}
+    with _binary(path) as f:
+        for number, record in _records(f, path, limit=BLOCK_BYTES):
+            names.update(dict.fromkeys(record))
+    if not names:
+        raise DataError(f"{path}: no JSON records; expected one JSON object per line")
+    return Source(list(names), lambda columns, rows: _json_batches(path, columns, rows))
+
+
+def _records(f: Any, path: Path, start: int = 0, limit: int | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line after the first `start` records; `limit`: stop
+    after about that many bytes."""
+    seen, size = 0, 0
+    for number, line in enumerate(f, 1):
+        size += len(line)
+        if not line.strip():
+            continue
+        seen += 1
+        if seen > start:
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}:{number}: not JSON ({exc}); expected one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{number}: a JSON {type(record).__name__}, not an object; expected one "
+                                "JSON object ({\"column\": value, ...}) per line")
+            yield number, record
+        if limit is not None and size >= limit:
+            return
+
+
+def _json_batches(path: Path, columns: list[str], rows: int) -> Iterator[Any]:
+    """Typed batches from pyarrow; from the first record it refuses (a key whose type changes, one
+    the first block did not have, a value beyond float64), text batches from the line reader."""
+    done = 0
+    try:
+        for batch in _typed_json(path, columns):
+            for start in range(0, batch.num_rows, rows):
+                yield batch.slice(start, rows)
+            done += batch.num_rows
+    except (pa.ArrowInvalid, *READ_ERRORS):
+        signals.check()
+    else:
+        return
+    with _binary(path) as f:
+        records = _records(f, path, start=done)
+        while chunk := [numbered for _, numbered in zip(range(rows), records)]:
+            yield pa.RecordBatch.from_arrays([pa.array([_text(r.get(c), c, f"{path}:{n}") for n, r in chunk],
+                                                       pa.string()) for c in columns], names=columns)
+
+
+def _typed_json(path: Path, columns: list[str]) -> Iterator[Any]:
+    options = pajson.ReadOptions(block_size=BLOCK_BYTES)
+    with _binary(path) as f:
+        inferred = pajson.open_json(f, read_options=options).schema
+    fields = [inferred.field(c) if c in inferred.names else pa.field(c, pa.string()) for c in columns]
+    parse = pajson.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
+    with _binary(path) as f:
+        yield from pajson.open_json(f, read_options=options, parse_options=parse)
+
+
+def _text(value: Any, column: str, where: str) -> str | None:
+    """A JSON value as a CSV cell would hold it (None: missing)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise DataError(f"{where}: column {column!r} holds a JSON {type(value).__name__} ({json.dumps(value)[:40]}); "
+                    f"magmadnn reads flat columns: flatten it, or leave it out (data.columns.{column}: ignore)")
+
+
+# -- batches as tables ---------------------------------------------------------------------------
+def _is_number(kind: Any) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind) \
+        or pa.types.is_null(kind)
+
+
+def _texts(column: Any, name: str, path: Path) -> np.ndarray:
+    """A column as text cells (numbers in their shortest form, nulls ''), through its distinct
+    values: a Python string per distinct value, not per row."""
+    kind = column.type
+    if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        raise DataError(f"{path}: column {name!r} holds {kind} values; magmadnn reads flat columns (numbers, text, "
+                        f"booleans, dates): flatten it, or leave it out (data.columns.{name}: ignore)")
+    encoded = column.cast(pa.string()).dictionary_encode()
+    values = np.asarray(encoded.dictionary.to_pylist() + [""], dtype=str)
+    return values[encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)]
+
+
+def _table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], target: str | None, start: int) -> Table:
+    """One batch as a Table: number columns as floats (null and NaN missing), the others as text."""
+    dtype = spec.dtype or B.current().floatx
+    declared = spec.text_columns(wanted)
+    x = np.full((batch.num_rows, len(wanted)), np.nan, dtype)
+    strings = {}
+    for j, name in enumerate(wanted):
+        column = batch.column(name)
+        if _is_number(column.type) and j not in declared:
+            x[:, j] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            continue
+        numbers, text = typed_cells(_texts(column, name, path)[:, None], dtype, {0} if j in declared else set())
+        x[:, j] = numbers[:, 0]
+        if text:
+            strings[j] = text[0]
+    y = _texts(batch.column(target), target, path) if target else None
+    kept = {k: _texts(batch.column(k), k, path) for k in spec.keep}
+    return Table(RawColumns(x, strings, np.arange(start, start + batch.num_rows)), y, wanted, str(path), kept)
+
+
+OPENERS = {"parquet": _parquet, "feather": _feather, "jsonl": _jsonl}
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """pyarrow's and the file system's errors as one located message."""
+    try:
+        yield
+    except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read
+        raise KeyboardInterrupt from exc
+    except (pa.ArrowException, *READ_ERRORS, io.UnsupportedOperation) as exc:
+        signals.check()
+        kind = columnar_format(path)
+        raise DataError(f"{path}: cannot read it as {kind} ({str(exc).strip() or type(exc).__name__}); is it a "
+                        f"{kind} file? the format is chosen by the file's suffix") from None
+
+
+def open_source(path: Path) -> Source:
+    check_file(path)
+    if pa is None:
+        raise DataError(f"{path}: reading {columnar_format(path)} needs pyarrow: pip install pyarrow")
+    with _reading(path):
+        return OPENERS[columnar_format(path)](path)
+
+
+def column_names(path: Path, spec: ReadSpec) -> list[str]:
+    return open_source(path).names
+
+
+def columnar_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: bool = False) -> Iterator[Table]:
+    """The file's rows as Tables of at most `chunk_rows` rows; `whole`: the caller keeps them all,
+    so their rows are counted against the memory budget as they arrive."""
+    source = open_source(path)
+    wanted = checked_columns(path, source.names, spec)
+    target = spec.target if spec.target in source.names else None
+    columns = list(dict.fromkeys(wanted + ([target] if target else []) + list(spec.keep)))
+    bound = whole_read(path, spec, len(wanted)) if whole else None
+    done = 0
+    with _reading(path):
+        for batch in source.batches(columns, chunk_rows):
+            if bound is not None:
+                bound.add(batch.nbytes, batch.num_rows)
+            yield _table(batch, path, spec, wanted, target, done)
+            done += batch.num_rows
+
+
+WHOLE_ROWS = 1 << 18  # rows per batch of a whole read (fewer, larger pieces to join)
+
+
+def read_columnar(path: Path, spec: ReadSpec) -> Table:
+    return joined(list(columnar_chunks(path, spec, WHOLE_ROWS, whole=True)), spec, path)

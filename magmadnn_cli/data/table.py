@@ -1,0 +1,189 @@
+"""A table as read from any format (feature cells, raw targets, column names) and what every table
+reader shares: what to read (`ReadSpec`), the columns checked against the file's, the memory bound of
+a whole read, rows without a target left out, labels typed, infinities refused."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config.data import DataConfig
+from ..core import backend as B
+from ..errors import DataError
+from .columns import RawColumns, is_missing
+from .csv_reader import CsvFormat, ReadBound, detect
+
+
+@dataclass
+class Table:
+    """Feature cells (numbers, NaN where missing or text; text columns aside), raw targets (labels
+    or values, or None) and the feature columns' names."""
+    raw: RawColumns
+    y: np.ndarray | None
+    features: list[str]
+    source: str
+    kept: dict[str, np.ndarray] = field(default_factory=dict)  # ReadSpec.keep columns, as text
+    notes: list[str] = field(default_factory=list)  # what reading left out, said once
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.raw.x
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What to read: the target and feature columns, and the CSV dialect and column types."""
+    target: str | None = None
+    features: list[str] | None = None
+    need_target: bool = True
+    data: DataConfig | None = None
+    dtype: Any = None
+    header: tuple[str, ...] | None = None  # headerless files: the columns
+    keep: tuple[str, ...] = ()             # columns to carry through as text (predict --keep)
+
+    @classmethod
+    def of(cls, cfg: DataConfig, need_target: bool = True, features: list[str] | None = None) -> "ReadSpec":
+        return cls(cfg.target, features or cfg.features, need_target, cfg, B.current().floatx,
+                   tuple(cfg.names) if cfg.names else None)
+
+    def csv_format(self, path: Path) -> CsvFormat:
+        data = self.data
+        return detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header)
+
+    def wanted(self, names: list[str]) -> list[str]:
+        if self.features:
+            return list(self.features)
+        ignored = {n for n in self._declared() if self.data.column_spec(n).type == "ignore"}
+        return [n for n in names if n != self.target and n not in ignored]
+
+    def text_columns(self, wanted: list[str]) -> set[int]:
+        """Positions of the columns declared category or boolean: read as text from the start."""
+        text = {n for n in self._declared() if self.data.column_spec(n).type in ("category", "boolean")}
+        return {j for j, n in enumerate(wanted) if n in text}
+
+    def _declared(self) -> list[str]:
+        """The columns data.columns types (the others have no declared type: no lookup per column)."""
+        return list(self.data.columns) if self.data is not None else []
+
+
+def _closest(name: str, names: list[str]) -> str:
+    """'; did you mean ...?' for the column most like `name` (case first), or ''."""
+    close = [n for n in names if n.lower() == name.lower()] or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+COLUMN_BYTES = 4096         # per feature column, before any row: names, parsing, fitted encoders, the model's
+                            # inputs (a run of 1,000,000 columns x 2 rows peaked at 2.2 GiB; rounded up)
+
+
+def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
+    """The feature columns to read from a file of columns `names` (checked against each other, and
+    their count against the memory budget)."""
+    _check_width(path, names, spec)
+    target = spec.target
+    if spec.need_target:
+        if target is None:
+            raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
+        if target not in names:
+            raise DataError(f"{path}: no target column {target!r} (data.target){_closest(target, names)}; "
+                            f"columns are {', '.join(names[:20])}")
+    wanted = spec.wanted(names)
+    present = set(names)
+    missing = [f for f in wanted if f not in present]
+    if missing:
+        raise DataError(f"{path}: missing feature column(s) {', '.join(missing[:10])}"
+                        + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
+                        + f" (data.features){_closest(missing[0], names)}; the file has {', '.join(names[:20])}")
+    if not wanted:
+        raise DataError(f"{path}: no feature columns besides the target {target!r}")
+    unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]
+    if unknown and not spec.features:
+        raise DataError(f"{path}: data.columns names {unknown[0]!r}, which is not a column of the file"
+                        + (_closest(unknown[0], names) or f"; columns are {', '.join(names[:20])}"))
+    absent = [k for k in spec.keep if k not in present]
+    if absent:
+        raise DataError(f"{path}: no column {absent[0]!r} to keep; columns are {', '.join(names[:20])}")
+    return wanted
+
+
+def _check_width(path: Path, names: list[str], spec: ReadSpec) -> None:
+    """Refuse, before any per-column structure is built, more feature columns than the budget holds
+    at COLUMN_BYTES each."""
+    features = len(spec.features) if spec.features else len(names) - int(spec.target in names)
+    need, budget = features * COLUMN_BYTES, B.host_memory_available()
+    if budget is not None and need > budget:
+        raise DataError(f"{path}: the header has {len(names):,} columns; reading {features:,} feature columns would "
+                        f"take about {B.gib(need)} before any row ({COLUMN_BYTES // 1024} KiB per column); "
+                        f"{B.budget_text(budget)}. Choose fewer columns (data.features), or use a machine with more "
+                        "memory")
+
+
+def whole_read(path: Path, spec: ReadSpec, features: int) -> ReadBound:
+    """The bound of a table read whole: its rows, each of `features` numbers in the run's float type
+    and a target label, counted against the memory budget as they are read."""
+    target = TARGET_BYTES if spec.target and spec.need_target else 0
+    return ReadBound(path, features * np.dtype(spec.dtype or B.current().floatx).itemsize + target, features)
+
+
+TARGET_BYTES = 16  # a short label, as text then typed
+
+
+def labelled(table: Table, target: str | None) -> Table:
+    """The table without the rows whose target cell is missing (blank, NA, ?, ...: as in feature
+    columns), a note naming them; targets typed."""
+    if table.y is None:
+        return table
+    missing = is_missing(table.y)
+    if missing.all():
+        raise DataError(f"{table.source}: every row's target (column {target!r}) is missing (blank, NA, ?, ...); "
+                        "is data.target the right column?")
+    if missing.any():
+        rows = np.flatnonzero(missing)
+        shown = ", ".join(str(table.raw.row(int(r))) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        table.notes.append(f"{table.source}: {len(rows)} row(s) without a target (blank, NA, ?: data rows {shown}) "
+                           "left out")
+        kept = np.flatnonzero(~missing)
+        table.raw, table.y = table.raw.rows(kept), table.y[kept]
+        table.kept = {k: v[kept] for k, v in table.kept.items()}
+    table.y = typed_labels(table.y)
+    return table
+
+
+def typed_labels(raw: np.ndarray) -> np.ndarray:
+    """Targets as ints if they all are, else floats if they all are, else stripped strings."""
+    raw = np.char.strip(raw.astype(str))
+    for kind in (np.int64, np.float64):
+        try:
+            return raw.astype(kind)
+        except (ValueError, OverflowError):
+            continue
+    return raw
+
+
+def check_finite(x: np.ndarray, source: Path | str, names: list[str]) -> None:
+    """Missing cells are NaN (imputed later); infinities are refused."""
+    bad = np.isinf(x)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise DataError(f"{source}: column {names[col]!r}, data row {row + 1}: non-finite value {x[row, col]} "
+                        "(infinity); clean the data first")
+
+
+def joined(parts: list[Table], spec: ReadSpec, source: Path) -> Table:
+    """Chunks read whole as one table: text columns where any chunk held text (numbers of other
+    chunks as text), infinities refused, rows without a target left out, labels typed."""
+    if not parts:
+        raise DataError(f"{source}: the file has a header but no data rows")
+    text_cols = sorted({j for p in parts for j in p.raw.text})
+    raw = RawColumns(np.concatenate([p.raw.x for p in parts]) if len(parts) > 1 else parts[0].raw.x,
+                     {j: np.concatenate([p.raw.cells(j) for p in parts]) for j in text_cols})
+    for j in text_cols:
+        raw.x[:, j] = np.nan
+    y = np.concatenate([p.y for p in parts]) if parts[0].y is not None and spec.need_target else None
+    check_finite(raw.x, source, parts[0].features)
+    table = Table(raw, y, parts[0].features, str(source), notes=[n for p in parts[:1] for n in p.notes])
+    return labelled(table, spec.target)

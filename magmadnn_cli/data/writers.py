@@ -1,0 +1,113 @@
+"""Writing rows by the output file's suffix: CSV (the default, and for stdout), Parquet, Feather /
+Arrow IPC or JSON Lines. Rows arrive as text chunks (what a CSV holds); the typed formats give each
+column its type (int, float or text) once for the whole file, so every chunk agrees."""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import json
+import lzma
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Iterable
+
+import numpy as np
+
+from .columnar import SUFFIXES
+
+try:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+except ImportError:  # CSV and JSON Lines are written without it
+    pa = None
+
+KINDS = ("int", "float", "text")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The output's column names and kinds (int, float or text)."""
+    names: list[str]
+    kinds: list[str]
+
+
+def output_format(path: Path | None) -> str:
+    """parquet, feather or jsonl (also compressed) by the suffix; csv for stdout (None) and any other name."""
+    name = path.name.lower() if path is not None else ""
+    return next((k for k, suffixes in SUFFIXES.items() if name.endswith(suffixes)), "csv")
+
+
+def _csv(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray]) -> None:
+    text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
+    try:
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(columns.names)
+        for chunk in chunks:
+            writer.writerows(chunk.tolist())
+        text.flush()
+    finally:
+        text.detach()  # leave the underlying file (maybe stdout) open
+
+
+def _json_cells(cells: np.ndarray, kind: str) -> np.ndarray:
+    """A column's cells as JSON values: numbers as written, text quoted (once per distinct value)."""
+    if kind != "text":
+        return cells.astype(str)
+    uniques, inverse = np.unique(cells.astype(str), return_inverse=True)
+    return np.array([json.dumps(u, ensure_ascii=False) for u in uniques], dtype=object)[inverse.ravel()].astype(str)
+
+
+def _jsonl(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray]) -> None:
+    keys = [json.dumps(name, ensure_ascii=False) + ": " for name in columns.names]
+    for chunk in chunks:
+        lines = np.full(len(chunk), "{", dtype=object)
+        for j, (key, kind) in enumerate(zip(keys, columns.kinds)):
+            lines = lines + (", " if j else "") + key + _json_cells(chunk[:, j], kind).astype(object)
+        f.write(("}\n".join(lines.tolist()) + "}\n").encode("utf-8") if len(lines) else b"")
+
+
+def _arrow_type(kind: str) -> "pa.DataType":
+    return {"int": pa.int64(), "float": pa.float64(), "text": pa.string()}[kind]
+
+
+def _batch(chunk: np.ndarray, columns: Columns, schema: "pa.Schema") -> "pa.RecordBatch":
+    arrays = [pa.array(chunk[:, j].astype(str), pa.string()).cast(_arrow_type(kind))
+              for j, kind in enumerate(columns.kinds)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _typed(open_writer: Callable[[IO[bytes], "pa.Schema"], object]) -> Callable[..., None]:
+    def write(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray]) -> None:
+        schema = pa.schema([(n, _arrow_type(k)) for n, k in zip(columns.names, columns.kinds)])
+        writer = open_writer(f, schema)
+        try:
+            for chunk in chunks:
+                writer.write_batch(_batch(chunk, columns, schema))
+        finally:
+            writer.close()
+    return write
+
+
+WRITERS = {"csv": _csv, "jsonl": _jsonl}
+if pa is not None:
+    WRITERS["parquet"] = _typed(lambda f, schema: pq.ParquetWriter(f, schema))
+    WRITERS["feather"] = _typed(lambda f, schema: pa.ipc.new_file(f, schema))
+
+
+COMPRESSORS = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="wb", mtime=0), ".bz2": lambda f: bz2.BZ2File(f, "wb"),
+               ".xz": lambda f: lzma.LZMAFile(f, "wb")}
+
+
+def write_rows(f: IO[bytes], path: Path | None, columns: Columns, chunks: Iterable[np.ndarray]) -> None:
+    """Text row chunks (rows x columns) written to `f` in the format `path`'s suffix names (CSV for
+    None: stdout), compressed for .gz, .bz2 or .xz (CSV and JSON Lines)."""
+    packer = COMPRESSORS.get(path.suffix.lower()) if path is not None else None
+    kind = output_format(path)
+    if packer is None or kind in ("parquet", "feather"):
+        WRITERS[kind](f, columns, chunks)
+        return
+    with packer(f) as packed:
+        WRITERS[kind](packed, columns, chunks)
