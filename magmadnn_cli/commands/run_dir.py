@@ -2,8 +2,9 @@
 earlier run, and never shares a folder with a live run.
 
 A folder a command writes holds a marker, `.magmadnn` (JSON: what wrote it), and, while a command
-writes it, a lock, `.magmadnn.lock` (JSON: PID, host and any Slurm job id and restart count). Re-running a config writes a new version of
-its default folder (runs/NAME, runs/NAME-2, runs/NAME-3, ... as Ludwig's experiment_run_N); an
+writes it, a lock, `.magmadnn.lock` (JSON: PID, host, any Slurm job id and restart count).
+Re-running a config writes a new version of its default folder (runs/NAME, runs/NAME-2, runs/NAME-3,
+... as Ludwig's experiment_run_N); an
 explicit `--out` holding an earlier run is refused unless `--overwrite`; a folder holding anything
 else (the user's own files) is refused always. The same rule holds for `train`, `train --folds` and
 `tune` (whose default folder is runs/NAME-tune). `predict` and `evaluate` read a run folder's model, or

@@ -67,7 +67,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             _resume(ckpt, run, reporter)
         elif comm.is_root:
             replace_earlier_run(out_dir, reporter)
-        history = run.fit(prune)
+        with comm.watched(config.distributed.timeout, lambda: run.saver.last if run.saver is not None else None):
+            history = run.fit(prune)
         run.trainer.check_weights()
         metrics = final_metrics(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole

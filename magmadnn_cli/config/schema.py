@@ -78,6 +78,11 @@ class DistributedConfig(Strict):
     max_staleness: Annotated[int, Field(ge=0)] | None = Field(
         None, description="strategy async: a gradient is applied at most this many steps after the weights it was "
         "computed on were served (0: one process's run exactly); default: 2 x the workers")
+    timeout: Annotated[float, Field(ge=0)] | None = Field(
+        600.0, description="seconds a rank may wait in one collective of the training loop before the job is ended, "
+        "naming the rank that stopped answering (a stopped or frozen rank, a network split); 0 or null: wait "
+        "forever. 10 minutes, as torch.distributed's NCCL default: beyond any healthy wait (a checkpoint written "
+        "by rank 0) and short of burning a cluster allocation on a hung job")
 
     @model_validator(mode="after")
     def _split_fits(self) -> "DistributedConfig":

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import MagmaError
@@ -65,6 +67,17 @@ class Communicator:
 
     def barrier(self) -> None:
         pass
+
+    def waiting(self, what: str) -> contextlib.AbstractContextManager:
+        """Around a wait for the other ranks (a step's reduction): the watchdog times the outermost."""
+        return contextlib.nullcontext()
+
+    def watched(self, timeout: float | None,
+                last_checkpoint: Callable[[], Path | None]) -> contextlib.AbstractContextManager:
+        """While the block runs, a wait longer than `timeout` s (None or 0: none), or a stop signal during a
+        wait that a rank no longer answers, ends the job naming that rank and `last_checkpoint()`
+        (distributed/watchdog.py); every rank enters it together."""
+        return contextlib.nullcontext()
 
     def abort(self, code: int = 1) -> None:
         sys.exit(code)

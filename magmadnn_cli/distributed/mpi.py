@@ -11,7 +11,8 @@ import stat
 import sys
 import termios
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -20,6 +21,7 @@ from ..core import backend as B
 from ..errors import MagmaError
 from .comm import Communicator, launched_ranks
 from .nccl import NcclReducer, load_nccl
+from .watchdog import Waits, watching
 
 OBJECT, ARRAY = 1, 2  # point-to-point tags: pickled objects, raw arrays
 MAX_PAUSE = 5e-4  # seconds between polls of a receive that has waited long
@@ -44,7 +46,9 @@ class MPICommunicator(Communicator):
         self.owned: list[Any] = []  # MPI objects this communicator made (split parts, windows): freed by `release`
         if part_of is not None:
             self.local_rank, self.local_size = part_of.local_rank, part_of.local_size
+            self.waits = part_of.waits
             return
+        self.waits = Waits()  # what this rank waits for inside MPI now (the watchdog reads it)
         expected = launched_ranks()
         if self.size == 1 and expected > 1:
             library = MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
@@ -67,9 +71,16 @@ class MPICommunicator(Communicator):
             if handle not in (MPI.COMM_NULL, MPI.WIN_NULL):
                 handle.Free()
 
-    # -- collectives ---------------------------------------------------------------------------
+    def watched(self, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> Any:
+        return watching(self._root(), timeout, last_checkpoint)
+
+    def waiting(self, what: str) -> Any:
+        return self.waits.on(what)
+
+    # -- collectives (each a wait the watchdog times) --------------------------------------------
     def bcast(self, obj: Any, root: int = 0) -> Any:
-        return self.comm.bcast(obj, root=root)
+        with self.waits.on("a broadcast"):
+            return self.comm.bcast(obj, root=root)
 
     def _device_reducer(self, array: Any) -> NcclReducer | None:
         """NCCL for a GPU array under the allreduce reduction, made on first use (None: use MPI)."""
@@ -85,7 +96,8 @@ class MPICommunicator(Communicator):
             nccl.bcast(array, root)
             return
         host = B.to_host(array)
-        self.comm.Bcast(host, root=root)
+        with self.waits.on("a broadcast"):
+            self.comm.Bcast(host, root=root)
         if host is not array:
             array[...] = B.to_device(host)
 
@@ -96,18 +108,21 @@ class MPICommunicator(Communicator):
         host = B.to_host(array)  # without NCCL, cupy buffers are staged through the host
         if not host.flags.c_contiguous:
             raise ValueError("allreduce_sum needs a contiguous buffer")
-        self._reduce(host)
+        with self.waits.on(f"a {self.reduction} reduction"):
+            self._reduce(host)
         if host is not array:
             array[...] = B.to_device(host)
 
     def allgather(self, obj: Any) -> list[Any]:
-        return self.comm.allgather(obj)
+        with self.waits.on("an allgather"):
+            return self.comm.allgather(obj)
 
     def allgather_array(self, local: Any, counts: list[int]) -> Any:
         """MPI_Allgatherv of flat float arrays (GPU arrays staged through the host)."""
         host = np.ascontiguousarray(B.to_host(local)).ravel()
         gathered = np.empty(sum(counts), dtype=host.dtype)
-        self.comm.Allgatherv(host, [gathered, counts])
+        with self.waits.on("an allgather"):
+            self.comm.Allgatherv(host, [gathered, counts])
         return gathered if isinstance(local, np.ndarray) else B.to_device(gathered)
 
     def split(self, color: int, key: int) -> "MPICommunicator":
@@ -147,13 +162,15 @@ class MPICommunicator(Communicator):
     def _await(self, source: int, tag: int) -> Any:
         """Until a message from `source` with `tag` has arrived; its status."""
         status, pause = MPI.Status(), 0.0
-        while not self.comm.Iprobe(source=source, tag=tag, status=status):
-            time.sleep(pause)
-            pause = min(MAX_PAUSE, 2 * pause or 1e-5)
+        with self.waits.on("a message from " + (f"rank {source}" if source >= 0 else "any rank")):
+            while not self.comm.Iprobe(source=source, tag=tag, status=status):
+                time.sleep(pause)
+                pause = min(MAX_PAUSE, 2 * pause or 1e-5)
         return status
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        with self.waits.on("a barrier"):
+            self.comm.Barrier()
 
     def abort(self, code: int = 1) -> None:
         if self.parent is not None:

@@ -146,10 +146,11 @@ class Trainer:
             loss_sum, correct = (part, hits) if i == 0 else (loss_sum + part, correct + hits)
             if len(micro) > 1:
                 self._accumulate(first=i == 0, last=i == len(micro) - 1)
-        loss_sum, correct, stop = self.parallel.reduce(loss_sum, correct, bool(self.signals.received))
-        self.stop_requested = stop
-        if math.isfinite(loss_sum):
-            self.parallel.update()
+        with self.comm.waiting(f"epoch {self.position.epoch}, step {self.position.step + 1}'s reduction"):
+            loss_sum, correct, stop = self.parallel.reduce(loss_sum, correct, bool(self.signals.received))
+            self.stop_requested = stop
+            if math.isfinite(loss_sum):
+                self.parallel.update()  # shared-memory strategies wait for the node's ranks here
         return loss_sum, correct
 
     def _accumulate(self, first: bool, last: bool) -> None:
