@@ -73,7 +73,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         metrics = final_metrics(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
         if comm.is_root:
-            write_outputs(out_dir, pin_conv_algorithms(config, run.network), run.network, weights, run.data, run.task,
+            write_outputs(out_dir, pin_conv_algorithms(run.config, run.network), run.network, weights, run.data, run.task,
                           metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
                                                                              if k in SPLITS}))

@@ -76,6 +76,12 @@ class DataConfig(Strict):
     scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
     shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
     delimiter: Literal[",", ";", "\t", "|"] | None = Field(None, description="CSV field separator (default: sniffed; tab for .tsv)")
+    decimal: Literal[".", ","] | None = Field(None, description="the decimal mark of CSV number cells (default: '.', or "
+                                              "',' detected in a file not separated by commas whose numbers read "
+                                              "only so, e.g. 3,5)")
+    thousands: Literal[".", ",", " ", "'", "_"] | None = Field(None, description="the thousands separator of CSV "
+                                                               "number cells, e.g. '.' with decimal ',' (1.234,5); "
+                                                               "default none ('.' detected with a decimal comma)")
     encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
     synthetic: SyntheticData | None = None
 
@@ -108,6 +114,8 @@ class DataConfig(Strict):
             raise ValueError("give exactly one of data.train (a file) or data.synthetic")
         if self.validation_split + self.test_split >= 1.0:
             raise ValueError("validation_split + test_split must be below 1")
+        if self.decimal is not None and self.decimal == self.thousands:
+            raise ValueError(f"decimal and thousands are both {self.decimal!r}; one mark cannot be both")
         if self.target is not None and self.target in self.columns:
             raise ValueError(f"columns: {self.target!r} is the target; column types are for features")
         return self

@@ -67,7 +67,7 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
                                            skip_rows=int(bool(fmt.names) and fmt.header)),
             parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
-                include_columns=wanted, null_values=NULLS, strings_can_be_null=False,
+                include_columns=wanted, null_values=NULLS, strings_can_be_null=False, decimal_point=fmt.decimal,
                 column_types={**{f: kind for f in features}, **({target: pa.string()} if target else {})}))
     except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read: pass it on (a fallback would lose it)
         raise KeyboardInterrupt from exc

@@ -23,7 +23,7 @@ import numpy as np
 from .. import signals
 from ..core import backend as B
 from ..errors import DataError
-from .columns import is_missing
+from .numbers import OffStyle, detect_style, is_plain, typed_cells
 
 STDIN = "-"
 MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
@@ -39,6 +39,13 @@ class CsvFormat:
     encoding: str = "utf-8"
     names: tuple[str, ...] | None = None  # the columns' names, when not the header row's (data.names)
     header: bool = True                   # the first line is a header row, not data
+    decimal: str = "."                    # how number cells are written (data.decimal, data.thousands)
+    thousands: str = ""
+    style_detected: bool = False          # decimal and thousands were read off the file, not declared
+
+    @property
+    def plain_numbers(self) -> bool:
+        return is_plain(self.decimal, self.thousands)
 
 
 class CellError(DataError):
@@ -221,6 +228,18 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
     return _named(path, CsvFormat(best, encoding), names)
 
 
+def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands: str | None) -> CsvFormat:
+    """`fmt` with how its numbers are written: as declared (data.decimal, data.thousands), else
+    detected from the file's first lines (a decimal comma in a file not separated by commas)."""
+    if decimal is not None or thousands is not None:
+        return replace(fmt, decimal=decimal or ".", thousands=thousands or "")
+    detected = detect_style(_first_lines(path, fmt.encoding, count=STYLE_LINES), fmt.delimiter)
+    return replace(fmt, decimal=detected[0], thousands=detected[1], style_detected=True) if detected else fmt
+
+
+STYLE_LINES = 200  # lines sampled to detect how numbers are written
+
+
 def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None) -> CsvFormat:
     """The columns' names (data.names) against the file's first row: the same names in any order are
     the file's header, read as it is; a row with one of them in its place is a header they rename
@@ -307,30 +326,19 @@ def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[in
                 fmt: CsvFormat, dtype: Any, text: set[int]) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """The chosen columns of CSV lines as numbers (NaN where a cell is missing: blank, NA, ?, ...)
     and, for the positions in `text` and any column holding a non-number, as text (missing: '')."""
-    if not text:
+    if not text and fmt.plain_numbers:
         try:
             return parse_rows(lines, path, names, columns, first_line, fmt, dtype), {}
         except CellError:  # missing or text cells in this chunk: read them as text, column by column
             signals.check()  # unless the "cell" was a stop signal numpy turned into a parse error
-    return typed_cells(parse_rows(lines, path, names, columns, first_line, fmt, str), dtype, text)
-
-
-def typed_cells(cells: np.ndarray, dtype: Any, text: set[int] = frozenset()) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Text cells (rows x columns) as numbers (NaN where missing: blank, NA, ?, ...) where every
-    present cell of a column is one, else (and for the positions in `text`) as text (missing: '')."""
-    x = np.full(cells.shape, np.nan, dtype)
-    strings = {}
-    for j in range(cells.shape[1]):
-        column = np.char.strip(cells[:, j])
-        missing = is_missing(column)
-        if j not in text:
-            try:
-                x[~missing, j] = column[~missing].astype(np.float64)
-                continue
-            except ValueError:
-                signals.check()
-        strings[j] = np.where(missing, "", column)
-    return x, strings
+    try:
+        return typed_cells(parse_rows(lines, path, names, columns, first_line, fmt, str), dtype, text, fmt.decimal,
+                           fmt.thousands)
+    except OffStyle as exc:
+        raise DataError(f"{path}:{first_line + exc.row}: column {names[columns[exc.column]]!r}: {exc.cell!r} is not a "
+                        f"number as this file writes them (decimal mark {fmt.decimal!r}, thousands "
+                        f"{fmt.thousands or 'none'!r}{', detected' if fmt.style_detected else ''}); write it so, or "
+                        "set data.decimal and data.thousands") from None
 
 
 CHUNK_CHARS = 1 << 23  # characters of CSV text per chunk (8 Mi: bounded memory whatever the row width)

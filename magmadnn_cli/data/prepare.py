@@ -39,6 +39,7 @@ class Prepared:
     encoder: ColumnEncoder = field(default_factory=lambda: ColumnEncoder([]))
     targets: TargetScaler = field(default_factory=TargetScaler)
     notes: list[str] = field(default_factory=list)   # what was inferred or imputed, said once
+    settled: dict[str, Any] = field(default_factory=dict)  # data.* settings read off the training file
 
 
 def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) -> np.ndarray:
@@ -258,6 +259,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     """Read the configured data, split it (seeded, stratified for classes; or fold k of K), encode the
     columns, labels and targets and fit the normalizers, on the training rows only."""
     table = _read(cfg, seed)
+    cfg = cfg.model_copy(update=table.settled)  # the validation and test files are written alike
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
     notes = table.notes + notes
@@ -286,7 +288,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
         else:
             splits[name] = None
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
-                    tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes)
+                    tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled)
 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:

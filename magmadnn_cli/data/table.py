@@ -15,7 +15,7 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from .columns import RawColumns, is_missing
-from .csv_reader import CsvFormat, ReadBound, detect
+from .csv_reader import CsvFormat, ReadBound, detect, with_number_style
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Table:
     source: str
     kept: dict[str, np.ndarray] = field(default_factory=dict)  # ReadSpec.keep columns, as text
     notes: list[str] = field(default_factory=list)  # what reading left out, said once
+    settled: dict[str, Any] = field(default_factory=dict)  # data.* settings read off the file (decimal, ...)
 
     @property
     def x(self) -> np.ndarray:
@@ -52,7 +53,8 @@ class ReadSpec:
 
     def csv_format(self, path: Path) -> CsvFormat:
         data = self.data
-        return detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header)
+        fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header)
+        return with_number_style(path, fmt, data.decimal if data else None, data.thousands if data else None)
 
     def wanted(self, names: list[str]) -> list[str]:
         if self.features:

@@ -18,8 +18,9 @@ from ..files import load_npz
 from .arrow_csv import read_numeric
 from .columnar import PACKED, SUFFIXES, column_names, columnar_chunks, columnar_format, read_columnar
 from .columns import RawColumns
-from .csv_reader import STDIN, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
+from .csv_reader import STDIN, CsvFormat, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
 from .images import image_format, read_images
+from .numbers import respelled_labels
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
 
 __all__ = ["READERS", "Reader", "ReadSpec", "Table", "read_table", "reader_for", "synthetic", "typed_labels"]
@@ -45,6 +46,7 @@ def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: bool 
     for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt, bound=bound):
         x, strings = parse_cells(lines, path, names, columns, first_line, fmt, dtype, text)
         y = parse_rows(lines, path, names, [position[target]], first_line, fmt, str)[:, 0] if target else None
+        y = respelled_labels(y, fmt.decimal, fmt.thousands) if y is not None else None
         kept = parse_rows(lines, path, names, [position[k] for k in spec.keep], first_line, fmt, str) \
             if spec.keep else None
         yield Table(RawColumns(x, strings, np.arange(done, done + len(x))), y, wanted, str(path),
@@ -55,19 +57,31 @@ def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: bool 
 def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     """The whole file: numeric feature columns through pyarrow when it takes them, else (text
     columns, anything unusual, or `fast` off) the line reader, chunk by chunk."""
-    if fast and not spec.keep:
-        fmt = spec.csv_format(path)
-        names = csv_header(path, fmt)
-        wanted = checked_columns(path, names, spec)
-        target = spec.target if spec.need_target else None
-        dtype = spec.dtype or B.current().floatx
-        arrow = read_numeric(path, fmt, wanted, target, dtype, whole_read(path, spec, len(wanted))) \
-            if not spec.text_columns(wanted) and len(names) <= ARROW_MAX_COLUMNS else None
-        if arrow is not None:
-            x, y = arrow
-            check_finite(x, path, wanted)
-            return labelled(Table(RawColumns(x), y, wanted, str(path)), spec.target)
-    return joined(list(csv_chunks(path, spec, whole=True)), spec, path)
+    fmt = spec.csv_format(path)
+    table = _read_numeric(path, spec, fmt) if fast and not spec.keep else None
+    table = table or joined(list(csv_chunks(path, spec, whole=True)), spec, path)
+    if fmt.style_detected:
+        table.settled.update(decimal=fmt.decimal, thousands=fmt.thousands)
+        table.notes.append(f"{path}: numbers are written with {fmt.decimal!r} as the decimal mark and "
+                           f"{fmt.thousands!r} between thousands (detected; data.decimal and data.thousands set it)")
+    return table
+
+
+def _read_numeric(path: Path, spec: ReadSpec, fmt: CsvFormat) -> Table | None:
+    """The table through pyarrow, when every feature column is numbers (None: the line reader's)."""
+    names = csv_header(path, fmt)
+    wanted = checked_columns(path, names, spec)
+    if spec.text_columns(wanted) or len(names) > ARROW_MAX_COLUMNS:
+        return None
+    dtype = spec.dtype or B.current().floatx
+    arrow = read_numeric(path, fmt, wanted, spec.target if spec.need_target else None, dtype,
+                         whole_read(path, spec, len(wanted)))
+    if arrow is None:
+        return None
+    x, y = arrow
+    check_finite(x, path, wanted)
+    y = respelled_labels(y, fmt.decimal, fmt.thousands) if y is not None else None
+    return labelled(Table(RawColumns(x), y, wanted, str(path)), spec.target)
 
 
 # -- NPZ and images ------------------------------------------------------------------------------

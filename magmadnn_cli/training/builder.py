@@ -75,6 +75,8 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     seed = config.seed if config.seed is not None else 0
     strategy = strategies.checked_strategy(config)
     data = on_every_rank(comm, lambda: prepare(config.data, task_of(config), seed, fold))
+    if data.settled:  # what the data file said (its number style): saved, so new files are read alike
+        config = config.model_copy(update={"data": config.data.model_copy(update=data.settled)})
     groups = parallel_layout(config, comm, reporter, strategy)
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)

@@ -1,0 +1,129 @@
+"""Numbers as spreadsheets write them: the decimal mark and the thousands separator (`3,5` for 3.5 and
+`1.234,5` for 1234.5 in a European export). Declared by data.decimal / data.thousands, or detected
+in a file not separated by commas whose number cells read only that way. Cells are respelled for
+float() once per distinct value; a cell that does not follow the style is not a number."""
+
+from __future__ import annotations
+
+import csv
+import re
+from typing import Any
+
+import numpy as np
+
+from .. import signals
+from .columns import is_missing
+
+STYLES = {",": ".", ".": ","}  # decimal mark -> the thousands separator that goes with it
+
+
+def _pattern(decimal: str, thousands: str) -> re.Pattern[str]:
+    d, t = re.escape(decimal), re.escape(thousands) if thousands else None
+    whole = rf"(\d{{1,3}}({t}\d{{3}})+|\d+)" if t else r"\d+"
+    return re.compile(rf"[+-]?({whole}({d}\d*)?|{d}\d+)([eE][+-]?\d+)?")
+
+
+def is_plain(decimal: str, thousands: str) -> bool:
+    return decimal == "." and not thousands
+
+
+def respelled(cells: np.ndarray, decimal: str, thousands: str) -> np.ndarray:
+    """Stripped cells as float() reads them where they are numbers in this style; '?' (not a number)
+    where they are not; cells are checked once per distinct value."""
+    cells = np.char.strip(cells.astype(str))
+    if is_plain(decimal, thousands) or not len(cells):
+        return cells
+    pattern = _pattern(decimal, thousands)
+    uniques, inverse = np.unique(cells, return_inverse=True)
+    spelled = [(u.replace(thousands, "") if thousands else u).replace(decimal, ".") if pattern.fullmatch(u) else "?"
+               for u in uniques.tolist()]
+    return np.asarray(spelled, dtype=str)[inverse.ravel()]
+
+
+class OffStyle(ValueError):
+    """A cell that reads as a number only in the plain style, in a column of numbers written in
+    another ('12.5' among '1.234,5'): reading it as 12.5 would be a guess."""
+
+    def __init__(self, row: int, cell: str) -> None:
+        super().__init__(cell)
+        self.row, self.cell, self.column = row, cell, 0
+
+
+def styled_column(column: np.ndarray, present: np.ndarray, decimal: str, thousands: str) -> tuple[np.ndarray, bool]:
+    """(the column's cells with its numbers respelled for float(), whether every present cell is a
+    number); raises OffStyle for a plain-style number among numbers of this style."""
+    spelled = np.where(present, respelled(column, decimal, thousands), "")
+    off = present & (spelled == "?")
+    if not off.any():
+        return spelled, True
+    plain = np.asarray([_is_float(c) for c in column[off].tolist()])
+    if plain.any() and (present & ~off).any():
+        row = int(np.flatnonzero(off)[np.argmax(plain)])
+        raise OffStyle(row, str(column[row]))
+    return np.where(off, column, spelled), False
+
+
+def respelled_labels(cells: np.ndarray, decimal: str, thousands: str) -> np.ndarray:
+    """Target cells with their numbers respelled for float(); other labels as they are."""
+    if is_plain(decimal, thousands):
+        return cells
+    spelled = respelled(cells, decimal, thousands)
+    return np.where(spelled == "?", np.char.strip(cells.astype(str)), spelled)
+
+
+def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
+    """(",", ".") when `lines` (a file's first ones) are separated by something other than commas
+    and some number cell reads only with a decimal comma ('3,5') while none reads only with a decimal
+    point ('2.5' is not 2,5's thousands grouping); else None (the plain style)."""
+    if delimiter == ",":
+        return None
+    comma = _pattern(",", ".")
+    cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
+    if any("." in c and _is_float(c) and not comma.fullmatch(c) for c in cells):
+        return None
+    return (",", ".") if any("," in c and comma.fullmatch(c) for c in cells) else None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def typed_cells(cells: np.ndarray, dtype: Any, text: set[int] = frozenset(), decimal: str = ".",
+                thousands: str = "") -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Text cells (rows x columns) as numbers (NaN where missing: blank, NA, ?, ...) where every
+    present cell of a column is one (written with this decimal mark and thousands separator), else
+    (and for the positions in `text`) as text (missing: ''); OffStyle names a misfit number."""
+    x = np.full(cells.shape, np.nan, dtype)
+    strings = {}
+    for j in range(cells.shape[1]):
+        column = np.char.strip(cells[:, j])
+        missing = is_missing(column)
+        if j in text:
+            strings[j] = np.where(missing, "", column)
+        elif is_plain(decimal, thousands):
+            try:
+                x[~missing, j] = column[~missing].astype(np.float64)
+            except ValueError:
+                signals.check()
+                strings[j] = np.where(missing, "", column)
+        else:
+            _styled(column, missing, j, decimal, thousands, x, strings)
+    return x, strings
+
+
+def _styled(column: np.ndarray, missing: np.ndarray, j: int, decimal: str, thousands: str, x: np.ndarray,
+            strings: dict[int, np.ndarray]) -> None:
+    """Column j of numbers written in this style into x, or its cells (numbers respelled) into strings."""
+    try:
+        spelled, numbers = styled_column(column, ~missing, decimal, thousands)
+    except OffStyle as exc:
+        exc.column = j
+        raise
+    if numbers:
+        x[~missing, j] = spelled[~missing].astype(np.float64)
+    else:
+        strings[j] = spelled

@@ -1,0 +1,130 @@
+"""Numbers as European spreadsheets write them (issue 28): `3,5` and `1.234,5` in a `;`-separated
+export read as 3.5 and 1234.5, detected (said once, stored with the model so new files read alike)
+or declared by data.decimal / data.thousands; a cell that does not follow the style is no number."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from magmadnn_cli.data.numbers import detect_style, respelled
+
+CONFIG = """\
+name: spelled
+seed: 0
+device: cpu
+data: {{train: {train}, target: target{extra}}}
+model: {{layers: [{{type: dense, units: 8, activation: relu}}, {{type: dense, units: 1}}]}}
+loss: mse
+optimizer: {{type: adam, learning_rate: 0.01}}
+training: {{epochs: 8, batch_size: 16, checkpoint: false}}
+"""
+
+
+def _values(n: int = 300, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    price = np.round(rng.normal(size=n) * 1500 + 2500, 2)
+    ratio = np.round(rng.normal(size=n), 2)
+    return np.stack([price, ratio, np.round(0.002 * price + 3 * ratio, 2)], axis=1)
+
+
+def european(value: float, grouped: bool = True) -> str:
+    """1234.5 -> '1.234,50' (grouped) or '1234,50'."""
+    text = f"{value:,.2f}".replace(",", " ").replace(".", ",")
+    return text.replace(" ", ".") if grouped else text.replace(" ", "")
+
+
+def _write(folder, name: str, rows: np.ndarray, spell, delimiter: str) -> None:
+    lines = [delimiter.join(["price", "ratio", "target"])]
+    lines += [delimiter.join([spell(p), spell(r, False), spell(t, False)]) for p, r, t in rows]
+    (folder / name).write_text("\n".join(lines) + "\n")
+
+
+def _train(capsys, folder, train: str, extra: str = "") -> tuple[dict, str]:
+    (folder / f"{train}.yaml").write_text(CONFIG.format(train=train, extra=extra))
+    code, out, err = run_cli(capsys, "train", str(folder / f"{train}.yaml"), "--out", str(folder / f"run_{train}"))
+    assert code == 0, err
+    return json.loads((folder / f"run_{train}" / "metrics.json").read_text()), out + err
+
+
+def test_a_european_export_trains_like_the_same_numbers_written_plainly(capsys, tmp_path):
+    rows = _values()
+    _write(tmp_path, "eu.csv", rows, european, ";")
+    _write(tmp_path, "plain.csv", rows, lambda v, grouped=True: repr(float(v)), ",")
+    eu, log = _train(capsys, tmp_path, "eu.csv")
+    plain, plain_log = _train(capsys, tmp_path, "plain.csv")
+    assert eu["train"]["loss"] == plain["train"]["loss"] and eu["validation"]["loss"] == plain["validation"]["loss"]
+    assert log.count("',' as the decimal mark and '.' between thousands (detected") == 1, log
+    assert "decimal mark" not in plain_log
+    saved = (tmp_path / "run_eu.csv" / "config.yaml").read_text()
+    assert "decimal: ','" in saved and "thousands: ." in saved
+
+
+def test_predict_reads_new_rows_in_the_style_the_model_was_trained_on(capsys, tmp_path):
+    """'1.234' alone is 1.234 to a reader that guesses; to a model trained on a European file it
+    is 1234, as in training."""
+    rows = _values()
+    _write(tmp_path, "eu.csv", rows, european, ";")
+    _train(capsys, tmp_path, "eu.csv")
+    (tmp_path / "new.csv").write_text("price;ratio\n1.234;1\n2.500;0\n")
+    (tmp_path / "new_plain.csv").write_text("price,ratio\n1234,1\n2500,0\n")
+    model = str(tmp_path / "run_eu.csv")
+    code, out, err = run_cli(capsys, "predict", model, str(tmp_path / "new.csv"))
+    assert code == 0, err
+    code, expected, err = run_cli(capsys, "predict", model, str(tmp_path / "new_plain.csv"))
+    assert code == 0, err
+    assert out.splitlines()[1:] == expected.splitlines()[1:]
+
+
+def test_declared_styles_both_ways(capsys, tmp_path):
+    rows = _values()
+    _write(tmp_path, "plain.csv", rows, lambda v, grouped=True: repr(float(v)), ",")
+    plain, _ = _train(capsys, tmp_path, "plain.csv")
+    # a comma-separated file with quoted grouped numbers: "1,234.50"
+    lines = ["price,ratio,target"] + [f'"{p:,.2f}",{r},{t}' for p, r, t in rows]
+    (tmp_path / "us.csv").write_text("\n".join(lines) + "\n")
+    us, _ = _train(capsys, tmp_path, "us.csv", ", thousands: ','")
+    assert us["train"]["loss"] == plain["train"]["loss"]
+    # a tab-separated file with decimal commas, declared
+    _write(tmp_path, "eu.tsv", rows, lambda v, grouped=True: european(v, False), "\t")
+    eu, _ = _train(capsys, tmp_path, "eu.tsv", ", decimal: ','")
+    assert eu["train"]["loss"] == plain["train"]["loss"]
+
+
+def test_a_cell_off_the_style_is_not_a_number_and_is_named(capsys, tmp_path):
+    rows = _values()
+    _write(tmp_path, "eu.csv", rows, european, ";")
+    lines = (tmp_path / "eu.csv").read_text().splitlines()
+    lines[40] = "12.5;" + lines[40].split(";", 1)[1]  # a decimal point in a decimal-comma file
+    (tmp_path / "eu.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "c.yaml").write_text(CONFIG.format(train="eu.csv", extra=", decimal: ',', thousands: '.'"))
+    code, _, err = run_cli(capsys, "train", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"))
+    assert code == 2 and "eu.csv:41: column 'price': '12.5' is not a number as this file writes them" in err, err
+
+
+def test_the_same_mark_for_both_is_refused(capsys, tmp_path):
+    (tmp_path / "c.yaml").write_text(CONFIG.format(train="x.csv", extra=", decimal: ',', thousands: ','"))
+    code, _, err = run_cli(capsys, "validate", str(tmp_path / "c.yaml"))
+    assert code == 2 and "one mark cannot be both" in err, err
+
+
+@pytest.mark.parametrize("cells, expected", [
+    (["3,5", "-0,25", ",5", "1.234,5", "1.234.567", "2e3", "7"], ["3.5", "-0.25", ".5", "1234.5", "1234567", "2e3", "7"]),
+    (["1.5", "12.34", "1.23,4", "abc", "1,2,3"], ["?"] * 5),
+])
+def test_respelling_follows_the_grouping_rules(cells, expected):
+    assert respelled(np.array(cells), ",", ".").tolist() == expected
+
+
+@pytest.mark.parametrize("lines, delimiter, expected", [
+    (["a;b", "3,5;1", "1.234;2"], ";", (",", ".")),
+    (["a;b", "3,5;1", "2.5;2"], ";", None),        # 2.5 reads only with a decimal point: not detected
+    (["a;b", "1.234;1", "5.678;2"], ";", None),    # nothing reads only with a decimal comma
+    (["a,b", "1,2", "3,4"], ",", None),            # comma-separated: commas are separators
+    (["a\tb", "0,75\tx"], "\t", (",", ".")),
+])
+def test_detection_needs_cells_that_read_only_one_way(lines, delimiter, expected):
+    assert detect_style([line + "\n" for line in lines], delimiter) == expected
