@@ -1,4 +1,5 @@
-"""Stop signals (SIGINT, SIGTERM), one owner for the process. While a command runs (`watching`),
+"""Stop signals (SIGINT, SIGTERM, and SIGUSR1: Slurm's warning before a time limit, to checkpoint
+and exit for requeue), one owner for the process. While a command runs (`watching`),
 the first one is recorded and raised at once as KeyboardInterrupt. numpy and pyarrow can turn that
 exception into another (numpy 2's string ufuncs re-raise it as a TypeError) or a reader can take it
 for bad input and fall back, so readers `check()` where they fall back and the CLI reports any

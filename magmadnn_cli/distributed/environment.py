@@ -13,6 +13,7 @@ from typing import Any
 from ..core import backend as B
 from ..errors import MagmaError
 from .comm import launched_rank, launched_ranks
+from .hosts import slurm_tasks
 from .launcher import THREAD_VARS, locate_mpi_launcher, max_processes
 
 
@@ -21,7 +22,7 @@ def describe() -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"host": socket.gethostname(), "python": sys.version.split()[0], "platform": platform.platform(),
             "cores": cores, **_mpi(), **_slurm(), **_blas(), **_gpus(), "dev_shm_free": _shm_free(),
-            "ranks_to_fill_this_machine_or_allocation": _slurm().get("slurm_tasks") or cores,
+            "ranks_to_fill_this_machine_or_allocation": slurm_tasks() or cores,  # what --processes auto starts
             "processes_max_without_oversubscribe": max_processes()}
 
 
