@@ -80,6 +80,7 @@ class Cluster:
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
             _ip("-n", name, "link", "set", link, "up")
             _ip("-n", name, "link", "set", "lo", "up")
+        _ip("netns", "exec", self.names[1], "unshare", "--uts", "true")  # a hostname of its own is possible
         cases = "\n".join(f"  {address}) exec ip netns exec {name} unshare --uts sh -c \"hostname {host} && exec $*\";;"
                           for (address, host), name in zip(HOSTS.items(), self.names))
         rsh = self.folder / "rsh.sh"
