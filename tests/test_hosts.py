@@ -170,3 +170,9 @@ def test_sigusr1_checkpoints_and_exits_for_requeue(tmp_path):
     assert_sigterm_to_the_launcher_stops_the_job(config, tmp_path / "run", 2,
                                                  ["training.epochs=400", "training.checkpoint.every_steps=1"],
                                                  sig=signal.SIGUSR1)
+
+
+def test_a_config_count_beyond_the_hosts_names_the_config_key(capsys, tmp_path):
+    config = project(tmp_path)
+    code, _, err = run_cli(capsys, "train", config, "--hosts", "a:2", "--set", "distributed.processes=3")
+    assert code == 2 and f"{config}: distributed.processes: 3: the hosts of --hosts offer 2 slots" in err, err

@@ -89,7 +89,7 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
     layout = resolve_layout(processes, hostfile, hosts, configured)
     if layout.processes <= 1 and not layout.hosts:
         return None
-    check_layout(layout, oversubscribe, "--processes" if processes is not None or layout.hosts else config_key)
+    check_layout(layout, oversubscribe, "--processes" if processes is not None else config_key)
     return launch(layout, sys.argv[1:])
 
 
