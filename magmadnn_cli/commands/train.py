@@ -115,6 +115,10 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
     run = build_run(config, comm, reporter, checkpoints, init_from, fold)
     reporter.info(f"{config.name}: {len(run.data.train.x)} training rows, {run.network.num_parameters:,} "
                   f"parameters, device {run.backend.device}, {comm.size} process(es), seed {config.seed}")
+    if comm.is_root and (record := how_it_runs(run)):
+        reporter.info(f"distributed: {in_words(record)}")
+    if comm.is_root and (sharing := B.gpu_sharing(comm.local_size)):
+        reporter.warn(sharing)
     for note in [n for n in (run.trainer.parallel.layout(), *run.data.notes) if n] if comm.is_root else []:
         reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:
@@ -156,8 +160,27 @@ def final_metrics(run: Run, history: History, seconds: float) -> dict[str, Any]:
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
             "parameters": run.network.num_parameters, "data_sha256": file_sha256(run.config.data.train),
-            **run.trainer.parallel.summary(),
+            **run.trainer.parallel.summary(), **({"distributed": record} if (record := how_it_runs(run)) else {}),
             **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}), **final}
+
+
+def how_it_runs(run: Run) -> dict[str, Any]:
+    """How a run of 2+ ranks runs (metrics.json's `distributed`): the strategy used (what `auto` chose, or a
+    fallback), the MPI library and its transport, and the ranks on each host; {} for one process."""
+    if run.comm.size == 1:
+        return {}
+    return {"strategy": run.trainer.parallel.strategy_used(), "configured_strategy": run.config.distributed.strategy,
+            **run.comm.placement()}
+
+
+def in_words(record: dict[str, Any]) -> str:
+    """`how_it_runs` as the run log and config.yaml's first line (a comment: the config itself keeps
+    `auto`, which chooses again for the layout of each run) say it."""
+    used, configured = record["strategy"], record["configured_strategy"]
+    why = (" (auto chose it)" if configured == "auto" else
+           "" if used.split()[0] == configured else f" (in place of {configured})")
+    hosts = ", ".join(f"{host}: {n} rank{'s' * (n > 1)}" for host, n in record["ranks_per_host"].items())
+    return f"strategy {used}{why}; ranks per host: {hosts}; {record['mpi_library']}; transport {record['mpi_transport']}"
 
 
 def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
@@ -207,7 +230,8 @@ def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str
                weights)
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "metrics.csv", history_csv(history))
-    write_text(out_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    record = f"# trained with {in_words(metrics['distributed'])}\n" if "distributed" in metrics else ""
+    write_text(out_dir / "config.yaml", record + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 
 def history_csv(history: History) -> str:

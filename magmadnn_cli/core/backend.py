@@ -128,6 +128,18 @@ def use_gpu_device(index: int) -> None:
         xp.cuda.Device(index % xp.cuda.runtime.getDeviceCount()).use()
 
 
+def gpu_sharing(ranks_on_node: int) -> str | None:
+    """The warning for a node whose ranks outnumber its visible GPUs (None: a GPU per rank)."""
+    if current().device != "gpu":
+        return None
+    count = current().xp.cuda.runtime.getDeviceCount()
+    if ranks_on_node <= count:
+        return None
+    return (f"this node runs {ranks_on_node} ranks but sees {count} GPU{'s' * (count != 1)}: they share them (node-local "
+            f"rank r uses GPU r mod {count}) and reduce through MPI, not NCCL (one GPU per rank); start at most "
+            f"{count} ranks per node (--hosts HOST:{count}), or make more GPUs visible (CUDA_VISIBLE_DEVICES)")
+
+
 def array_module(a: Any) -> types.ModuleType:
     """numpy or cupy, whichever owns `a` (Chainer's get_array_module)."""
     xp = current().xp

@@ -62,3 +62,30 @@ def can_axpby(y: Any) -> bool:
         return True
     kind = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}.get(y.dtype)
     return kind is not None and _axpby(kind) is not None
+
+
+def _thread_function(verb: str) -> Any | None:
+    """OpenBLAS's `openblas_{verb}_num_threads` under the names numpy wheels have given it."""
+    lib = _library()
+    names = (f"scipy_openblas_{verb}_num_threads64_", f"openblas_{verb}_num_threads64_", f"openblas_{verb}_num_threads")
+    return next((fn for name in names if (fn := getattr(lib, name, None)) is not None), None) if lib else None
+
+
+def set_threads(count: int) -> bool:
+    """Set the BLAS's thread count at run time (the environment variables count only before numpy
+    loads it). False: not done (another numpy build)."""
+    fn = _thread_function("set")
+    if fn is None:
+        return False
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    fn(max(1, int(count)))
+    return True
+
+
+def get_threads() -> int | None:
+    """The BLAS's thread count (None: not known, another numpy build)."""
+    fn = _thread_function("get")
+    if fn is None:
+        return None
+    fn.argtypes, fn.restype = [], ctypes.c_int
+    return int(fn())

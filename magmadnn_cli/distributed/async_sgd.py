@@ -103,6 +103,9 @@ class AsyncParallel(DataParallel):
     def summary(self) -> dict[str, Any]:
         return {"async_sgd": self.record.summary()}
 
+    def strategy_used(self) -> str:
+        return "async"
+
     def end_epoch(self) -> None:
         """Nothing to agree on: `agree` gave every rank the server's running statistics."""
 

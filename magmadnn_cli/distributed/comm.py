@@ -68,6 +68,14 @@ class Communicator:
     def barrier(self) -> None:
         pass
 
+    def placement(self) -> dict[str, Any]:
+        """How the job runs: MPI library, transport, ranks per host (nothing for one process)."""
+        return {}
+
+    def reducer(self) -> str:
+        """How `allreduce_sum` sums over ranks (the reduction used, e.g. "ring", "allreduce (NCCL)")."""
+        return "none (one process)"
+
     def waiting(self, what: str) -> contextlib.AbstractContextManager:
         """Around a wait for the other ranks (a step's reduction): the watchdog times the outermost."""
         return contextlib.nullcontext()

@@ -87,6 +87,10 @@ class DataParallel:
         """What the run's metrics report of the strategy (nothing: every step is the same)."""
         return {}
 
+    def strategy_used(self) -> str:
+        """The strategy this wrapper carries out (what `auto` chose, or a fallback taken)."""
+        return self.comm.reducer()
+
     def end_epoch(self) -> None:
         """With per-rank batch statistics, agree on the running statistics (their mean)."""
         if self.comm.size > 1 and not self.sync_batchnorm:

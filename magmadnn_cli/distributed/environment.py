@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from ..core import backend as B
 from ..errors import MagmaError
@@ -33,13 +34,44 @@ def _mpi() -> dict[str, Any]:
         launcher = None
     try:
         from mpi4py import MPI  # noqa: PLC0415 (initializes MPI: only when asked)
-        library = MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
-        version = ".".join(map(str, MPI.Get_version()))
+        text = mpi_library_text()
+        library, version, way = first_line(text), ".".join(map(str, MPI.Get_version())), transport(text)
     except Exception as exc:  # not installed, or an MPI that fails to start
-        library, version = f"unavailable ({type(exc).__name__}: {exc})", None
-    netmod = os.environ.get("MPIR_CVAR_CH4_NETMOD") or os.environ.get("UCX_TLS") or None
-    return {"mpi_library": library, "mpi_standard": version, "mpi_launcher": launcher, "mpi_transport_setting": netmod,
+        library, version, way = f"unavailable ({type(exc).__name__}: {exc})", None, None
+    return {"mpi_library": library, "mpi_standard": version, "mpi_launcher": launcher, "mpi_transport": way,
             "launched_ranks": launched_ranks(), "this_rank": launched_rank()}
+
+
+def mpi_library_text() -> str:
+    """MPI_Get_library_version's text (initializes MPI)."""
+    from mpi4py import MPI  # noqa: PLC0415
+    return MPI.Get_library_version().rstrip("\x00")
+
+
+def first_line(library: str) -> str:
+    """The library's first line, spaces collapsed ("MPICH Version: 5.0.2")."""
+    return " ".join(library.strip().splitlines()[0].split()) if library.strip() else "unknown"
+
+
+def transport(library: str, env: Mapping[str, str] = os.environ) -> str:
+    """The transport MPI uses between hosts, as far as its version text and the environment say
+    ("unknown" where they do not: the library decides at run time)."""
+    extras = [f"{key}={env[key]}" for key in ("UCX_TLS", "FI_PROVIDER") if env.get(key)]
+    if library.startswith("MPICH"):
+        netmod, device = env.get("MPIR_CVAR_CH4_NETMOD"), re.search(r"^MPICH Device:\s*(.+)$", library, re.M)
+        built = device.group(1).strip() if device else ""
+        if netmod:
+            way = f"{netmod} (MPIR_CVAR_CH4_NETMOD={netmod})"
+        elif built.startswith("ch4:"):
+            way = f"{built[4:].split()[0]} (MPICH's default: the first of its netmods {built})"
+        else:
+            way = f"{built} (MPICH's device)" if built else "unknown"
+    elif "Open MPI" in library:
+        pml = env.get("OMPI_MCA_pml")
+        way = f"{pml} (OMPI_MCA_pml={pml})" if pml else "unknown (Open MPI chooses its PML at run time; OMPI_MCA_pml unset)"
+    else:
+        way = "unknown"
+    return ", ".join([way, *extras])
 
 
 def _slurm() -> dict[str, Any]:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import MagmaError
 from ..signals import SIGNALS
@@ -33,12 +34,49 @@ def locate_mpi_launcher() -> str:
                      "default install does), or put an MPI's mpiexec on PATH")
 
 
+OURS = "MAGMADNN_BLAS_THREADS"  # set beside THREAD_VARS when this tool chose them (not the user)
+
+
 def limit_blas_threads(ranks: int, env: dict[str, str] | os._Environ = os.environ) -> None:
-    """About cores / local ranks BLAS threads per rank, unless the user chose; before numpy loads."""
-    if ranks > 1 and not any(v in env for v in THREAD_VARS):
-        threads = str(max(1, (os.cpu_count() or 1) // ranks))
-        for var in THREAD_VARS:
+    """About this rank's cores / the ranks on its node BLAS threads per rank, unless the user chose;
+    before numpy loads (`ranks`: the launcher's word; MPI's shared-memory split refines it, `share_node_cores`)."""
+    if not any(v in env for v in THREAD_VARS):
+        threads = str(max(1, _cpus() // max(1, ranks)))
+        for var in (*THREAD_VARS, OURS):
             env[var] = threads
+
+
+def node_threads_ours(env: dict[str, str] | os._Environ = os.environ) -> bool:
+    """Whether this tool chose the BLAS thread count (so it may change it once MPI knows the node)."""
+    return OURS in env and all(env.get(v) == env[OURS] for v in THREAD_VARS)
+
+
+def threads_per_rank(mine: set[int], node: list[set[int]]) -> int:
+    """BLAS threads for a rank that may run on the CPUs `mine`, beside its node's ranks' CPUs `node`
+    (itself included): its CPUs shared out among the ranks that may run on them (bound ranks keep theirs)."""
+    sharing = sum(1 for cpus in node if cpus & mine) or 1
+    return max(1, len(mine) // sharing)
+
+
+def share_node_cores(local: Any) -> None:
+    """Once MPI runs: set the BLAS threads from the ranks of this node (`local`, MPI's shared-memory
+    split), unless the user chose them. Collective over `local`."""
+    mine = _cpu_set()
+    node = local.allgather(mine)
+    if node_threads_ours():
+        from ..core import blas  # noqa: PLC0415 (numpy: after the limits above were set)
+        threads = threads_per_rank(mine, node)
+        blas.set_threads(threads)
+        for var in (*THREAD_VARS, OURS):
+            os.environ[var] = str(threads)
+
+
+def _cpu_set() -> set[int]:
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
+def _cpus() -> int:
+    return len(_cpu_set())
 
 
 def max_processes() -> int:
@@ -101,7 +139,6 @@ def launch(layout: Layout, argv: list[str]) -> int:
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     env = dict(os.environ, **{GUARD: "1"})
-    limit_blas_threads(layout.processes, env)
     # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
     job = subprocess.Popen(mpiexec_command(mpiexec, version, layout, argv), env=env, start_new_session=True,
                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
@@ -118,5 +155,7 @@ def launch(layout: Layout, argv: list[str]) -> int:
 
 
 def before_numpy() -> None:
-    """Called first thing in the entry point: BLAS thread limits for ranks started by any launcher."""
-    limit_blas_threads(local_ranks() if launched_ranks() > 1 else 1)
+    """Called first thing in the entry point: BLAS thread limits for ranks started by any launcher
+    (one process keeps the BLAS's own choice)."""
+    if launched_ranks() > 1:
+        limit_blas_threads(local_ranks())

@@ -7,11 +7,13 @@ import array
 import atexit
 import fcntl
 import os
+import socket
 import stat
 import sys
 import termios
 import time
 from pathlib import Path
+from collections import Counter
 from typing import Any, Callable
 
 import numpy as np
@@ -20,6 +22,8 @@ from mpi4py import MPI
 from ..core import backend as B
 from ..errors import MagmaError
 from .comm import Communicator, launched_ranks
+from .environment import first_line, mpi_library_text, transport
+from .launcher import share_node_cores
 from .nccl import NcclReducer, load_nccl
 from .watchdog import Waits, watching
 
@@ -56,8 +60,10 @@ class MPICommunicator(Communicator):
                 f"the launcher started {expected} processes but MPI sees only 1 in each: the mpiexec used "
                 f"belongs to a different MPI than the one mpi4py loaded ({library}). Use the mpiexec of "
                 "that MPI, or `magmadnn train --processes N`, which picks the environment's own.")
+        self.hosts: list[str] = self.comm.allgather(socket.gethostname())  # by rank: messages, the run's record
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
+        share_node_cores(local)
         local.Free()
         install_abort_hook(self)
         atexit.register(self.release)  # before mpi4py's MPI_Finalize (atexit runs in reverse order)
@@ -70,6 +76,16 @@ class MPICommunicator(Communicator):
             handle = self.owned.pop()
             if handle not in (MPI.COMM_NULL, MPI.WIN_NULL):
                 handle.Free()
+
+    def placement(self) -> dict[str, Any]:
+        """The MPI library (its first line), its transport, and how many ranks run on each host."""
+        root, text = self._root(), mpi_library_text()
+        return {"mpi_library": first_line(text), "mpi_transport": transport(text),
+                "ranks_per_host": dict(Counter(root.hosts))}
+
+    def reducer(self) -> str:
+        nccl = isinstance(self._nccl, NcclReducer)
+        return self.reduction + " (NCCL)" * nccl
 
     def watched(self, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> Any:
         return watching(self._root(), timeout, last_checkpoint)

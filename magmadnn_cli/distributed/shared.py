@@ -85,6 +85,9 @@ class ShardedDataParallel(DataParallel):
 
     comm: SharedMemoryCommunicator
 
+    def strategy_used(self) -> str:
+        return "shared_memory"
+
     def _place(self) -> None:
         comm, net, opt = self.comm, self.net, self.optimizer
         n, r = comm.local_size, comm.local_rank

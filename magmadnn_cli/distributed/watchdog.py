@@ -3,10 +3,10 @@ main thread has waited in one MPI call of the training loop longer than the time
 frozen, a network split), or when a stop signal came while it waits and a rank no longer answers.
 
 While the main thread waits inside MPI, Python cannot run its signal handlers, so the watchdog learns
-of SIGINT/SIGTERM through `signal.set_wakeup_fd` (written by the C-level handler at once). Before
+of stop signals through `signal.set_wakeup_fd` (written by the C-level handler at once). Before
 ending the job it asks every other rank's watchdog, on a communicator of its own, whether it is there
 (ping, pong); the ranks that do not answer within ANSWER seconds are the ones named, with the hosts
-every rank learnt at the start. The lowest rank that answered says it, then MPI_Abort ends every
+every rank learnt when it joined. The lowest rank that answered says it, then MPI_Abort ends every
 process of the job (the launcher kills stopped ones too).
 """
 
@@ -24,11 +24,13 @@ from typing import Any, Callable, Iterator
 
 from mpi4py import MPI
 
+from ..signals import SIGNALS
+
 PING, PONG = 1, 2  # tags on the watchdog's own communicator
 ANSWER = 2.0  # seconds a rank's watchdog has to answer a ping
 SIGNAL_GRACE = 2.0  # after a stop signal, seconds a wait may last before the watchdog asks who is there
 TICK = 0.1  # seconds between the watchdog's looks
-STOPS = {int(signal.SIGINT), int(signal.SIGTERM)}
+STOPS = {int(sig) for sig in SIGNALS}  # the stop signals (SIGINT, SIGTERM, Slurm's SIGUSR1)
 TIMED_OUT = 1  # the exit code of a timeout (after a stop signal: 128 + the signal, as an interruption)
 
 
@@ -59,11 +61,12 @@ class Waits:
 class Watchdog(threading.Thread):
     """Started and stopped by `watching` (collective: every rank enters and leaves it together)."""
 
-    def __init__(self, comm: Any, waits: Waits, timeout: float | None, last_checkpoint: Callable[[], Path | None]):
+    def __init__(self, world: Any, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> None:
         super().__init__(name="magmadnn-watchdog", daemon=True)
-        self.comm, self.waits, self.timeout, self.last_checkpoint = comm, waits, timeout, last_checkpoint
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self.hosts: list[str] = comm.allgather(socket.gethostname())
+        self.comm = world.comm.Dup()  # its own: pings never meet the training's messages
+        world.owned.append(self.comm)  # freed with the others before MPI_Finalize (not here: a rank may be failing)
+        self.waits, self.timeout, self.last_checkpoint = world.waits, timeout, last_checkpoint
+        self.rank, self.size, self.hosts = world.rank, world.size, world.hosts
         self.done = threading.Event()
         self.signals: list[int] = []
         self.probed_after = 0  # the signal count of the last probe that found everyone there
@@ -166,9 +169,7 @@ UNFINISHED: list[Any] = []  # answers sent to a rank that no longer asked (kept:
 def watching(world: Any, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> Iterator[None]:
     """The watchdog over `world` (the MPICommunicator of the job) for the `with` block; entered by
     every rank together. Without a timeout it still ends a job stuck when a stop signal came."""
-    comm = world.comm.Dup()  # its own: pings never meet the training's messages
-    world.owned.append(comm)  # freed with the others before MPI_Finalize (no barrier here: a rank may be failing)
-    dog = Watchdog(comm, world.waits, timeout, last_checkpoint)
+    dog = Watchdog(world, timeout, last_checkpoint)
     main = threading.current_thread() is threading.main_thread()
     previous = signal.set_wakeup_fd(dog.wakeup_end.fileno(), warn_on_full_buffer=False) if main else -1
     dog.start()
