@@ -9,7 +9,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from .base import PositiveFloat, Strict, UnitFloat
 
-ColumnKind = Literal["number", "category", "boolean", "ignore"]
+ColumnKind = Literal["number", "category", "boolean", "date", "ignore"]
 MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
 
 
@@ -23,8 +23,8 @@ class SyntheticData(Strict):
 
 class ColumnSpec(Strict):
     """One feature column's type and missing-value handling (unset: inferred / data.missing_values)."""
-    type: ColumnKind | None = Field(None, description="number | category (one-hot) | boolean | ignore; "
-                                    "default: inferred from the training rows")
+    type: ColumnKind | None = Field(None, description="number | category (one-hot) | boolean | date (year, month, "
+                                    "day, weekday, day of year, hour) | ignore; default: inferred from the training rows")
     missing: MissingStrategy | None = Field(None, description="how missing cells are filled (default: "
                                             "data.missing_values)")
     fill_value: Union[float, str, None] = Field(None, description="the value for missing: constant")
@@ -82,6 +82,8 @@ class DataConfig(Strict):
     thousands: Literal[".", ",", " ", "'", "_"] | None = Field(None, description="the thousands separator of CSV "
                                                                "number cells, e.g. '.' with decimal ',' (1.234,5); "
                                                                "default none ('.' detected with a decimal comma)")
+    date_format: str | None = Field(None, description="how date cells are written, in strptime codes, e.g. "
+                                    "'%d/%m/%Y' (default: ISO 8601, 2024-03-15 or 2024-03-15T14:30)")
     encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
     synthetic: SyntheticData | None = None
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..config.data import ColumnSpec, DataConfig
 from ..errors import DataError
+from . import dates
 
 MISSING = ("", "na", "n/a", "nan", "-nan", "null", "none", "nil", "?", "#n/a")
 TRUE = ("true", "yes", "t", "y", "1", "1.0")
@@ -58,18 +59,32 @@ class Column:
     """One fitted feature column: its kind, the value that fills its missing cells, whether a 0/1
     missing-indicator column follows it, and (categories) the one-hot vocabulary."""
     name: str
-    kind: str                      # number | category | boolean
+    kind: str                      # number | category | boolean | date
     fill: Any = 0.0
     indicator: bool = False
     categories: list[str] = field(default_factory=list)
+    time_of_day: bool = False      # a date column whose training cells hold times
+    date_format: str = ""          # strptime codes of a date column ('': ISO 8601)
 
     @property
     def width(self) -> int:
-        return (len(self.categories) if self.kind == "category" else 1) + int(self.indicator)
+        return len(self.values()) + int(self.indicator)
+
+    def values(self) -> list[str]:
+        """The names of the columns its values encode into (before a missing indicator)."""
+        if self.kind == "category":
+            return [f"{self.name}={c}" for c in self.categories]
+        if self.kind == "date":
+            return [f"{self.name}.{part}" for part in dates.PARTS + ("hour",) * self.time_of_day]
+        return [self.name]
 
     def output_names(self) -> list[str]:
-        names = [f"{self.name}={c}" for c in self.categories] if self.kind == "category" else [self.name]
-        return names + ([f"{self.name}_missing"] if self.indicator else [])
+        return self.values() + ([f"{self.name}_missing"] if self.indicator else [])
+
+    def numbers(self) -> list[bool]:
+        """Which of its output columns are numbers (the ones input normalization scales)."""
+        scaled = self.kind in ("number", "date")
+        return [scaled] * len(self.values()) + [False] * int(self.indicator)
 
 
 @dataclass
@@ -90,8 +105,7 @@ class ColumnEncoder:
 
     def number_mask(self) -> np.ndarray:
         """Which output columns are numbers (the ones input normalization scales)."""
-        return np.concatenate([[c.kind == "number"] + [False] * (c.width - 1) for c in self.columns]) \
-            if self.columns else np.zeros(0, bool)
+        return np.array([flag for c in self.columns for flag in c.numbers()], dtype=bool)
 
     def output_names(self) -> list[str]:
         return [n for c in self.columns for n in c.output_names()]
@@ -130,6 +144,9 @@ def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, stric
         return _with_indicator(block, missing, col.indicator), 0
     cells = raw.cells(j)
     missing = is_missing(cells)
+    if col.kind == "date":
+        values = _dates(np.where(missing, col.fill, cells), raw, col, source)
+        return _with_indicator(dates.features(values, col.time_of_day, np.dtype(dtype)), missing, col.indicator), 0
     if col.kind == "boolean":
         flags = _booleans(np.where(missing, str(col.fill), cells), raw, col.name, source)
         return _with_indicator(flags[:, None].astype(dtype), missing, col.indicator), 0
@@ -183,6 +200,18 @@ def _numbers(raw: RawColumns, j: int, name: str, source: str) -> np.ndarray:
     return values
 
 
+def _dates(cells: np.ndarray, raw: RawColumns, col: Column, source: str) -> np.ndarray:
+    """A date column's cells as seconds since 1970; a cell that holds no date is named."""
+    values = dates.seconds(cells, col.date_format)
+    if np.isnan(values).any():
+        bad = raw.first(np.isnan(values))
+        expected = f"a date in data.date_format {col.date_format!r}" if col.date_format else \
+            "an ISO 8601 date or date-time, e.g. 2024-03-15 or 2024-03-15T14:30 (data.date_format reads others)"
+        raise DataError(f"{source}: column {col.name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a date; "
+                        f"expected {expected}")
+    return values
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -212,13 +241,14 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
         spec = declared.get(name, undeclared)
         column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
         if spec.type is None and column.kind != "number":
-            inferred.append(f"{name} ({column.kind}"
-                            + (f", {len(column.categories)} values)" if column.kind == "category" else ")"))
+            inferred.append(f"{name} ({column.kind}" + (f", {len(column.categories)} values)" if column.kind == "category"
+                                                        else f": {', '.join(column.values())})" if column.kind == "date"
+                                                        else ")"))
         if missing and spec.missing is None and cfg.missing_values == "auto":
-            how = "median" if column.kind == "number" else "most frequent value"
+            how = {"number": "median", "date": "median date"}.get(column.kind, "most frequent value")
             imputed.setdefault(how, []).append(f"{name} ({missing})")
         columns.append(column)
-    notes = [f"text columns read as categories (one-hot) or booleans: {', '.join(inferred)}; set "
+    notes = [f"text columns read as categories (one-hot), booleans or dates: {', '.join(inferred)}; set "
              "data.columns.<name> to type them yourself"] if inferred else []
     notes += [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
               "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
@@ -228,20 +258,45 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
 def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: ColumnSpec, median: float,
                 source: str) -> tuple[Column, int]:
     """One column fitted (`spec`: its data.columns entry), and how many of its training cells were missing."""
-    kind = spec.type or _inferred(raw, j, name, source)
+    kind = spec.type or _inferred(raw, j, name, source, cfg.date_format or "")
     missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
     strategy = spec.missing or cfg.missing_values
     if missing.any() and strategy == "error":
         raise DataError(f"{source}: column {name!r}, data row {raw.row(raw.first(missing))}: a missing cell, and "
                         "data.missing_values is error; fill the data, or choose median, mean, most_frequent or constant")
     indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
-    column = Column(name, kind, indicator=bool(indicator))
+    column = Column(name, kind, indicator=bool(indicator), date_format=cfg.date_format or "" if kind == "date" else "")
+    if kind == "date":
+        return _fit_date(column, raw, j, missing, strategy, spec.fill_value, source), int(missing.sum())
     fast_median = kind == "number" and strategy in ("auto", "median") and j not in raw.text
     column.fill = median if fast_median else _fill(column, raw, j, missing, strategy, spec.fill_value, source)
     if kind == "category":
         present = set(canonical(raw.cells(j)[~missing]).tolist())
         column.categories = sorted(present | ({str(column.fill)} if missing.any() else set()))
     return column, int(missing.sum())
+
+
+def _fit_date(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
+              source: str) -> Column:
+    """A date column's fill (the training dates' median, mean, most frequent or the constant) and
+    whether its cells hold times of day."""
+    present = _dates(raw.cells(j)[~missing], raw.rows(np.flatnonzero(~missing)), column, source)
+    column.time_of_day = dates.has_time(present)
+    if strategy == "constant":
+        value = dates.parse(str(constant), column.date_format)
+        if value is None:
+            raise DataError(f"data.columns.{column.name}.fill_value: {constant!r} is not a date (the column holds dates)")
+        column.fill = str(constant)
+    elif strategy == "most_frequent" and present.size:
+        uniques, counts = np.unique(present, return_counts=True)
+        column.fill = dates.iso(float(uniques[counts.argmax()]))
+    elif present.size:
+        column.fill = dates.iso(float(present.mean() if strategy == "mean" else np.median(present)))
+    else:
+        column.fill = dates.iso(0.0)
+    if column.date_format and strategy != "constant":  # the fill is parsed like a cell of the column
+        column.fill = dates.EPOCH.fromisoformat(column.fill).strftime(column.date_format)
+    return column
 
 
 def _medians(x: np.ndarray) -> list[float]:
@@ -254,14 +309,17 @@ def _medians(x: np.ndarray) -> list[float]:
     return [float(v) if np.isfinite(v) else 0.0 for v in values]
 
 
-def _inferred(raw: RawColumns, j: int, name: str, source: str) -> str:
-    """number unless a cell is text; boolean when every text value is true/false, yes/no, ...;
-    a column of numbers with a few stray text cells (typos) is refused, not read as categories."""
+def _inferred(raw: RawColumns, j: int, name: str, source: str, date_format: str = "") -> str:
+    """number unless a cell is text; date when every text value is a date (ISO 8601, or in
+    data.date_format); boolean when every one is true/false, yes/no, ...; a column of numbers with a
+    few stray text cells (typos) is refused, not read as categories."""
     if j not in raw.text:
         return "number"
     cells = raw.text[j]
     present = ~is_missing(cells)
     values = np.unique(cells[present])
+    if dates.all_dates(values, date_format):
+        return "date"
     if len(values) and np.isin(np.char.lower(np.char.strip(values.astype(str))), TRUE + FALSE).all():
         return "boolean"
     return _category_unless_numbers(raw, j, name, source, present, values)

@@ -64,7 +64,7 @@ class ReadSpec:
 
     def text_columns(self, wanted: list[str]) -> set[int]:
         """Positions of the columns declared category or boolean: read as text from the start."""
-        text = {n for n in self._declared() if self.data.column_spec(n).type in ("category", "boolean")}
+        text = {n for n in self._declared() if self.data.column_spec(n).type in ("category", "boolean", "date")}
         return {j for j, n in enumerate(wanted) if n in text}
 
     def _declared(self) -> list[str]:

@@ -14,6 +14,7 @@ import numpy as np
 from .. import __version__
 from ..config.layers import pair
 from ..data.columns import MISSING, TRUE, Column
+from ..data import dates
 from ..errors import MagmaError
 from ..nn.layers import build_layers
 from .modelfile import SavedModel
@@ -126,6 +127,8 @@ def _column(g: Graph, column: Column) -> str:
     """One column's encoded block from its own input: float32 numbers (NaN missing), or the raw
     text of a category or boolean cell."""
     tensor = g.onnx.TensorProto
+    if column.kind == "date":
+        return _date(g, column)
     text = column.kind != "number"
     g.inputs.append(g.helper.make_tensor_value_info(column.name, tensor.STRING if text else tensor.FLOAT, ["N", 1]))
     if not text:
@@ -138,6 +141,42 @@ def _column(g: Graph, column: Column) -> str:
     if not column.indicator:
         return block
     return g.op("Concat", block, g.op("Cast", missing, to=tensor.FLOAT), axis=1)
+
+
+def _date(g: Graph, column: Column) -> str:
+    """A date column from a float64 input of seconds since 1970-01-01 (wall-clock time; NaN missing):
+    year, month, day, weekday, day of year (and hour), by Hinnant's days-to-civil arithmetic."""
+    g.inputs.append(g.helper.make_tensor_value_info(column.name, g.onnx.TensorProto.DOUBLE, ["N", 1]))
+    c = lambda value: g.const(float(value), "k", np.float64)  # noqa: E731
+    floor_div = lambda a, b: g.op("Floor", g.op("Div", a, c(b)))  # noqa: E731
+    missing = g.op("IsNaN", column.name)
+    fill = (dates.seconds(np.array([str(column.fill)]), column.date_format))[0]
+    secs = g.op("Where", missing, c(fill), column.name)
+    days = floor_div(secs, dates.DAY)
+    era = floor_div(g.op("Add", days, c(719468)), 146097)
+    doe = g.op("Sub", g.op("Add", days, c(719468)), g.op("Mul", era, c(146097)))
+    yoe = floor_div(g.op("Add", g.op("Sub", g.op("Sub", doe, floor_div(doe, 1460)), floor_div(doe, 146096)),
+                         floor_div(doe, 36524)), 365)
+    doy = g.op("Sub", doe, g.op("Sub", g.op("Add", g.op("Mul", yoe, c(365)), floor_div(yoe, 4)), floor_div(yoe, 100)))
+    mp = floor_div(g.op("Add", g.op("Mul", doy, c(5)), c(2)), 153)
+    day = g.op("Add", g.op("Sub", doy, floor_div(g.op("Add", g.op("Mul", mp, c(153)), c(2)), 5)), c(1))
+    march_on = g.op("Less", mp, c(10))
+    month = g.op("Where", march_on, g.op("Add", mp, c(3)), g.op("Sub", mp, c(9)))
+    year = g.op("Add", g.op("Add", yoe, g.op("Mul", era, c(400))), g.op("Cast", g.op("Not", march_on),
+                                                                          to=g.onnx.TensorProto.DOUBLE))
+    shifted = g.op("Add", days, c(3))
+    weekday = g.op("Sub", shifted, g.op("Mul", floor_div(shifted, 7), c(7)))
+    # day of the year: days since this year's March 1 (doy), from January 1 (59 days before, 60 in a leap year)
+    leap = g.op("Sub", g.op("Add", g.op("Sub", floor_div(year, 4), floor_div(year, 100)), floor_div(year, 400)),
+                g.op("Add", g.op("Sub", floor_div(g.op("Sub", year, c(1)), 4), floor_div(g.op("Sub", year, c(1)), 100)),
+                     floor_div(g.op("Sub", year, c(1)), 400)))
+    yearday = g.op("Where", march_on, g.op("Add", g.op("Add", doy, c(60)), leap), g.op("Sub", doy, c(305)))
+    parts = [year, month, day, weekday, yearday]
+    if column.time_of_day:
+        parts.append(g.op("Div", g.op("Sub", secs, g.op("Mul", days, c(dates.DAY))), c(3600)))
+    if column.indicator:
+        parts.append(g.op("Cast", missing, to=g.onnx.TensorProto.DOUBLE))
+    return g.op("Cast", g.op("Concat", *parts, axis=1), to=g.onnx.TensorProto.FLOAT)
 
 
 def _is_one_of(g: Graph, cells: str, words: tuple[str, ...]) -> str:
