@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import contextlib
 import fcntl
 import os
 import socket
@@ -88,7 +89,8 @@ class MPICommunicator(Communicator):
         return self.reduction + " (NCCL)" * nccl
 
     def watched(self, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> Any:
-        return watching(self._root(), timeout, last_checkpoint)
+        """The world's watchdog (a part's ranks alone cannot start it: it is collective over the world)."""
+        return watching(self, timeout, last_checkpoint) if self.parent is None else contextlib.nullcontext()
 
     def waiting(self, what: str) -> Any:
         return self.waits.on(what)

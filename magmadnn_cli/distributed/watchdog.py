@@ -67,6 +67,7 @@ class Watchdog(threading.Thread):
         world.owned.append(self.comm)  # freed with the others before MPI_Finalize (not here: a rank may be failing)
         self.waits, self.timeout, self.last_checkpoint = world.waits, timeout, last_checkpoint
         self.rank, self.size, self.hosts = world.rank, world.size, world.hosts
+        self.can_ask = MPI.Query_thread() == MPI.THREAD_MULTIPLE  # else this thread must not call MPI but to abort
         self.done = threading.Event()
         self.signals: list[int] = []
         self.probed_after = 0  # the signal count of the last probe that found everyone there
@@ -91,6 +92,8 @@ class Watchdog(threading.Thread):
 
     def _answer(self) -> None:
         """Answer every ping: this rank is there (and whether it waits inside MPI)."""
+        if not self.can_ask:
+            return
         status = MPI.Status()
         while self.comm.Iprobe(MPI.ANY_SOURCE, PING, status):
             probe = self.comm.recv(source=status.Get_source(), tag=PING)
@@ -114,6 +117,8 @@ class Watchdog(threading.Thread):
     def _probe(self) -> tuple[list[int], dict[int, Any]]:
         """Ping every other rank; (the ranks that did not answer within ANSWER s, the others' answers)."""
         others = [r for r in range(self.size) if r != self.rank]
+        if not self.can_ask:
+            return [], {}
         self.probes += 1
         pings = [self.comm.isend(self.probes, dest=r, tag=PING) for r in others]
         answers: dict[int, Any] = {}
@@ -144,6 +149,8 @@ class Watchdog(threading.Thread):
             who = f"{self._ranks(silent)} stopped answering (stopped, frozen, or cut off by the network)"
         elif busy:
             who = f"{self._ranks(busy)} answered but never joined the collective (busy or stuck outside MPI)"
+        elif not self.can_ask:
+            who = "which rank stopped is not known (this MPI gives threads no access: no MPI_THREAD_MULTIPLE)"
         else:
             who = "every rank answers and waits: they wait in different collectives (a bug: please report it)"
         last = self.last_checkpoint()
