@@ -11,7 +11,8 @@ import pytest
 
 from conftest import run_cli
 from magmadnn_cli.config.data import DataConfig
-from magmadnn_cli.data.columns import RawColumns, fit
+from magmadnn_cli.data.columns import RawColumns
+from magmadnn_cli.data.fitting import fit
 from magmadnn_cli.data.prepare import prepare
 from magmadnn_cli.errors import DataError
 
@@ -92,10 +93,10 @@ def test_declared_types_override_inference(tmp_path):
 
 
 def test_fit_uses_training_rows_only():
-    raw = RawColumns(np.array([[1.0], [np.nan], [100.0]], np.float32), {})
+    raw = RawColumns(np.array([[1.0], [np.nan], [3.0], [100.0]], np.float32), {})
     cfg = DataConfig(train="x.csv", target="y")
-    encoder, _ = fit(raw.rows(np.array([0, 1])), ["a"], cfg, "x.csv")
-    assert encoder.columns[0].fill == 1.0                          # not the median with the 100 row
+    encoder, _ = fit(raw.rows(np.array([0, 1, 2])), ["a"], cfg, "x.csv")
+    assert encoder.columns[0].fill == 2.0                          # not the median with the 100 row
 
 
 def _run(capsys, tmp_path, csv_text, extra_data="", loss="cross_entropy", head="3, activation: softmax", epochs=60):
@@ -319,3 +320,44 @@ def test_a_file_with_no_targets_at_all_is_refused(tmp_path):
 def test_a_misspelt_feature_is_named_with_a_suggestion(tmp_path):
     with pytest.raises(DataError, match=r"missing feature column\(s\) colr \(data.features\); did you mean 'color'\?"):
         prepare(_cfg(tmp_path, features=["size", "colr"]), "classification", 0)
+
+
+# -- constant columns (issue 28) -----------------------------------------------------------------
+def test_constant_columns_are_noted_once_and_left_out_of_the_inputs(capsys, tmp_path):
+    """A column with one value in every training row (a number, a category, all missing) adds
+    nothing to learn from: it is left out of the network's inputs, said once; new rows are encoded
+    without it; a missing indicator keeps a column whose only information is which cells are missing."""
+    import json as _json
+    from conftest import run_cli
+    rng = np.random.default_rng(0)
+    lines = ["a,b,site,empty,label"] + [f"{x:.3f},7,north,,{'hi' if x > 0 else 'lo'}" for x in rng.normal(size=80)]
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "c.yaml").write_text("name: k\nseed: 0\ndevice: cpu\ndata: {train: d.csv, target: label}\nmodel:\n"
+                                     "  layers: [{type: dense, units: 2, activation: softmax}]\nloss: cross_entropy\n"
+                                     "optimizer: {type: adam, learning_rate: 0.1}\ntraining: {epochs: 3, batch_size: 8}\n")
+    code, out, err = run_cli(capsys, "train", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    log = out + err
+    assert log.count("constant columns left out of the inputs (one value in every training row): b, site, empty") == 1
+    assert _json.loads((tmp_path / "run" / "metrics.json").read_text())["parameters"] == 2 * 1 + 2  # only `a`
+    (tmp_path / "new.csv").write_text("a,b,site,empty\n1.5,9,south,3\n-1.5,7,north,\n")
+    code, out, err = run_cli(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "new.csv"))
+    assert code == 0 and out.split() == ["prediction", "hi", "lo"], err
+
+
+def test_every_column_constant_is_refused(tmp_path):
+    from magmadnn_cli.config.data import DataConfig
+    from magmadnn_cli.errors import DataError
+    raw = RawColumns(np.array([[1.0, 2.0], [1.0, 2.0]], np.float32))
+    with pytest.raises(DataError, match="every feature column holds one value"):
+        fit(raw, ["a", "b"], DataConfig(train="d.csv", target="y"), "d.csv")
+
+
+def test_image_rows_keep_their_constant_pixels(tmp_path):
+    from magmadnn_cli.config.data import DataConfig
+    raw = RawColumns(np.array([[0.0, 1.0, 0.0, 2.0], [0.0, 3.0, 0.0, 4.0]], np.float32))
+    encoder, _ = fit(raw, ["p0", "p1", "p2", "p3"], DataConfig(train="d.csv", target="y", shape=[1, 2, 2]), "d.csv")
+    assert encoder.width == 4
+    encoder, notes = fit(raw, ["p0", "p1", "p2", "p3"], DataConfig(train="d.csv", target="y"), "d.csv")
+    assert encoder.width == 2 and encoder.transform(raw, "d.csv")[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert any("p0, p2" in n for n in notes)

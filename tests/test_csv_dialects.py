@@ -120,6 +120,9 @@ FAST_CASES = {
     "semicolons": lambda p: _write(p, delimiter=";"),
     "latin1": lambda p: _write(p, encoding="latin-1", labels=("café", "thé", "eau")),
     "missing cells": lambda p: p.write_text("f1,f2,label\n1.5,NA,a\n,2.25,b\n?,nan,a\n0.1,1e-3,b\n"),
+    "text, booleans, dates": lambda p: p.write_text(
+        "f1,colour,flag,when,code,label\n1.5, red ,True,2024-03-15T14:30,007,a\nNA,blue,False,2024-03-16,12,b\n"
+        "2,,TRUE,,3..5,a\n0.25,red,false,2024-03-17 09:00:00,4,b\n"),
 }
 
 
@@ -128,7 +131,7 @@ def test_pyarrow_and_the_line_reader_give_identical_tables(case, tmp_path, monke
     """pyarrow reads the numeric files (the line reader is never asked), the line reader reads them
     the same: values, missing cells and labels as spelled."""
     pytest.importorskip("pyarrow")
-    from magmadnn_cli.data import tables
+    from magmadnn_cli.data import dates, tables
     from magmadnn_cli.data.tables import ReadSpec, read_csv
     path = tmp_path / "d.csv"
     FAST_CASES[case](path)
@@ -140,6 +143,10 @@ def test_pyarrow_and_the_line_reader_give_identical_tables(case, tmp_path, monke
     np.testing.assert_array_equal(fast.x, slow.x)
     assert fast.x.dtype == slow.x.dtype and fast.features == slow.features
     assert fast.y.tolist() == slow.y.tolist()
+    assert sorted(fast.raw.text) == sorted(slow.raw.text)
+    for j, cells in slow.raw.text.items():  # text as written (dates: the same moments)
+        same = [a == b or dates.parse(a) == dates.parse(b) is not None for a, b in zip(fast.raw.text[j], cells)]
+        assert all(same), (fast.raw.text[j], cells)
 
 
 def test_text_columns_fall_back_to_the_line_reader(tmp_path):
@@ -187,4 +194,4 @@ def test_a_signal_during_the_arrow_read_is_not_swallowed(tmp_path, monkeypatch):
         raise pa.ArrowCancelled("Operation cancelled. Detail: received signal 15")
     monkeypatch.setattr(arrow_csv.pacsv, "read_csv", cancelled)
     with pytest.raises(KeyboardInterrupt):
-        arrow_csv.read_numeric(path, CsvFormat(), ["a", "b"], "y", np.float32)
+        arrow_csv.read_typed(path, CsvFormat(), ["a", "b"], "y", [])

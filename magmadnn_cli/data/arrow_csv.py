@@ -1,8 +1,8 @@
 """The fast path for whole CSV files: pyarrow's multithreaded C++ reader (4-8x numpy's line parser
-here, benchmarks/csv_read.py) for the common case of numeric feature columns, missing cells
-allowed. Anything it does not take as such (text in a feature column, a ragged row, a decoding
-error, pyarrow not installed) returns None, and the line reader reads the file instead, with its
-file:line messages: the two give identical tables (tested)."""
+on numbers, benchmarks/csv_read.py; 10x and more on text columns, benchmarks/columnar_read.py), its
+columns typed by pyarrow and turned into a table as Parquet's are (`columnar.batch_table`). Anything
+it does not take (a ragged row, a decoding error, pyarrow not installed) returns None, and the line
+reader reads the file instead, with its file:line messages: the two give identical tables (tested)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ def _source(path: Path, bound: ReadBound) -> "pa.NativeFile | None":
 SCAN_BYTES, NEWLINE = 1 << 26, ord("\n")  # a plain file's rows are counted 64 MiB at a time (~0.1 s per GiB)
 
 
-def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | None,
-                 dtype: type, bound: ReadBound | None = None) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(features as a dtype matrix, NaN where missing; target cells as text) or None. The text
-    and its rows are counted by `bound` before any is parsed."""
+def read_typed(path: Path, fmt: CsvFormat, features: list[str], target: str | None, text: list[str],
+               bound: ReadBound | None = None) -> "pa.Table | None":
+    """The file's feature and target columns as pyarrow types them (numbers, strings, booleans,
+    dates; the `text` columns and the target as strings; missing cells null), or None. The text and
+    its rows are counted by `bound` before any is parsed."""
     if pa is None:
         return None
     wanted = features + ([target] if target else [])
-    kind = pa.float64() if np.dtype(dtype) == np.float64 else pa.float32()
     try:
         source = _source(path, bound or ReadBound(path))
         if source is None:
@@ -67,23 +67,12 @@ def read_numeric(path: Path, fmt: CsvFormat, features: list[str], target: str | 
                                            skip_rows=int(bool(fmt.names) and fmt.header)),
             parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
-                include_columns=wanted, null_values=NULLS, strings_can_be_null=False, decimal_point=fmt.decimal,
-                column_types={**{f: kind for f in features}, **({target: pa.string()} if target else {})}))
+                include_columns=wanted, null_values=NULLS, strings_can_be_null=True, decimal_point=fmt.decimal,
+                true_values=[], false_values=[],  # booleans stay text as written, as the line reader reads them
+                column_types={name: pa.string() for name in text + ([target] if target else [])}))
     except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read: pass it on (a fallback would lose it)
         raise KeyboardInterrupt from exc
     except (pa.ArrowException, *READ_ERRORS, ValueError, LookupError, UnicodeError):
         signals.check()  # the line reader takes the file, unless a stop signal caused the error
         return None
-    if table.column_names != wanted or table.num_rows == 0:
-        return None
-    x = np.empty((table.num_rows, len(features)), dtype=dtype)
-    for j, name in enumerate(features):
-        x[:, j] = table.column(name).to_numpy(zero_copy_only=False)
-    return x, _labels(table.column(target)) if target else None
-
-
-def _labels(column: "pa.ChunkedArray") -> np.ndarray:
-    """A text column as a numpy string array, through its distinct values (a Python string per
-    distinct label, not per row)."""
-    encoded = column.combine_chunks().dictionary_encode()
-    return np.asarray(encoded.dictionary.to_pylist(), dtype=str)[encoded.indices.to_numpy(zero_copy_only=False)]
+    return table if table.column_names == wanted and table.num_rows else None

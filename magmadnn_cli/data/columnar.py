@@ -172,12 +172,16 @@ def _texts(column: Any, name: str, path: Path) -> np.ndarray:
         raise DataError(f"{path}: column {name!r} holds {kind} values; magmadnn reads flat columns (numbers, text, "
                         f"booleans, dates): flatten it, or leave it out (data.columns.{name}: ignore)")
     encoded = column.cast(pa.string()).dictionary_encode()
+    encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
     values = np.asarray(encoded.dictionary.to_pylist() + [""], dtype=str)
     return values[encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)]
 
 
-def _table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], target: str | None, start: int) -> Table:
-    """One batch as a Table: number columns as floats (null and NaN missing), the others as text."""
+def batch_table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], target: str | None, start: int = 0,
+                decimal: str = ".", thousands: str = "") -> Table:
+    """One batch (or table) as a Table: number columns as floats (null and NaN missing), the others
+    as text typed as CSV cells are (numbers written as text, in this decimal and thousands style,
+    are numbers)."""
     dtype = spec.dtype or B.current().floatx
     declared = spec.text_columns(wanted)
     x = np.full((batch.num_rows, len(wanted)), np.nan, dtype)
@@ -185,9 +189,11 @@ def _table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], target: st
     for j, name in enumerate(wanted):
         column = batch.column(name)
         if _is_number(column.type) and j not in declared:
-            x[:, j] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell with the others
+                x[:, j] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
             continue
-        numbers, text = typed_cells(_texts(column, name, path)[:, None], dtype, {0} if j in declared else set())
+        numbers, text = typed_cells(_texts(column, name, path)[:, None], dtype, {0} if j in declared else set(),
+                                    decimal, thousands)
         x[:, j] = numbers[:, 0]
         if text:
             strings[j] = text[0]
@@ -238,7 +244,7 @@ def columnar_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: 
         for batch in source.batches(columns, chunk_rows):
             if bound is not None:
                 bound.add(batch.nbytes, batch.num_rows)
-            yield _table(batch, path, spec, wanted, target, done)
+            yield batch_table(batch, path, spec, wanted, target, done)
             done += batch.num_rows
 
 

@@ -15,7 +15,8 @@ import numpy as np
 from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
-from .columns import ColumnEncoder, fit
+from .columns import ColumnEncoder
+from .fitting import fit
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 

@@ -15,12 +15,12 @@ from ..config.data import SyntheticData
 from ..core import backend as B
 from ..errors import DataError
 from ..files import load_npz
-from .arrow_csv import read_numeric
-from .columnar import PACKED, SUFFIXES, column_names, columnar_chunks, columnar_format, read_columnar
+from .arrow_csv import read_typed
+from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chunks, columnar_format, read_columnar
 from .columns import RawColumns
 from .csv_reader import STDIN, CsvFormat, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
 from .images import image_format, read_images
-from .numbers import respelled_labels
+from .numbers import OffStyle, respelled_labels
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
 
 __all__ = ["READERS", "Reader", "ReadSpec", "Table", "read_table", "reader_for", "synthetic", "typed_labels"]
@@ -58,7 +58,7 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     """The whole file: numeric feature columns through pyarrow when it takes them, else (text
     columns, anything unusual, or `fast` off) the line reader, chunk by chunk."""
     fmt = spec.csv_format(path)
-    table = _read_numeric(path, spec, fmt) if fast and not spec.keep else None
+    table = _read_fast(path, spec, fmt) if fast and not spec.keep else None
     table = table or joined(list(csv_chunks(path, spec, whole=True)), spec, path)
     if fmt.style_detected:
         table.settled.update(decimal=fmt.decimal, thousands=fmt.thousands)
@@ -67,21 +67,24 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     return table
 
 
-def _read_numeric(path: Path, spec: ReadSpec, fmt: CsvFormat) -> Table | None:
-    """The table through pyarrow, when every feature column is numbers (None: the line reader's)."""
+def _read_fast(path: Path, spec: ReadSpec, fmt: CsvFormat) -> Table | None:
+    """The table through pyarrow's reader (None: the line reader's)."""
     names = csv_header(path, fmt)
     wanted = checked_columns(path, names, spec)
-    if spec.text_columns(wanted) or len(names) > ARROW_MAX_COLUMNS:
+    if len(names) > ARROW_MAX_COLUMNS:
         return None
-    dtype = spec.dtype or B.current().floatx
-    arrow = read_numeric(path, fmt, wanted, spec.target if spec.need_target else None, dtype,
-                         whole_read(path, spec, len(wanted)))
+    target = spec.target if spec.need_target else None
+    text = [wanted[j] for j in sorted(spec.text_columns(wanted))]
+    arrow = read_typed(path, fmt, wanted, target, text, whole_read(path, spec, len(wanted)))
     if arrow is None:
         return None
-    x, y = arrow
-    check_finite(x, path, wanted)
-    y = respelled_labels(y, fmt.decimal, fmt.thousands) if y is not None else None
-    return labelled(Table(RawColumns(x), y, wanted, str(path)), spec.target)
+    try:
+        table = batch_table(arrow, path, spec, wanted, target, 0, fmt.decimal, fmt.thousands)
+    except OffStyle:
+        return None  # the line reader names the cell by file and line
+    check_finite(table.x, path, wanted)
+    table.y = respelled_labels(table.y, fmt.decimal, fmt.thousands) if table.y is not None else None
+    return labelled(table, spec.target)
 
 
 # -- NPZ and images ------------------------------------------------------------------------------

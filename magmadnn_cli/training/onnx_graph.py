@@ -87,10 +87,10 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int = OPSET)
 def _inputs(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> str:
     """The encoded, normalized feature matrix (N, width) from the graph's inputs."""
     columns = saved.encoder.columns
-    if not columns or all(c.kind == "number" for c in columns):
+    if all(c.kind in ("number", "constant") for c in columns):
         encoded = _number_matrix(g, saved, file_columns)
     else:
-        encoded = g.op("Concat", *(_column(g, c) for c in columns), axis=1)
+        encoded = g.op("Concat", *(_column(g, c) for c in columns if c.kind != "constant"), axis=1)
     return _normalize(g, saved, encoded)
 
 
@@ -107,15 +107,15 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
         used = [where[name] for name in saved.features]
         return "features" if used == list(range(len(file_columns))) else \
             g.op("Gather", "features", g.const(used, "used", np.int64), axis=1)
-    picked = g.op("Gather", "features", g.const([where[c.name] for c in saved.encoder.columns], "used", np.int64),
-                  axis=1)
-    fills = g.const([[float(c.fill) for c in saved.encoder.columns]], "fill")
+    columns = [c for c in saved.encoder.columns if c.kind != "constant"]
+    picked = g.op("Gather", "features", g.const([where[c.name] for c in columns], "used", np.int64), axis=1)
+    fills = g.const([[float(c.fill) for c in columns]], "fill")
     missing = g.op("IsNaN", picked)
     filled = g.op("Where", missing, fills, picked)
-    if not any(c.indicator for c in saved.encoder.columns):
+    if not any(c.indicator for c in columns):
         return filled
     parts = []
-    for i, column in enumerate(saved.encoder.columns):
+    for i, column in enumerate(columns):
         index = g.const([i], "col", np.int64)
         parts.append(g.op("Gather", filled, index, axis=1))
         if column.indicator:

@@ -1,0 +1,199 @@
+"""Fitting the feature columns on the training rows: each column's type (declared, or inferred from
+its cells: numbers, dates, booleans, categories; an identifier or a column of numbers with stray text
+refused), the value for its missing cells, its categories, and the constant columns left out."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from ..config.data import ColumnSpec, DataConfig
+from ..errors import DataError
+from . import dates
+from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in, canonical, dates_in, is_missing, \
+    is_number, numbers_in, shortest
+
+
+def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
+    """Type, fill and vocabulary of every column from the training rows; returns the encoder and
+    what was inferred or imputed by default (a line each, said once in the run log)."""
+    medians = _medians(raw.x)
+    columns, inferred, imputed = [], [], {}
+    declared, undeclared = {name: cfg.column_spec(name) for name in cfg.columns}, ColumnSpec()  # once, not per column
+    for j, name in enumerate(names):
+        spec = declared.get(name, undeclared)
+        column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
+        if spec.type is None and column.kind != "number":
+            inferred.append(f"{name} ({column.kind}" + (f", {len(column.categories)} values)" if column.kind == "category"
+                                                        else f": {', '.join(column.values())})" if column.kind == "date"
+                                                        else ")"))
+        if missing and spec.missing is None and cfg.missing_values == "auto":
+            how = {"number": "median", "date": "median date"}.get(column.kind, "most frequent value")
+            imputed.setdefault(how, []).append(f"{name} ({missing})")
+        columns.append(column)
+    if cfg.shape is None:  # image rows keep every pixel: the shape needs them
+        columns, constant = _without_constants(columns, raw, source)
+        inferred = [i for i in inferred if i.split(" (")[0] not in constant]
+    notes = [f"text columns read as categories (one-hot), booleans or dates: {', '.join(inferred)}; set "
+             "data.columns.<name> to type them yourself"] if inferred else []
+    notes += [f"constant columns left out of the inputs (one value in every training row): {', '.join(constant[:20])}"
+              + (f" (+{len(constant) - 20} more)" if len(constant) > 20 else "")] if cfg.shape is None and constant else []
+    notes += [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
+              "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
+    return ColumnEncoder(columns, cfg.unseen_categories), notes
+
+
+def _without_constants(columns: list[Column], raw: RawColumns, source: str) -> tuple[list[Column], list[str]]:
+    """The columns with those that hold one value in every training row (nothing to learn from; a
+    missing indicator aside) made `constant`, and their names; all of them constant is refused."""
+    spread = _spreads(raw.x)
+    constant = []
+    for j, column in enumerate(columns):
+        cells = raw.cells(j) if j in raw.text else None
+        values = 1 + spread[j] if cells is None else len(np.unique(canonical(cells[~is_missing(cells)])))
+        if values <= 1 and not column.indicator and column.kind != "constant":
+            constant.append(column.name)
+            columns[j] = Column(column.name, "constant")
+    if columns and len(constant) == len(columns):
+        raise DataError(f"{source}: every feature column holds one value in all the training rows "
+                        f"({', '.join(constant[:10])}): nothing to learn from")
+    return columns, constant
+
+
+def _spreads(x: np.ndarray) -> np.ndarray:
+    """Per column: 1 where its present cells hold more than one value, else 0 (one pass)."""
+    if not len(x):
+        return np.zeros(x.shape[1], int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing column
+        return (np.nanmax(x, axis=0) > np.nanmin(x, axis=0)).astype(int)
+
+
+def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: ColumnSpec, median: float,
+                source: str) -> tuple[Column, int]:
+    """One column fitted (`spec`: its data.columns entry), and how many of its training cells were missing."""
+    kind = spec.type or _inferred(raw, j, name, source, cfg.date_format or "")
+    missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
+    strategy = spec.missing or cfg.missing_values
+    if missing.any() and strategy == "error":
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(raw.first(missing))}: a missing cell, and "
+                        "data.missing_values is error; fill the data, or choose median, mean, most_frequent or constant")
+    indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
+    column = Column(name, kind, indicator=bool(indicator), date_format=cfg.date_format or "" if kind == "date" else "")
+    if kind == "date":
+        return _fit_date(column, raw, j, missing, strategy, spec.fill_value, source), int(missing.sum())
+    fast_median = kind == "number" and strategy in ("auto", "median") and j not in raw.text
+    column.fill = median if fast_median else _fill(column, raw, j, missing, strategy, spec.fill_value, source)
+    if kind == "category":
+        present = set(canonical(raw.cells(j)[~missing]).tolist())
+        column.categories = sorted(present | ({str(column.fill)} if missing.any() else set()))
+    return column, int(missing.sum())
+
+
+def _fit_date(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
+              source: str) -> Column:
+    """A date column's fill (the training dates' median, mean, most frequent or the constant) and
+    whether its cells hold times of day."""
+    present = dates_in(raw.cells(j)[~missing], raw.rows(np.flatnonzero(~missing)), column, source)
+    column.time_of_day = dates.has_time(present)
+    if strategy == "constant":
+        value = dates.parse(str(constant), column.date_format)
+        if value is None:
+            raise DataError(f"data.columns.{column.name}.fill_value: {constant!r} is not a date (the column holds dates)")
+        column.fill = str(constant)
+    elif strategy == "most_frequent" and present.size:
+        uniques, counts = np.unique(present, return_counts=True)
+        column.fill = dates.iso(float(uniques[counts.argmax()]))
+    elif present.size:
+        column.fill = dates.iso(float(present.mean() if strategy == "mean" else np.median(present)))
+    else:
+        column.fill = dates.iso(0.0)
+    if column.date_format and strategy != "constant":  # the fill is parsed like a cell of the column
+        column.fill = dates.EPOCH.fromisoformat(column.fill).strftime(column.date_format)
+    return column
+
+
+def _medians(x: np.ndarray) -> list[float]:
+    """Every column's median over its present cells (0 where none is present), in one pass."""
+    if not len(x):
+        return [0.0] * x.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing column
+        values = np.nanmedian(x, axis=0) if np.isnan(x).any() else np.median(x, axis=0)
+    return [float(v) if np.isfinite(v) else 0.0 for v in values]
+
+
+def _inferred(raw: RawColumns, j: int, name: str, source: str, date_format: str = "") -> str:
+    """number unless a cell is text; date when every text value is a date (ISO 8601, or in
+    data.date_format); boolean when every one is true/false, yes/no, ...; a column of numbers with a
+    few stray text cells (typos) is refused, not read as categories."""
+    if j not in raw.text:
+        return "number"
+    cells = raw.text[j]
+    present = ~is_missing(cells)
+    values = np.unique(cells[present])
+    if dates.all_dates(values, date_format):
+        return "date"
+    if len(values) and np.isin(np.char.lower(np.char.strip(values.astype(str))), TRUE + FALSE).all():
+        return "boolean"
+    return _category_unless_numbers(raw, j, name, source, present, values)
+
+
+def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, present: np.ndarray,
+                             values: np.ndarray, share: float = 0.9) -> str:
+    """category; number when every present training cell is one (the text is in other rows, which
+    then name their cell); refused when at least `share` of them are (the text cells are typos)."""
+    cells = raw.text[j]
+    numeric = np.isin(cells, [v for v in values if is_number(str(v))]) & present
+    count, total = int(numeric.sum()), int(present.sum())
+    if not total or count < share * total:
+        return _category_unless_identifier(name, source, total, values)
+    if count == total:
+        return "number"
+    bad = raw.first(present & ~numeric)
+    raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, while "
+                    f"{count} of its {total} present cells in the training rows are; fix the cell (or leave it blank: "
+                    f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
+
+
+def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:
+    """category, unless each of at least `rows` present training cells is a different value: an ID,
+    whose one-hot columns (one per row) no new row would match."""
+    if present < rows or len(values) < present:
+        return "category"
+    shown = ", ".join(str(v) for v in values[:3])
+    raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
+                    f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
+                    f"no new row matches; leave it out (data.columns.{name}: ignore), or keep it as categories if "
+                    f"its values do repeat in new data (data.columns.{name}: category)")
+
+
+def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
+          source: str) -> Any:
+    """The value for missing cells, from the training rows' present ones."""
+    if strategy == "constant":
+        if column.kind == "number" and not is_number(str(constant)):
+            raise DataError(f"data.columns.{column.name}.fill_value: {constant!r} is not a number (the column is "
+                            "typed number)")
+        return float(constant) if column.kind == "number" else shortest(str(constant))
+    if column.kind == "number":
+        values = raw.x[:, j] if j not in raw.text else numbers_in(raw, j, column.name, source)
+        present = values[~np.isnan(values)]
+        if strategy == "mean" and present.size:
+            return float(present.mean())
+        if strategy == "most_frequent" and present.size:
+            uniques, counts = np.unique(present, return_counts=True)
+            return float(uniques[counts.argmax()])
+        return float(np.median(present)) if present.size else 0.0
+    if strategy in ("mean", "median"):
+        raise DataError(f"data.columns.{column.name}: missing: {strategy} needs numbers; the column is a "
+                        f"{column.kind}: use most_frequent or constant")
+    cells = raw.cells(j)
+    if column.kind == "boolean":
+        flags = booleans_in(np.where(missing, "false", cells), raw, column.name, source)[~missing]
+        return "true" if flags.sum() * 2 >= len(flags) and len(flags) else "false"
+    counts = Counter(canonical(cells[~missing]).tolist())
+    return min(counts, key=lambda c: (-counts[c], c)) if counts else "missing"
