@@ -195,3 +195,46 @@ def test_a_signal_during_the_arrow_read_is_not_swallowed(tmp_path, monkeypatch):
     monkeypatch.setattr(arrow_csv.pacsv, "read_csv", cancelled)
     with pytest.raises(KeyboardInterrupt):
         arrow_csv.read_typed(path, CsvFormat(), ["a", "b"], "y", [])
+
+
+def _streamed_and_line_read(path, spec, rows: int):
+    from magmadnn_cli.data import tables
+    streamed = list(tables.csv_chunks(path, spec, rows))
+    fmt = spec.csv_format(path)
+    names = tables.csv_header(path, fmt)
+    lines = list(tables._line_chunks(path, spec, fmt, names, tables.checked_columns(path, names, spec), rows, 0, False))
+    return streamed, lines
+
+
+def test_streamed_chunks_equal_the_line_reader_s(tmp_path):
+    """predict streams CSV through pyarrow: the same chunks, cells, row numbers and kept columns as
+    the line reader's (which reads what pyarrow refuses)."""
+    pytest.importorskip("pyarrow")
+    from magmadnn_cli.data.tables import ReadSpec
+    rng = np.random.default_rng(0)
+    body = [f"{a:.4f},{'red' if a > 0 else 'blue'},{'' if i % 7 == 0 else round(b, 3)},id{i},{'yes' if b > 0 else 'no'}"
+            for i, (a, b) in enumerate(rng.normal(size=(5000, 2)))]
+    (tmp_path / "d.csv").write_text("a,colour,b,id,label\n" + "\n".join(body) + "\n")
+    spec = ReadSpec("label", ["a", "colour", "b"], False, DataConfig(train="d.csv", target="label"), np.float32,
+                    keep=("id",))
+    streamed, lines = _streamed_and_line_read(tmp_path / "d.csv", spec, 700)
+    assert [len(t.x) for t in streamed] == [len(t.x) for t in lines]
+    for s, l in zip(streamed, lines):
+        np.testing.assert_array_equal(s.x, l.x)
+        np.testing.assert_array_equal(s.raw.row_ids, l.raw.row_ids)
+        assert sorted(s.raw.text) == sorted(l.raw.text) == [1]
+        assert s.raw.text[1].tolist() == l.raw.text[1].tolist() and s.kept["id"].tolist() == l.kept["id"].tolist()
+
+
+def test_a_ragged_row_late_in_a_streamed_file_is_named_by_line(capsys, tmp_path):
+    """pyarrow refuses the block holding it; the line reader goes on from the rows already read and
+    names the line. predict writes nothing."""
+    pytest.importorskip("pyarrow")
+    _write(tmp_path / "train.csv")
+    assert _train(capsys, tmp_path, "train.csv")[0] == 0
+    rows = ["f1,f2,f3,f4"] + ["0.1,0.2,0.3,0.4"] * 400_000
+    rows[350_000] = "0.1,0.2,0.3"
+    (tmp_path / "big.csv").write_text("\n".join(rows) + "\n")
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "big.csv", "-o", tmp_path / "p.csv")
+    assert code == 2 and "big.csv:350001: the row has 3 fields; the header has 4" in err, err
+    assert not (tmp_path / "p.csv").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -76,3 +77,54 @@ def read_typed(path: Path, fmt: CsvFormat, features: list[str], target: str | No
         signals.check()  # the line reader takes the file, unless a stop signal caused the error
         return None
     return table if table.column_names == wanted and table.num_rows else None
+
+
+class StreamFailed(Exception):
+    """pyarrow's streaming reader refused the file part way (a ragged row, a decoding error): the
+    line reader goes on from the rows already read, and names what is wrong by line."""
+
+
+STREAM_BYTES = 1 << 23  # bytes of CSV text per streamed block (8 MiB, as the line reader's chunks)
+
+
+def _stream_input(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if is_stream(path):
+        return None if suffix in DECOMPRESSORS else pa.BufferReader(stream_bytes(path))
+    return DECOMPRESSORS[suffix](path, "rb") if suffix in DECOMPRESSORS else pa.OSFile(str(path), "rb")
+
+
+def stream_cells(path: Path, fmt: CsvFormat, columns: list[str]) -> Iterator[Any] | None:
+    """Record batches of `columns` as text (missing cells null), about STREAM_BYTES of the file
+    each, from pyarrow's streaming reader; None where it cannot start. A failure part way raises
+    StreamFailed."""
+    if pa is None:
+        return None
+    try:
+        source = _stream_input(path)
+        if source is None:
+            return None
+        reader = pacsv.open_csv(
+            source,
+            read_options=pacsv.ReadOptions(encoding=codecs.lookup(fmt.encoding).name, block_size=STREAM_BYTES,
+                                           column_names=list(fmt.names) if fmt.names else None,
+                                           skip_rows=int(bool(fmt.names) and fmt.header)),
+            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(include_columns=columns, null_values=NULLS, strings_can_be_null=True,
+                                                 column_types={c: pa.string() for c in columns}))
+    except pa.ArrowCancelled as exc:
+        raise KeyboardInterrupt from exc
+    except (pa.ArrowException, *READ_ERRORS, ValueError, LookupError, UnicodeError):
+        signals.check()
+        return None
+    return _batches(reader)
+
+
+def _batches(reader: Any) -> Iterator[Any]:
+    try:
+        yield from reader
+    except pa.ArrowCancelled as exc:
+        raise KeyboardInterrupt from exc
+    except (pa.ArrowException, *READ_ERRORS, ValueError, UnicodeError) as exc:
+        signals.check()
+        raise StreamFailed(str(exc)) from exc

@@ -164,6 +164,17 @@ def _is_number(kind: Any) -> bool:
         or pa.types.is_null(kind)
 
 
+def _as_numbers(column: Any, plain: bool) -> np.ndarray | None:
+    """A number column, or a text column whose every cell pyarrow reads as a plain number, as
+    float64 (null: NaN); None for the others (the text path types them)."""
+    if not _is_number(column.type) and not (plain and pa.types.is_string(column.type)):
+        return None
+    try:
+        return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        return None
+
+
 def _texts(column: Any, name: str, path: Path) -> np.ndarray:
     """A column as text cells (numbers in their shortest form, nulls ''), through its distinct
     values: a Python string per distinct value, not per row."""
@@ -188,9 +199,9 @@ def batch_table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], targe
     strings = {}
     for j, name in enumerate(wanted):
         column = batch.column(name)
-        if _is_number(column.type) and j not in declared:
+        if j not in declared and (numbers := _as_numbers(column, decimal == "." and not thousands)) is not None:
             with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell with the others
-                x[:, j] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                x[:, j] = numbers
             continue
         numbers, text = typed_cells(_texts(column, name, path)[:, None], dtype, {0} if j in declared else set(),
                                     decimal, thousands)

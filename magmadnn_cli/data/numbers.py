@@ -106,7 +106,8 @@ def typed_cells(cells: np.ndarray, dtype: Any, text: set[int] = frozenset(), dec
             strings[j] = np.where(missing, "", column)
         elif is_plain(decimal, thousands):
             try:
-                x[~missing, j] = column[~missing].astype(np.float64)
+                with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell later
+                    x[~missing, j] = column[~missing].astype(np.float64)
             except ValueError:
                 signals.check()
                 strings[j] = np.where(missing, "", column)
@@ -124,6 +125,7 @@ def _styled(column: np.ndarray, missing: np.ndarray, j: int, decimal: str, thous
         exc.column = j
         raise
     if numbers:
-        x[~missing, j] = spelled[~missing].astype(np.float64)
+        with np.errstate(over="ignore"):
+            x[~missing, j] = spelled[~missing].astype(np.float64)
     else:
         strings[j] = spelled

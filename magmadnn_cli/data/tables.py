@@ -15,7 +15,7 @@ from ..config.data import SyntheticData
 from ..core import backend as B
 from ..errors import DataError
 from ..files import load_npz
-from .arrow_csv import read_typed
+from .arrow_csv import StreamFailed, read_typed, stream_cells
 from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chunks, columnar_format, read_columnar
 from .columns import RawColumns
 from .csv_reader import STDIN, CsvFormat, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
@@ -32,18 +32,43 @@ ARROW_MAX_COLUMNS = 10_000  # wider files go to the line reader: pyarrow keeps ~
 
 def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: bool = False) -> Iterator[Table]:
     """The file's rows as Tables of at most `chunk_rows` rows (and about 8 Mi characters); `whole`:
-    the caller keeps them all (`read_csv`), so their rows are counted against the memory budget."""
+    the caller keeps them all (`read_csv`), so their rows are counted against the memory budget.
+    Streamed through pyarrow where it takes the file; the line reader reads the rest (or all)."""
     fmt = spec.csv_format(path)
     names = csv_header(path, fmt)
     wanted = checked_columns(path, names, spec)
+    done = 0
+    batches = None if whole or len(names) > ARROW_MAX_COLUMNS else \
+        stream_cells(path, fmt, list(dict.fromkeys(wanted + [spec.target] * (spec.target in names) + list(spec.keep))))
+    try:
+        for batch in batches or ():
+            for start in range(0, batch.num_rows, chunk_rows):
+                part = batch.slice(start, chunk_rows)
+                yield batch_table(part, path, spec, wanted, spec.target if spec.target in names else None, done,
+                                  fmt.decimal, fmt.thousands)
+                done += part.num_rows
+        if batches is not None:
+            return
+    except (StreamFailed, OffStyle):
+        pass  # the line reader goes on from row `done`, naming what pyarrow refused by file and line
+    yield from _line_chunks(path, spec, fmt, names, wanted, chunk_rows, done, whole)
+
+
+def _line_chunks(path: Path, spec: ReadSpec, fmt: CsvFormat, names: list[str], wanted: list[str], chunk_rows: int,
+                 done: int, whole: bool) -> Iterator[Table]:
+    """csv_chunks through the line reader, from data row `done` on."""
     position = {n: i for i, n in enumerate(names)}
     columns = [position[f] for f in wanted]
     text = spec.text_columns(wanted)
     dtype = spec.dtype or B.current().floatx
     target = spec.target if spec.target in position else None
-    done = 0
     bound = whole_read(path, spec, len(wanted)) if whole else None
+    skip, done = done, 0
     for first_line, lines in iter_csv_chunks(path, chunk_rows, fmt, bound=bound):
+        cut = min(len(lines), max(0, skip - done))  # rows already streamed
+        first_line, lines, done = first_line + cut, lines[cut:], done + cut
+        if not lines:
+            continue
         x, strings = parse_cells(lines, path, names, columns, first_line, fmt, dtype, text)
         y = parse_rows(lines, path, names, [position[target]], first_line, fmt, str)[:, 0] if target else None
         y = respelled_labels(y, fmt.decimal, fmt.thousands) if y is not None else None
