@@ -200,17 +200,17 @@ def _print_report(report: dict) -> None:
 
 @app.command()
 def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
-            data: Annotated[Path, typer.Argument(help="CSV with the model's feature columns (others are ignored), "
-                                                 "NPZ (x) or images; - for stdin")],
-            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="CSV to write (- or none: stdout); "
-                              "never a link, device or one of the inputs")] = None,
+            data: Annotated[Path, typer.Argument(help="CSV, Parquet, Feather or JSON Lines with the model's feature "
+                                                 "columns (others are ignored), NPZ (x) or images; - for CSV on stdin")],
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write: .parquet, .feather, "
+                              ".jsonl or CSV (any other name; - or none: stdout); never a link, device or an input")] = None,
             overwrite: OverwriteFileOpt = False,
             proba: Annotated[bool, typer.Option("--proba", metavar="", help="add a prob_<label> column per class")] = False,
             keep: Annotated[Optional[list[str]], typer.Option("--keep", "-k", help="copy this input column (e.g. an "
                             "ID) to the output, before the predictions (repeatable)", show_default=False)] = None,
             strict: StrictOpt = False,
             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
-    """Predictions from a saved model, one CSV row per input row, in order (streams large files)."""
+    """Predictions from a saved model, one row per input row, in order (streams large files)."""
     from .commands.predict import predict as run_predict
     from .reporting import silence_stdout
     try:

@@ -170,14 +170,17 @@ def _as_numbers(column: Any, plain: bool) -> np.ndarray | None:
     if not _is_number(column.type) and not (plain and pa.types.is_string(column.type)):
         return None
     try:
-        return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        if pa.types.is_string(column.type):
+            column.slice(0, 64).cast(pa.float64())  # text fails here, before a pass over every cell
+        typed = column if column.type == pa.float64() else column.cast(pa.float64())
+        return typed.to_numpy(zero_copy_only=False)
     except pa.ArrowInvalid:
         return None
 
 
-def _texts(column: Any, name: str, path: Path) -> np.ndarray:
-    """A column as text cells (numbers in their shortest form, nulls ''), through its distinct
-    values: a Python string per distinct value, not per row."""
+def _distinct(column: Any, name: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A column as (its distinct values as text, then '' for null; each row's index into them):
+    numbers in their shortest form; a Python string per distinct value, not per row."""
     kind = column.type
     if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         raise DataError(f"{path}: column {name!r} holds {kind} values; magmadnn reads flat columns (numbers, text, "
@@ -185,7 +188,13 @@ def _texts(column: Any, name: str, path: Path) -> np.ndarray:
     encoded = column.cast(pa.string()).dictionary_encode()
     encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
     values = np.asarray(encoded.dictionary.to_pylist() + [""], dtype=str)
-    return values[encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)]
+    return values, encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+
+
+def _texts(column: Any, name: str, path: Path) -> np.ndarray:
+    """A column as text cells (numbers in their shortest form, nulls '')."""
+    values, rows = _distinct(column, name, path)
+    return values[rows]
 
 
 def batch_table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], target: str | None, start: int = 0,
@@ -203,11 +212,12 @@ def batch_table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], targe
             with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell with the others
                 x[:, j] = numbers
             continue
-        numbers, text = typed_cells(_texts(column, name, path)[:, None], dtype, {0} if j in declared else set(),
-                                    decimal, thousands)
-        x[:, j] = numbers[:, 0]
+        values, rows = _distinct(column, name, path)  # typed once per distinct value, as CSV cells are
+        numbers, text = typed_cells(values[:, None], dtype, {0} if j in declared else set(), decimal, thousands)
         if text:
-            strings[j] = text[0]
+            strings[j] = text[0][rows]
+        else:
+            x[:, j] = numbers[rows, 0]
     y = _texts(batch.column(target), target, path) if target else None
     kept = {k: _texts(batch.column(k), k, path) for k in spec.keep}
     return Table(RawColumns(x, strings, np.arange(start, start + batch.num_rows)), y, wanted, str(path), kept)
