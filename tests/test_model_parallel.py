@@ -61,9 +61,10 @@ def test_float32_hybrid_agrees_to_rounding(single, tmp_path):
 def test_run_log_says_the_layout_and_the_share_each_rank_holds(tmp_path):
     result = run_train(tmp_path / "run", ["training.epochs=1", "distributed.model_parallel=2"], 4, quiet=False)
     assert result.returncode == 0, result.stderr
-    # digits_mlp: 64*128+128 + 128*10+10 = 9,610 parameters; each rank holds 64 + 5 columns: 4,805
+    # digits_mlp: 61*128+128 + 128*10+10 = 9,226 parameters (3 constant pixels left out); each rank holds
+    # 64 + 5 columns: 4,613
     assert "2 data-parallel groups x 2 model-parallel ranks" in result.stdout
-    assert "each rank holds 4,805 of the 9,610 parameters (50%)" in result.stdout
+    assert "each rank holds 4,613 of the 9,226 parameters (50%)" in result.stdout
     assert result.stdout.count("final metrics") == 1
 
 
