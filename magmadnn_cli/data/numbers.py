@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import signals
-from .columns import is_missing
+from .columns import is_missing, is_number
 
 STYLES = {",": ".", ".": ","}  # decimal mark -> the thousands separator that goes with it
 
@@ -56,7 +56,7 @@ def styled_column(column: np.ndarray, present: np.ndarray, decimal: str, thousan
     off = present & (spelled == "?")
     if not off.any():
         return spelled, True
-    plain = np.asarray([_is_float(c) for c in column[off].tolist()])
+    plain = np.asarray([is_number(c) for c in column[off].tolist()])
     if plain.any() and (present & ~off).any():
         row = int(np.flatnonzero(off)[np.argmax(plain)])
         raise OffStyle(row, str(column[row]))
@@ -79,17 +79,9 @@ def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
         return None
     comma = _pattern(",", ".")
     cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
-    if any("." in c and _is_float(c) and not comma.fullmatch(c) for c in cells):
+    if any("." in c and is_number(c) and not comma.fullmatch(c) for c in cells):
         return None
     return (",", ".") if any("," in c and comma.fullmatch(c) for c in cells) else None
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def typed_cells(cells: np.ndarray, dtype: Any, text: set[int] = frozenset(), decimal: str = ".",
