@@ -134,9 +134,18 @@ def test_predict_replaces_an_existing_file_only_with_overwrite(capsys, tmp_path)
     _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml"),
              f"--output {tmp_path / 'mine.yaml'}: exists; it is not replaced without --overwrite")
     assert snapshot(tmp_path) == before
-    code, _, err = run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml", "--overwrite")
+    _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml", "--overwrite"),
+             "no output format is written as '.yaml'; name the file .csv, .tsv, .parquet, .feather or .jsonl")
+    _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "preds.xlsx"), "as '.xlsx'")
+    assert snapshot(tmp_path) == before
+    (tmp_path / "mine.csv").write_text("old,predictions\n")
+    code, _, err = run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.csv", "--overwrite")
     assert code == 0, err
-    assert (tmp_path / "mine.yaml").read_text().splitlines()[0] == "prediction"
+    assert (tmp_path / "mine.csv").read_text().splitlines()[0] == "prediction"
+    code, _, err = run_cli(capsys, "predict", model, data, "--proba", "-o", tmp_path / "p.tsv.gz")
+    assert code == 0, err
+    import gzip
+    assert gzip.decompress((tmp_path / "p.tsv.gz").read_bytes()).decode().splitlines()[0] == "prediction\tprob_a\tprob_b\tprob_c"
 
 
 def test_tune_over_an_earlier_search_is_refused_with_the_ways_on(capsys, tmp_path):

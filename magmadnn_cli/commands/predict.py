@@ -15,7 +15,7 @@ import numpy as np
 from ..core import backend as B
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.tables import ReadSpec, Table, reader_for, typed_labels
-from ..data.writers import Columns, write_rows
+from ..data.writers import Columns, output_format, write_rows
 from ..errors import DataError, MagmaError, ModelFileError
 from ..files import atomic_write, check_output_file, file_sha256
 from ..training.builder import task_of
@@ -191,6 +191,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     model_path = model_file(model_path)
     if out is not None:
         check_output_file(out, (model_path, data_path), overwrite)
+        output_format(out)  # a name no format is written as is refused before anything is read
     saved = load(model_path)
     if proba and saved.task == "regression":
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")

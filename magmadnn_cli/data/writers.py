@@ -1,4 +1,4 @@
-"""Writing rows by the output file's suffix: CSV (the default, and for stdout), Parquet, Feather /
+"""Writing rows by the output file's suffix: CSV (the default, and for stdout), TSV, Parquet, Feather /
 Arrow IPC or JSON Lines. Rows arrive as text chunks (what a CSV holds); the typed formats give each
 column its type (int, float or text) once for the whole file, so every chunk agrees."""
 
@@ -16,6 +16,7 @@ from typing import IO, Callable, Iterable
 
 import numpy as np
 
+from ..errors import DataError
 from .columnar import SUFFIXES
 
 try:
@@ -34,16 +35,30 @@ class Columns:
     kinds: list[str]
 
 
+TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
+PACKED = ("", ".gz", ".bz2", ".xz")
+
+
 def output_format(path: Path | None) -> str:
-    """parquet, feather or jsonl (also compressed) by the suffix; csv for stdout (None) and any other name."""
+    """csv (stdout: None; .csv, .txt, a name without a suffix), tsv, parquet, feather or jsonl by the
+    name's suffix (text formats also compressed); another suffix is refused, not written as CSV."""
     name = path.name.lower() if path is not None else ""
-    return next((k for k, suffixes in SUFFIXES.items() if name.endswith(suffixes)), "csv")
+    kind = next((k for k, suffixes in SUFFIXES.items() if name.endswith(suffixes)), None)
+    if kind is not None:
+        return kind
+    stem = name.removesuffix(next((p for p in PACKED[1:] if name.endswith(p)), ""))
+    if stem.endswith(".tsv"):
+        return "tsv"
+    if path is None or stem.endswith(TEXT_SUFFIXES) or "." not in stem.lstrip("."):
+        return "csv"
+    raise DataError(f"--output {path}: no output format is written as {Path(stem).suffix!r}; name the file .csv, .tsv, "
+                    ".parquet, .feather or .jsonl (CSV and JSON Lines also .gz, .bz2, .xz)")
 
 
-def _csv(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray]) -> None:
+def _csv(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray], delimiter: str = ",") -> None:
     text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
     try:
-        writer = csv.writer(text, lineterminator="\n")
+        writer = csv.writer(text, delimiter=delimiter, lineterminator="\n")
         writer.writerow(columns.names)
         for chunk in chunks:
             writer.writerows(chunk.tolist())
@@ -91,7 +106,7 @@ def _typed(open_writer: Callable[[IO[bytes], "pa.Schema"], object]) -> Callable[
     return write
 
 
-WRITERS = {"csv": _csv, "jsonl": _jsonl}
+WRITERS = {"csv": _csv, "tsv": lambda f, columns, chunks: _csv(f, columns, chunks, "\t"), "jsonl": _jsonl}
 if pa is not None:
     WRITERS["parquet"] = _typed(lambda f, schema: pq.ParquetWriter(f, schema))
     WRITERS["feather"] = _typed(lambda f, schema: pa.ipc.new_file(f, schema))
