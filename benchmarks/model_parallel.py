@@ -30,13 +30,15 @@ import resource
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from magmadnn_cli.distributed import get_communicator
 from magmadnn_cli.distributed.comm import Communicator, launched_rank, launched_ranks
-from magmadnn_cli.distributed.data_parallel import DataParallel, data_parallel
+from magmadnn_cli.distributed.data_parallel import DataParallel
+from magmadnn_cli.distributed.strategies import STRATEGIES
 from magmadnn_cli.distributed.model_parallel import ModelGroups, model_groups
 from magmadnn_cli.nn.layers import Dense
 from magmadnn_cli.nn.losses import CrossEntropy
@@ -96,7 +98,8 @@ def build(world: Communicator, widths: list[int], split: int) -> tuple[ModelGrou
     timed = Timed(groups.model)
     layers = [Dense.of(units=w, activation="relu") for w in widths[1:-1]] + [Dense.of(units=widths[-1], activation="softmax")]
     net = Network(layers, (widths[0],), CrossEntropy(), seed=0, group=timed)
-    return groups, net, data_parallel(net, Adam.of(learning_rate=1e-3), groups.data, groups=groups), timed
+    dist = SimpleNamespace(sync_batchnorm=True, max_staleness=0)
+    return groups, net, STRATEGIES["allreduce"].wrapper(net, Adam.of(learning_rate=1e-3), groups.data, groups, dist), timed
 
 
 def worker(args: argparse.Namespace) -> None:

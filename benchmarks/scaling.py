@@ -47,13 +47,18 @@ def timed_reduce(comm, seconds: list[float]):
 
 
 def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batchnorm: bool) -> None:
+    from types import SimpleNamespace
+
     from magmadnn_cli.distributed import get_communicator
-    from magmadnn_cli.distributed.data_parallel import data_parallel
+    from magmadnn_cli.distributed.model_parallel import model_groups
+    from magmadnn_cli.distributed.strategies import STRATEGIES
     from magmadnn_cli.nn.optimizers import SGD
 
     comm = get_communicator(strategy)
     net, shape = build(model)
-    parallel = data_parallel(net, SGD.of(learning_rate=0.05, weight_decay=0.001), comm, sync_batchnorm)
+    dist = SimpleNamespace(sync_batchnorm=sync_batchnorm, max_staleness=0)
+    parallel = STRATEGIES[strategy].wrapper(net, SGD.of(learning_rate=0.05, weight_decay=0.001), comm,
+                                            model_groups(comm, 1), dist)
     in_layers = [0.0]
     if net.mode.reduce is not None:
         net.mode.reduce = timed_reduce(comm, in_layers)
