@@ -4,7 +4,7 @@ between real hosts); one file system, as a cluster's shared one. hydra starts th
 through `-launcher ssh -launcher-exec rsh.sh`, a script that runs the command in that host's namespace.
 `magmadnn train --processes 4 --hostfile` over them gives the one-process weights; a rank SIGKILLed on
 the second host ends the job with nothing left; SIGTERM to the launcher checkpoints and `--resume` is
-bit-identical; the collective timeout ends a job whose rank on the second host is SIGSTOPped. Needs root, `ip` and `unshare` (CI has them); skipped, saying why, elsewhere."""
+bit-identical. Needs root, `ip` and `unshare` (CI has them); skipped, saying why, elsewhere."""
 
 from __future__ import annotations
 
@@ -194,30 +194,3 @@ def test_sigterm_to_the_launcher_checkpoints_and_resume_is_bit_identical(cluster
     assert done.returncode == 0, done.stderr
     got, want = saved_weights(out), saved_weights(four_rank_run)
     assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
-
-
-def test_the_collective_timeout_ends_a_job_whose_rank_on_the_second_host_is_stopped(cluster):
-    """A SIGSTOPped rank on node-b (a frozen process, or a host cut off) answers nothing: with a 3 s
-    `distributed.timeout` the job ends, naming that host, and no process is left on either host."""
-    out = cluster.folder / "frozen"
-    p = cluster.start("train", "c.yaml", "--out", str(out), "-q", "--processes", "4", "--hostfile",
-                      str(cluster.hostfile), "--set", "training.epochs=2000", "--set", "distributed.timeout=3",
-                      "--set", "training.checkpoint.every_steps=1")
-    _wait_for_checkpoint(out, p)
-    job = cluster.pids() | job_processes(p.pid)
-    ranks = [pid for pid in _pids(cluster.names[1]) if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    assert len(ranks) == 2, f"expected 2 ranks on the second host, found {ranks}"
-    os.kill(ranks[0], signal.SIGSTOP)
-    start = time.monotonic()
-    try:
-        _, err = p.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        for pid in job | cluster.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        pytest.fail("the job still ran 90 s after a rank stopped")
-    assert p.returncode != 0 and "node-b" in err, err
-    assert not wait_until_gone(job | cluster.pids()), "a process of the job outlived it"
-    assert time.monotonic() - start < 60
