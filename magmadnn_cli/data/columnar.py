@@ -12,7 +12,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -49,6 +49,13 @@ class Source:
     batches: Callable[[list[str], int], Iterator["pa.RecordBatch"]]
 
 
+def sliced(batches: Iterable[Any], rows: int) -> Iterator[Any]:
+    """Record batches cut into pieces of at most `rows` rows (zero-copy slices)."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, rows):
+            yield batch.slice(start, rows)
+
+
 def _parquet(path: Path) -> Source:
     f = pq.ParquetFile(str(path), memory_map=True)
     return Source(list(f.schema_arrow.names), lambda columns, rows: f.iter_batches(batch_size=rows, columns=columns))
@@ -67,12 +74,7 @@ def _feather(path: Path) -> Source:
                             "rewritten with pyarrow.feather.write_feather(pyarrow.feather.read_table(path), path)")
         reader, parts = stream, lambda: iter(stream)
 
-    def batches(columns: list[str], rows: int) -> Iterator[Any]:
-        for batch in parts():
-            batch = batch.select(columns)
-            for start in range(0, batch.num_rows, rows):
-                yield batch.slice(start, rows)
-    return Source(list(reader.schema.names), batches)
+    return Source(list(reader.schema.names), lambda columns, rows: sliced((b.select(columns) for b in parts()), rows))
 
 
 # -- JSON Lines ----------------------------------------------------------------------------------
@@ -121,10 +123,9 @@ def _json_batches(path: Path, columns: list[str], rows: int) -> Iterator[Any]:
     the first block did not have, a value beyond float64), text batches from the line reader."""
     done = 0
     try:
-        for batch in _typed_json(path, columns):
-            for start in range(0, batch.num_rows, rows):
-                yield batch.slice(start, rows)
-            done += batch.num_rows
+        for part in sliced(_typed_json(path, columns), rows):
+            yield part
+            done += part.num_rows
     except (pa.ArrowInvalid, *READ_ERRORS):
         signals.check()
     else:

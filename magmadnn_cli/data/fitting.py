@@ -19,31 +19,35 @@ from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in
 
 def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
     """Type, fill and vocabulary of every column from the training rows; returns the encoder and
-    what was inferred or imputed by default (a line each, said once in the run log)."""
+    what was inferred, imputed or left out by default (a line each, said once in the run log)."""
     medians = _medians(raw.x)
-    columns, inferred, imputed = [], [], {}
+    columns, inferred, imputed = [], {}, {}
     declared, undeclared = {name: cfg.column_spec(name) for name in cfg.columns}, ColumnSpec()  # once, not per column
     for j, name in enumerate(names):
         spec = declared.get(name, undeclared)
         column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
         if spec.type is None and column.kind != "number":
-            inferred.append(f"{name} ({column.kind}" + (f", {len(column.categories)} values)" if column.kind == "category"
-                                                        else f": {', '.join(column.values())})" if column.kind == "date"
-                                                        else ")"))
+            inferred[name] = f"{name} ({column.kind}" + (f", {len(column.categories)} values)" if column.kind == "category"
+                                                         else f": {', '.join(column.values())})" if column.kind == "date"
+                                                         else ")")
         if missing and spec.missing is None and cfg.missing_values == "auto":
             how = {"number": "median", "date": "median date"}.get(column.kind, "most frequent value")
             imputed.setdefault(how, []).append(f"{name} ({missing})")
         columns.append(column)
+    constant: list[str] = []
     if cfg.shape is None:  # image rows keep every pixel: the shape needs them
         columns, constant = _without_constants(columns, raw, source)
-        inferred = [i for i in inferred if i.split(" (")[0] not in constant]
+    return ColumnEncoder(columns, cfg.unseen_categories), _notes([v for k, v in inferred.items() if k not in constant],
+                                                                  constant, imputed)
+
+
+def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[str]]) -> list[str]:
     notes = [f"text columns read as categories (one-hot), booleans or dates: {', '.join(inferred)}; set "
              "data.columns.<name> to type them yourself"] if inferred else []
     notes += [f"constant columns left out of the inputs (one value in every training row): {', '.join(constant[:20])}"
-              + (f" (+{len(constant) - 20} more)" if len(constant) > 20 else "")] if cfg.shape is None and constant else []
-    notes += [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
-              "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
-    return ColumnEncoder(columns, cfg.unseen_categories), notes
+              + (f" (+{len(constant) - 20} more)" if len(constant) > 20 else "")] if constant else []
+    return notes + [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
+                    "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
 
 
 def _without_constants(columns: list[Column], raw: RawColumns, source: str) -> tuple[list[Column], list[str]]:

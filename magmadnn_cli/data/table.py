@@ -187,5 +187,5 @@ def joined(parts: list[Table], spec: ReadSpec, source: Path) -> Table:
         raw.x[:, j] = np.nan
     y = np.concatenate([p.y for p in parts]) if parts[0].y is not None and spec.need_target else None
     check_finite(raw.x, source, parts[0].features)
-    table = Table(raw, y, parts[0].features, str(source), notes=[n for p in parts[:1] for n in p.notes])
+    table = Table(raw, y, parts[0].features, str(source), notes=list(parts[0].notes))
     return labelled(table, spec.target)

@@ -16,7 +16,8 @@ from ..core import backend as B
 from ..errors import DataError
 from ..files import load_npz
 from .arrow_csv import StreamFailed, read_typed, stream_cells
-from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chunks, columnar_format, read_columnar
+from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chunks, columnar_format, read_columnar, \
+    sliced
 from .columns import RawColumns
 from .csv_reader import STDIN, CsvFormat, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
 from .images import image_format, read_images
@@ -41,12 +42,10 @@ def csv_chunks(path: Path, spec: ReadSpec, chunk_rows: int = 65536, whole: bool 
     batches = None if whole or len(names) > ARROW_MAX_COLUMNS else \
         stream_cells(path, fmt, list(dict.fromkeys(wanted + [spec.target] * (spec.target in names) + list(spec.keep))))
     try:
-        for batch in batches or ():
-            for start in range(0, batch.num_rows, chunk_rows):
-                part = batch.slice(start, chunk_rows)
-                yield batch_table(part, path, spec, wanted, spec.target if spec.target in names else None, done,
-                                  fmt.decimal, fmt.thousands)
-                done += part.num_rows
+        for part in sliced(batches or (), chunk_rows):
+            yield batch_table(part, path, spec, wanted, spec.target if spec.target in names else None, done,
+                              fmt.decimal, fmt.thousands)
+            done += part.num_rows
         if batches is not None:
             return
     except (StreamFailed, OffStyle):

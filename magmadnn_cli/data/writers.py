@@ -17,16 +17,13 @@ from typing import IO, Callable, Iterable
 import numpy as np
 
 from ..errors import DataError
-from .columnar import SUFFIXES
+from .columnar import PACKED, SUFFIXES
 
 try:
     import pyarrow as pa
     import pyarrow.parquet as pq
 except ImportError:  # CSV and JSON Lines are written without it
     pa = None
-
-KINDS = ("int", "float", "text")
-
 
 @dataclass(frozen=True)
 class Columns:
@@ -36,7 +33,6 @@ class Columns:
 
 
 TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
-PACKED = ("", ".gz", ".bz2", ".xz")
 
 
 def output_format(path: Path | None) -> str:

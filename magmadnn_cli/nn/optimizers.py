@@ -67,6 +67,12 @@ class SGD(Optimizer):
         p -= g
 
 
+def _average_in(average: Array, value: Array, beta: float) -> None:
+    """average <- beta average + (1 - beta) value, in place (an exponential moving average)."""
+    average *= beta
+    average += (1 - beta) * value
+
+
 class Adam(Optimizer):
     """m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2;
     p <- p - lr * m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)        (Kingma & Ba 2015)"""
@@ -79,8 +85,7 @@ class Adam(Optimizer):
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         xp = B.array_module(p)
         m, v = state["m"], state["v"]
-        m *= self.beta1
-        m += (1 - self.beta1) * g
+        _average_in(m, g, self.beta1)
         v *= self.beta2
         v += (1 - self.beta2) * g * g
         m_hat_scale = 1.0 / (1 - self.beta1 ** self.t)
@@ -275,8 +280,7 @@ class Adamax(Optimizer):
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         xp = B.array_module(p)
         m, u = state["m"], state["u"]
-        m *= self.beta1
-        m += (1 - self.beta1) * g
+        _average_in(m, g, self.beta1)
         u *= self.beta2
         xp.maximum(u, xp.abs(g) + self.epsilon, out=u)
         p -= (lr / (1 - self.beta1 ** self.t)) * m / u
