@@ -4,7 +4,9 @@ between real hosts); one file system, as a cluster's shared one. hydra starts th
 through `-launcher ssh -launcher-exec rsh.sh`, a script that runs the command in that host's namespace.
 `magmadnn train --processes 4 --hostfile` over them gives the one-process weights; a rank SIGKILLed on
 the second host ends the job with nothing left; SIGTERM to the launcher checkpoints and `--resume` is
-bit-identical. Needs root, `ip` and `unshare` (CI has them); skipped, saying why, elsewhere."""
+bit-identical; the collective timeout ends a job whose rank on the second host is SIGSTOPped, or
+whose hosts the network splits. Needs root, `ip` and `unshare` (CI has them); skipped, saying why,
+elsewhere."""
 
 from __future__ import annotations
 
@@ -194,3 +196,64 @@ def test_sigterm_to_the_launcher_checkpoints_and_resume_is_bit_identical(cluster
     assert done.returncode == 0, done.stderr
     got, want = saved_weights(out), saved_weights(four_rank_run)
     assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def _table(pids: set[int]) -> str:
+    """`ps` lines of `pids` still there (what a failing test shows)."""
+    done = subprocess.run(["ps", "-o", "pid,ppid,stat,etimes,args", "-p", ",".join(map(str, pids)) or "1"],
+                          capture_output=True, text=True, timeout=30)
+    return done.stdout
+
+
+def _end_within(p: subprocess.Popen, job: set[int], seconds: float) -> str:
+    """The job's stderr once it ended (within `seconds`); else every process is killed and the test fails."""
+    try:
+        return p.communicate(timeout=seconds)[1]
+    except subprocess.TimeoutExpired:
+        left = _table(job)
+        for pid in job:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        pytest.fail(f"the job still ran {seconds:g} s later:\n{left}\n{p.communicate()[1]}")
+
+
+def _timed_run(cluster: Cluster, name: str) -> tuple[subprocess.Popen, set[int], list[int]]:
+    """A long run with a 3 s `distributed.timeout`, past its first checkpoint: (launcher, the job's
+    processes, the ranks on the second host)."""
+    out = cluster.folder / name
+    p = cluster.start("train", "c.yaml", "--out", str(out), "-q", "--processes", "4", "--hostfile",
+                      str(cluster.hostfile), "--set", "training.epochs=2000", "--set", "distributed.timeout=3",
+                      "--set", "training.checkpoint.every_steps=1")
+    _wait_for_checkpoint(out, p)
+    ranks = [pid for pid in _pids(cluster.names[1]) if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(ranks) == 2, f"expected 2 ranks on the second host, found {ranks}"
+    return p, cluster.pids() | job_processes(p.pid), ranks
+
+
+def test_the_collective_timeout_ends_a_job_whose_rank_on_the_second_host_is_stopped(cluster):
+    """A SIGSTOPped rank on node-b (a frozen process) answers nothing: with a 3 s `distributed.timeout`
+    the job ends, naming that rank and host, and no process is left on either host."""
+    p, job, ranks = _timed_run(cluster, "frozen")
+    os.kill(ranks[0], signal.SIGSTOP)
+    start = time.monotonic()
+    err = _end_within(p, job | cluster.pids(), 60)
+    assert p.returncode != 0 and "rank 2 on node-b stopped answering" in err and "--resume" in err, err
+    assert not wait_until_gone(job | cluster.pids()), f"a process of the job outlived it:\n{_table(job)}"
+    assert time.monotonic() - start < 30, err
+
+
+def test_the_collective_timeout_ends_a_job_split_by_the_network(cluster):
+    """node-b's link goes down mid-run: both sides time out; the job ends with nothing left on either
+    host, saying which ranks stopped answering."""
+    p, job, _ = _timed_run(cluster, "split")
+    _ip("-n", cluster.names[1], "link", "set", cluster.links[1], "down")
+    try:
+        start = time.monotonic()
+        err = _end_within(p, job | cluster.pids(), 90)
+        assert p.returncode != 0 and "on node-b stopped answering" in err, err
+        assert not wait_until_gone(job | cluster.pids(), 30), f"a process of the job outlived it:\n{_table(job)}"
+        assert time.monotonic() - start < 60, err
+    finally:
+        _ip("-n", cluster.names[1], "link", "set", cluster.links[1], "up")

@@ -6,8 +6,8 @@ While the main thread waits inside MPI, Python cannot run its signal handlers, s
 of stop signals through `signal.set_wakeup_fd` (written by the C-level handler at once). Before
 ending the job it asks every other rank's watchdog, on a communicator of its own, whether it is there
 (ping, pong); the ranks that do not answer within ANSWER seconds are the ones named, with the hosts
-every rank learnt when it joined. The lowest rank that answered says it, then MPI_Abort ends every
-process of the job (the launcher kills stopped ones too).
+every rank learnt when it joined. The lowest rank that answered says it, then MPI_Abort on COMM_WORLD
+ends every process of the job (the launcher kills stopped ones too).
 """
 
 from __future__ import annotations
@@ -141,7 +141,13 @@ class Watchdog(threading.Thread):
             os.write(2, ("error: " + self._message(why, silent, answers) + "\n").encode())
         else:
             time.sleep(ANSWER)  # the speaker says it and ends the job; end it anyway if it cannot
-        self.comm.Abort(128 + self.signals[-1] if self.signals else TIMED_OUT)
+        # COMM_WORLD's abort ends the job; MPICH ends only this process on any other communicator (our
+        # Dup), and a rank on another host, stopped or stuck, would run on forever
+        with contextlib.suppress(MPI.Exception):
+            MPI.COMM_WORLD.Abort(128 + self.signals[-1] if self.signals else TIMED_OUT)
+        # MPI_Abort returns when the launcher cannot be reached (a host cut off by the network); a rank
+        # killed by a signal makes its host's launcher proxy kill the others there, stopped ones too
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _message(self, why: str, silent: list[int], answers: dict[int, Any]) -> str:
         busy = [r for r, wait in answers.items() if wait is None]  # answered, but not inside MPI
