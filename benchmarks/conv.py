@@ -73,7 +73,7 @@ def torch_step(name: str, batch: int):
     nn = torch.nn
     if name == "lenet5":
         model = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
-                              nn.MaxPool2d(2), nn.Flatten.of(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
+                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
                               nn.ReLU(), nn.Linear(84, 10))
         x, y = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
         loss_fn = nn.functional.cross_entropy

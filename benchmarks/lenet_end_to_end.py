@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "mnist_lenet5.yaml"
 
 
-def ours(processes: int) -> tuple[float, float]:
+def ours(processes: int | str) -> tuple[float, float]:
     """(training seconds, test accuracy) of one `magmadnn train` run."""
     with tempfile.TemporaryDirectory() as out:
-        extra = ["--processes", str(processes)] if processes > 1 else []
+        extra = ["--processes", str(processes)] if processes != 1 else []
         subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(CONFIG), "--out", out, "-q", *extra],
                        check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
         with open(Path(out) / "metrics.csv") as f:
@@ -67,7 +67,7 @@ def torch_run(data, epochs: int, batch: int, lr: float) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--processes", default="auto", help="N, or auto: one rank per core")
     args = parser.parse_args()
     from magmadnn_cli.config.loading import load_config
     from magmadnn_cli.data.prepare import prepare

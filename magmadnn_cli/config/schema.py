@@ -49,7 +49,9 @@ class TrainingConfig(Strict):
                        "statistics stay per batch")
     shuffle: bool = True
     early_stopping: EarlyStopping | None = None
-    eval_batch_size: PositiveInt = 1024
+    eval_batch_size: PositiveInt = Field(
+        1024, description="rows per evaluation and prediction batch; on the CPU at most what keeps a batch's "
+                          "layer outputs within 8 MB (bigger batches leave the caches and run slower a row)")
     augment: Augmentation | None = None
     class_weight: Union[Literal["balanced"], dict[Union[int, str], PositiveFloat], None] = Field(
         None, description="weight each class's loss: balanced = rows / (classes x the class's rows), or "
