@@ -46,7 +46,8 @@ def timed_reduce(comm, seconds: list[float]):
     return reduce
 
 
-def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batchnorm: bool) -> None:
+def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batchnorm: bool,
+           profile: bool = False) -> None:
     from types import SimpleNamespace
 
     from magmadnn_cli.distributed import get_communicator
@@ -67,12 +68,16 @@ def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batc
     y = rng.integers(0, CLASSES, batch_per_rank)
     positions = np.arange(batch_per_rank) + comm.rank * batch_per_rank
     compute = communicate = synchronizing = 0.0
+    parts = dict.fromkeys(("forward_backward", "wait", "reduce", "update"), 0.0)
     for i in range(steps + 5):
         comm.barrier()
         in_layers[0] = 0.0
         t0 = time.perf_counter()
         loss = net.forward_backward(x, y, 1.0 / comm.size, positions, key=i)
         t1 = time.perf_counter()
+        if profile:
+            comm.barrier()  # the wait for the slower rank, out of the reduction's time
+        tw = time.perf_counter()
         parallel.reduce(loss * len(x), 0, False)
         t2 = time.perf_counter()
         parallel.update()  # shared_memory: includes waiting for the other shares (counted as compute)
@@ -81,17 +86,20 @@ def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batc
             compute += (t1 - t0 - in_layers[0]) + (t3 - t2)
             communicate += (t2 - t1) + in_layers[0]
             synchronizing += in_layers[0]
+            for part, seconds in zip(parts, (t1 - t0, tw - t1, t2 - tw, t3 - t2)):
+                parts[part] += seconds / steps
     if comm.rank == 0:
         step = (compute + communicate) / steps
         print(json.dumps({"step_s": step, "comm_fraction": communicate / (compute + communicate),
                           "batchnorm_sync_fraction": synchronizing / (compute + communicate),
-                          "samples_per_s": batch_per_rank * comm.size / step}))
+                          "samples_per_s": batch_per_rank * comm.size / step, "parts_s": parts}))
 
 
 def run(ranks: int, batch_per_rank: int, args: argparse.Namespace) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, __file__, "--worker", str(batch_per_rank), "--steps", str(args.steps), "--strategy",
-           args.strategy, "--model", args.model, *(["--local-batchnorm"] if args.local_batchnorm else [])]
+           args.strategy, "--model", args.model, *(["--local-batchnorm"] if args.local_batchnorm else []),
+           *(["--profile"] if getattr(args, "profile", False) else [])]
     if ranks > 1:
         cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(ranks), *cmd]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -110,10 +118,16 @@ def main() -> None:
                              "counter-based dropout (paper MLP with vs without), 1 and N ranks, variants taking turns")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each size, 1 rank and N ranks taking turns; the best of each counts")
+    parser.add_argument("--profile", action="store_true",
+                        help="where strong scaling's step time goes: forward/backward, waiting for the slower "
+                             "rank, reduction, update, beside the 1-rank step at the same rows per rank")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.steps, args.strategy, args.model, not args.local_batchnorm)
+        worker(args.worker, args.steps, args.strategy, args.model, not args.local_batchnorm, args.profile)
+        return
+    if args.profile:
+        profile(args)
         return
     if args.compare:
         compare(args)
@@ -136,6 +150,28 @@ def main() -> None:
             eff = result["samples_per_s"] / (ranks * best[1]["samples_per_s"])
             print(f"{kind:<8} {ranks:>5} {per_rank(ranks) * ranks:>12} {result['samples_per_s']:>10.0f} "
                   f"{1000 * result['step_s']:>8.2f} {eff:>10.2f} {100 * result['comm_fraction']:>6.1f}%")
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Strong scaling's loss, part by part: 1 rank on the global batch of 200, 1 rank on N ranks'
+    rows each (what a rank computes), and N ranks (a barrier after the backward pass separates the
+    wait for the slower rank from the reduction); best step of repeats, sizes taking turns."""
+    n, best = args.ranks, {}
+    for _ in range(args.repeats):
+        for label, ranks, rows in (("1 rank, 200 rows", 1, 200), (f"1 rank, {200 // n} rows", 1, 200 // n),
+                                   (f"{n} ranks, {200 // n} rows each", n, 200 // n)):
+            result = run(ranks, rows, args)
+            if label not in best or result["step_s"] < best[label]["step_s"]:
+                best[label] = result
+    ideal = best["1 rank, 200 rows"]["step_s"] / n
+    print(f"strong scaling over {n} ranks, strategy {args.strategy}: ms a step, and the share of the "
+          f"ideal step ({1000 * ideal:.2f} ms = the 1-rank step / {n})")
+    print(f"{'run':<26} {'step':>7} {'fwd+bwd':>8} {'wait':>7} {'reduce':>7} {'update':>7}")
+    for label, result in best.items():
+        p = result["parts_s"]
+        print(f"{label:<26} {1000 * result['step_s']:>7.2f} " + " ".join(
+            f"{1000 * p[k]:>7.2f}" for k in ("forward_backward", "wait", "reduce", "update")))
+    print(f"efficiency {ideal / best[f'{n} ranks, {200 // n} rows each']['step_s']:.2f}")
 
 
 def compare(args: argparse.Namespace) -> None:
