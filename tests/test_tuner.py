@@ -19,7 +19,7 @@ import yaml
 from magmadnn_cli.config.schema import SearchConfig
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.distributed.launcher import locate_mpi_launcher
-from magmadnn_cli.errors import MagmaError
+from magmadnn_cli.errors import Interrupted, MagmaError
 from magmadnn_cli.commands.search_space import Trials
 from magmadnn_cli.commands.tune import Pruner, objective_direction, trial_config, tune
 
@@ -188,6 +188,27 @@ def test_a_crashing_trial_is_recorded_and_the_search_goes_on(blobs, tmp_path, mo
     results = tune(cfg, tmp_path / "t")
     assert results[0]["status"] == "failed" and "RuntimeError: worker lost its GPU" in results[0]["reason"]
     assert results[1]["status"] == "ok" and (tmp_path / "t" / "model.npz").exists()
+
+
+@pytest.mark.parametrize("turned_into", [TypeError("numpy re-raised it"), MagmaError("a reader fell back")])
+def test_a_stop_signal_turned_into_a_trial_error_still_stops_the_search(blobs, tmp_path, monkeypatch, turned_into):
+    """numpy and pyarrow can turn the KeyboardInterrupt a signal raises into another exception; a
+    trial must not record it as its own failure and let the search run on (once in the whole
+    suite, a SIGTERMed search ran all 400 trials and exited 0)."""
+    import signal
+
+    import magmadnn_cli.commands.train as run_module
+    from magmadnn_cli import signals
+
+    def interrupted(config, *args, **kwargs):
+        signals.record(signal.SIGTERM)  # as the handler does, before the exception is swapped
+        raise turned_into
+
+    monkeypatch.setattr(run_module, "train", interrupted)
+    monkeypatch.setattr(signals, "_received", [0])
+    cfg = _search_project(blobs, "\nsearch:\n  space:\n    optimizer.learning_rate: [0.05, 0.01]\n")
+    with pytest.raises(Interrupted, match=r"stopped by SIGTERM after 0 of 2 trial\(s\) finished"):
+        tune(cfg, tmp_path / "t")
 
 
 @pytest.mark.parametrize("ranks", [0, 3])

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from ..config.schema import Config, SearchConfig
 from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
+from .. import signals
 from ..signals import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
@@ -89,13 +90,9 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
             return result
         run = train(one_process(config), out_dir / "trials" / str(index), reporter=TrialReporter(),
                     comm=SingleProcess(), prune=prune, checkpoints=False, overwrite=True)  # a trial killed before it was journaled runs again
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        result.update(status="failed", reason=f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
-    except MagmaError as exc:
-        result.update(status="failed", reason=str(exc).splitlines()[0])
     except Exception as exc:  # a crash in one trial is that trial's failure; the search goes on
-        result.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
+        signals.check()  # unless it was a stop signal's KeyboardInterrupt that numpy or pyarrow turned into another
+        result.update(status="failed", reason=_failure(exc))
     else:
         validation = run.metrics.get("validation", {})
         result.update(val_accuracy=validation.get("accuracy"), val_loss=validation.get("loss"),
@@ -103,6 +100,16 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
                       status="pruned" if run.history.pruned else "ok")
     result["time_s"] = round(time.perf_counter() - started, 3)
     return result
+
+
+def _failure(exc: Exception) -> str:
+    """A failed trial's reason, in one line."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    if isinstance(exc, MagmaError):
+        return str(exc).splitlines()[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _cross_validated(config: Config, folds: int, out_dir: Path) -> dict[str, Any]:
@@ -153,17 +160,17 @@ def _search(config: Config, trials: Trials, out_dir: Path, reporter: Reporter, c
     results: list[dict] = list(done)
     stopped = 0
     if comm.size == 1:
-        with Interruptible() as signals:  # Ctrl-C or SIGTERM: keep what the finished trials found
+        with Interruptible() as stops:  # Ctrl-C or SIGTERM: keep what the finished trials found
             try:
                 _sequential(trials, base, out_dir, search, reporter, results, log)
             except KeyboardInterrupt:
-                stopped = signals.received or signal.SIGINT
+                stopped = stops.received or signals.received() or signal.SIGINT
     elif comm.is_root:  # SIGTERM under mpiexec reaches every rank: the master keeps what finished
-        with Interruptible() as signals:
+        with Interruptible() as stops:
             try:
                 _master(trials, comm, search, reporter, results, log)
             except KeyboardInterrupt:
-                stopped = signals.received or signal.SIGINT
+                stopped = stops.received or signals.received() or signal.SIGINT
     else:
         with ignoring_stop_signals():  # the master decides, writes the results, and ends the job
             _worker(comm, base, out_dir, search)
