@@ -99,7 +99,7 @@ def run(ranks: int, batch_per_rank: int, args: argparse.Namespace) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, __file__, "--worker", str(batch_per_rank), "--steps", str(args.steps), "--strategy",
            args.strategy, "--model", args.model, *(["--local-batchnorm"] if args.local_batchnorm else []),
-           *(["--profile"] if getattr(args, "profile", False) else [])]
+           *(["--profile"] if args.profile else [])]
     if ranks > 1:
         cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(ranks), *cmd]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout

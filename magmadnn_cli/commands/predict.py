@@ -19,7 +19,7 @@ from ..data.writers import Columns, output_format, write_rows
 from ..errors import DataError, MagmaError, ModelFileError
 from ..files import atomic_write, check_output_file, file_sha256
 from ..training.builder import task_of
-from ..training.evaluation import inference_rows, split_report
+from ..training.evaluation import inference_batches, split_report
 from ..training.modelfile import SavedModel, load, restore
 from .run_dir import model_file
 
@@ -259,10 +259,9 @@ def _columns(saved: SavedModel, network: Any, proba: bool, keep: tuple[str, ...]
 
 
 def _outputs(network: Any, x: np.ndarray, saved: SavedModel) -> np.ndarray:
-    batch = inference_rows(network, saved.config.training.eval_batch_size)
+    batches = inference_batches(network, 0, len(x), saved.config.training.eval_batch_size)
     with np.errstate(all="ignore"):  # an overflow is refused by row (_refuse_non_finite_outputs), not warned raw
-        outputs = np.concatenate([B.to_host(network.predict(B.to_device(x[i:i + batch])))
-                                  for i in range(0, len(x), batch)])
+        outputs = np.concatenate([B.to_host(network.predict(B.to_device(x[part]))) for part in batches])
         return saved.targets.restore(outputs) if saved.task == "regression" else outputs
 
 

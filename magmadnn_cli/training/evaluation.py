@@ -24,20 +24,27 @@ def inference_rows(network: Any, batch_size: int) -> int:
     return max(1, min(batch_size, CACHED_BATCH_BYTES // row))
 
 
+def inference_batches(network: Any, start: int, stop: int, batch_size: int) -> list[slice]:
+    """Rows start..stop in even batches (no small last one) of at most `inference_rows` rows."""
+    rows = stop - start
+    count = math.ceil(rows / inference_rows(network, batch_size))
+    edges = [start + rows * i // count for i in range(count + 1)] if count else []
+    return [slice(lo, hi) for lo, hi in zip(edges, edges[1:])]
+
+
 def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = None,
              batch_size: int = 1024) -> dict[str, Any]:
     """Loss and accuracy over a split in eval mode, the rows sharded over ranks; sums are reduced,
     so the result is exact on any rank count. Also returns every row's output (gathered, in order)
     as `outputs`."""
     comm = comm or SingleProcess()
-    rows = np.array_split(np.arange(len(split.x)), comm.size)[comm.rank]
-    batches = math.ceil(len(rows) / inference_rows(network, batch_size))
-    parts = np.array_split(rows, batches) if batches else []  # even parts: no small last batch
-    _check_memory(network, len(split.x), len(parts[0]) if parts else 0)
+    rows = len(split.x)
+    parts = inference_batches(network, rows * comm.rank // comm.size, rows * (comm.rank + 1) // comm.size, batch_size)
+    _check_memory(network, rows, parts[0].stop - parts[0].start if parts else 0)
     loss_sum, outputs = 0.0, []
     for part in parts:
         loss, out = network.loss_and_output(B.to_device(split.x[part]), B.to_device(split.y[part]))
-        loss_sum += float(loss) * len(part)
+        loss_sum += float(loss) * (part.stop - part.start)
         outputs.append(B.to_host(out))
     sums = B.current().xp.asarray([loss_sum], dtype=np.float64)
     comm.allreduce_sum(sums)
