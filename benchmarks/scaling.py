@@ -47,14 +47,16 @@ def timed_reduce(comm, seconds: list[float]):
 
 
 def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batchnorm: bool,
-           profile: bool = False) -> None:
+           profile: bool = False, exchange: bool = True) -> None:
     from types import SimpleNamespace
 
-    from magmadnn_cli.distributed import get_communicator
+    from magmadnn_cli.distributed import get_communicator, row_exchange
     from magmadnn_cli.distributed.model_parallel import model_groups
     from magmadnn_cli.distributed.strategies import STRATEGIES
     from magmadnn_cli.nn.optimizers import SGD
 
+    if not exchange:  # shared_memory: every rank computes its own dense weight gradients, then sums
+        row_exchange.RATIO = 0.0
     comm = get_communicator(strategy)
     net, shape = build(model)
     dist = SimpleNamespace(sync_batchnorm=sync_batchnorm, max_staleness=0)
@@ -95,15 +97,33 @@ def worker(batch_per_rank: int, steps: int, strategy: str, model: str, sync_batc
                           "samples_per_s": batch_per_rank * comm.size / step, "parts_s": parts}))
 
 
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _worker_command(batch_per_rank: int, args: argparse.Namespace) -> list[str]:
+    return [sys.executable, __file__, "--worker", str(batch_per_rank), "--steps", str(args.steps), "--strategy",
+            args.strategy, "--model", args.model, *(["--local-batchnorm"] if args.local_batchnorm else []),
+            *(["--profile"] if args.profile else []), *(["--no-exchange"] if args.no_exchange else [])]
+
+
+def _result(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 def run(ranks: int, batch_per_rank: int, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, __file__, "--worker", str(batch_per_rank), "--steps", str(args.steps), "--strategy",
-           args.strategy, "--model", args.model, *(["--local-batchnorm"] if args.local_batchnorm else []),
-           *(["--profile"] if args.profile else [])]
+    cmd = _worker_command(batch_per_rank, args)
     if ranks > 1:
         cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(ranks), *cmd]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return _result(subprocess.run(cmd, env=ENV, capture_output=True, text=True, check=True).stdout)
+
+
+def independent(processes: int, batch: int, args: argparse.Namespace) -> dict:
+    """`processes` one-process runs at once, no MPI and nothing shared: what N ranks could reach on
+    this machine if communication and synchronization were free (the slowest process counts)."""
+    jobs = [subprocess.Popen(_worker_command(batch, args), env=ENV, stdout=subprocess.PIPE, text=True)
+            for _ in range(processes)]
+    results = [_result(job.communicate()[0]) for job in jobs]
+    return max(results, key=lambda r: r["step_s"])
 
 
 def main() -> None:
@@ -113,9 +133,12 @@ def main() -> None:
     parser.add_argument("--strategy", default="auto", choices=["auto", "allreduce", "ring", "parameter_server", "shared_memory"])
     parser.add_argument("--model", default="mlp", choices=["mlp", "dropout", "conv"])
     parser.add_argument("--local-batchnorm", action="store_true", help="per-rank batchnorm statistics (the opt-out)")
-    parser.add_argument("--compare", choices=["batchnorm", "dropout"],
-                        help="the cost of synchronized batchnorm (conv net, synchronized vs per rank) or of "
-                             "counter-based dropout (paper MLP with vs without), 1 and N ranks, variants taking turns")
+    parser.add_argument("--compare", choices=["batchnorm", "dropout", "exchange"],
+                        help="the cost of synchronized batchnorm (conv net, synchronized vs per rank), of "
+                             "counter-based dropout (paper MLP with vs without), or the gain of shared_memory's "
+                             "dense row exchange (paper MLP with vs without), 1 and N ranks, variants taking turns")
+    parser.add_argument("--no-exchange", action="store_true",
+                        help="shared_memory: each rank computes its own dense weight gradients, then they are summed")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each size, 1 rank and N ranks taking turns; the best of each counts")
     parser.add_argument("--profile", action="store_true",
@@ -124,7 +147,8 @@ def main() -> None:
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.steps, args.strategy, args.model, not args.local_batchnorm, args.profile)
+        worker(args.worker, args.steps, args.strategy, args.model, not args.local_batchnorm, args.profile,
+               not args.no_exchange)
         return
     if args.profile:
         profile(args)
@@ -154,35 +178,45 @@ def main() -> None:
 
 def profile(args: argparse.Namespace) -> None:
     """Strong scaling's loss, part by part: 1 rank on the global batch of 200, 1 rank on N ranks'
-    rows each (what a rank computes), and N ranks (a barrier after the backward pass separates the
-    wait for the slower rank from the reduction); best step of repeats, sizes taking turns."""
+    rows each (what a rank computes), N such processes at once with nothing shared (the ceiling: free
+    communication), and N ranks (a barrier after the backward pass separates the wait for the slower
+    rank from the reduction); best step of repeats, runs taking turns."""
     n, best = args.ranks, {}
+    rows = 200 // n
+    runs = {"1 rank, 200 rows": lambda: run(1, 200, args), f"1 rank, {rows} rows": lambda: run(1, rows, args),
+            f"{n} x 1 rank, {rows} rows, at once": lambda: independent(n, rows, args),
+            f"{n} ranks, {rows} rows each": lambda: run(n, rows, args)}
     for _ in range(args.repeats):
-        for label, ranks, rows in (("1 rank, 200 rows", 1, 200), (f"1 rank, {200 // n} rows", 1, 200 // n),
-                                   (f"{n} ranks, {200 // n} rows each", n, 200 // n)):
-            result = run(ranks, rows, args)
+        for label, measure in runs.items():
+            result = measure()
             if label not in best or result["step_s"] < best[label]["step_s"]:
                 best[label] = result
     ideal = best["1 rank, 200 rows"]["step_s"] / n
     print(f"strong scaling over {n} ranks, strategy {args.strategy}: ms a step, and the share of the "
           f"ideal step ({1000 * ideal:.2f} ms = the 1-rank step / {n})")
-    print(f"{'run':<26} {'step':>7} {'fwd+bwd':>8} {'wait':>7} {'reduce':>7} {'update':>7}")
+    print(f"{'run':<34} {'step':>7} {'fwd+bwd':>8} {'wait':>7} {'reduce':>7} {'update':>7}")
     for label, result in best.items():
         p = result["parts_s"]
-        print(f"{label:<26} {1000 * result['step_s']:>7.2f} " + " ".join(
+        print(f"{label:<34} {1000 * result['step_s']:>7.2f} " + " ".join(
             f"{1000 * p[k]:>7.2f}" for k in ("forward_backward", "wait", "reduce", "update")))
-    print(f"efficiency {ideal / best[f'{n} ranks, {200 // n} rows each']['step_s']:.2f}")
+    ceiling = ideal / best[f"{n} x 1 rank, {rows} rows, at once"]["step_s"]
+    efficiency = ideal / best[f"{n} ranks, {rows} rows each"]["step_s"]
+    print(f"efficiency {efficiency:.2f}; without any communication ({n} independent processes) {ceiling:.2f}: "
+          f"the ranks reach {efficiency / ceiling:.2f} of that")
 
 
 def compare(args: argparse.Namespace) -> None:
     """Step time of two variants at 1 and N ranks (batch 100 per rank), taking turns: best of repeats."""
-    variants = {"batchnorm": [("synchronized batchnorm", "conv", False), ("per-rank batchnorm", "conv", True)],
-                "dropout": [("no dropout", "mlp", False), ("counter-based dropout", "dropout", False)]}[args.compare]
+    variants = {"batchnorm": [("synchronized batchnorm", "conv", False, False), ("per-rank batchnorm", "conv", True, False)],
+                "dropout": [("no dropout", "mlp", False, False), ("counter-based dropout", "dropout", False, False)],
+                "exchange": [("own gradients, summed", "mlp", False, True),
+                             ("dense rows exchanged", "mlp", False, False)]}[args.compare]
     best: dict[tuple[str, int], dict] = {}
     for _ in range(args.repeats):
         for ranks in (1, args.ranks):
-            for name, model, local in variants:
-                variant = argparse.Namespace(**{**vars(args), "model": model, "local_batchnorm": local})
+            for name, model, local, own in variants:
+                variant = argparse.Namespace(**{**vars(args), "model": model, "local_batchnorm": local,
+                                                "no_exchange": own})
                 result = run(ranks, 100, variant)
                 if (name, ranks) not in best or result["step_s"] < best[name, ranks]["step_s"]:
                     best[name, ranks] = result
@@ -191,7 +225,7 @@ def compare(args: argparse.Namespace) -> None:
     print(f"{'variant':<24} {'ranks':>5} {'step ms':>8} {'comm %':>7} {'bn sync %':>9} {'vs first':>9}")
     for ranks in (1, args.ranks):
         base = best[variants[0][0], ranks]["step_s"]
-        for name, _, _ in variants:
+        for name, *_ in variants:
             r = best[name, ranks]
             print(f"{name:<24} {ranks:>5} {1000 * r['step_s']:>8.2f} {100 * r['comm_fraction']:>6.1f}% "
                   f"{100 * r['batchnorm_sync_fraction']:>8.1f}% {r['step_s'] / base:>9.3f}")

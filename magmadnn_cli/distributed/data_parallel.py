@@ -62,12 +62,13 @@ class DataParallel:
         asked to stop."""
         stats = self.stats
         stats[0], stats[1], stats[2] = loss_sum, correct, float(stop)
-        self._reduce_buffer()
-        total, right, stops = (float(v) for v in B.to_host(self.stats))
+        total, right, stops = (float(v) for v in B.to_host(self._reduce_buffer()))
         return total, right, stops > 0
 
-    def _reduce_buffer(self) -> None:
+    def _reduce_buffer(self) -> Any:
+        """Sum the step buffer over ranks; returns the summed statistics."""
         self.comm.allreduce_sum(self.buffer)
+        return self.stats
 
     def update(self) -> None:
         self.optimizer.step(self.net.flat_params, self.net.flat_grads)

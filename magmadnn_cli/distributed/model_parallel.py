@@ -59,10 +59,10 @@ class ModelParallel(DataParallel):
         super().__init__(network, optimizer, groups.data, sync_batchnorm)
         self.world = groups.world
 
-    def _reduce_buffer(self) -> None:
-        super()._reduce_buffer()
-        stop = self.stats[2:3]
-        self.groups.model.allreduce_sum(stop)  # a signal caught by any rank of the group stops all
+    def _reduce_buffer(self) -> Any:
+        stats = super()._reduce_buffer()
+        self.groups.model.allreduce_sum(stats[2:3])  # a signal caught by any rank of the group stops all
+        return stats
 
     def update(self) -> None:
         opt, net = self.optimizer, self.net

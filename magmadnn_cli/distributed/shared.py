@@ -27,6 +27,7 @@ from ..errors import MagmaError
 from .comm import shared_memory_fits
 from .data_parallel import STATS, DataParallel
 from .mpi import MPICommunicator
+from .row_exchange import RowExchange
 
 
 class SharedMemoryCommunicator(MPICommunicator):
@@ -51,10 +52,19 @@ class SharedMemoryCommunicator(MPICommunicator):
 
     def allocate_shared(self, count: int, dtype: np.dtype) -> np.ndarray:
         """`count` elements in memory shared by this node's ranks (allocated by its rank 0)."""
+        return self.allocate_shared_window(count, dtype)[0]
+
+    def allocate_shared_window(self, count: int, dtype: np.dtype) -> tuple[np.ndarray, Any]:
+        """`allocate_shared`, and the window that holds the memory (for `free_shared`)."""
         window = MPI.Win.Allocate_shared(count * dtype.itemsize if self.local_rank == 0 else 0, dtype.itemsize,
                                          comm=self.local)
         self.owned.append(window)  # the memory lives as long as its window: freed at exit, before MPI_Finalize
-        return np.ndarray((count,), dtype=dtype, buffer=window.Shared_query(0)[0])
+        return np.ndarray((count,), dtype=dtype, buffer=window.Shared_query(0)[0]), window
+
+    def free_shared(self, window: Any) -> None:
+        """Free a window before exit (collective over the node's ranks); its arrays must be unused."""
+        self.owned.remove(window)
+        window.Free()
 
     def all_agree(self, flag: bool) -> bool:
         return bool(self.comm.allreduce(flag, op=MPI.LAND))
@@ -88,6 +98,10 @@ class ShardedDataParallel(DataParallel):
     def strategy_used(self) -> str:
         return "shared_memory"
 
+    def summary(self) -> dict[str, Any]:
+        """Per dense layer, the steps whose weight gradient each rank computed from the node's rows."""
+        return {"dense_gradients_from_node_rows": self.exchange.summary()} if self.exchange is not None else {}
+
     def _place(self) -> None:
         comm, net, opt = self.comm, self.net, self.optimizer
         n, r = comm.local_size, comm.local_rank
@@ -104,38 +118,53 @@ class ShardedDataParallel(DataParallel):
         self.buffer = self.rows[r]
         net.place(params, self.buffer[:size])
         opt.state = {name: state[i] for i, name in enumerate(slots)}
-        bounds = np.linspace(0, size + STATS, n + 1).astype(int)
+        bounds = np.linspace(0, size, n + 1).astype(int)
         self.share = slice(int(bounds[r]), int(bounds[r + 1]))
-        self.params_share = slice(min(self.share.start, size), min(self.share.stop, size))
+        self.exchange = RowExchange(comm, net, dtype) if n > 1 else None
 
     def broadcast(self) -> None:
         """The weights are shared (and were copied from rank 0 across nodes); buffers are not."""
         for buffer in self.net.buffers().values():
             self.comm.bcast_array(buffer)
 
-    def _reduce_buffer(self) -> None:
-        """Rank r sums share r of every row (in rank order: deterministic), then across nodes; the
-        statistics, which end the last share, are copied to every row."""
-        comm, rows = self.comm, self.rows
+    def _reduce_buffer(self) -> Any:
+        """Rank r sums share r of every row (in rank order: deterministic) or, for the dense layers
+        exchanged, computes it from the node's rows; then across nodes. Every rank sums the
+        statistics itself, so no rank waits for the others' shares before its update."""
+        comm, rows, r = self.comm, self.rows, self.comm.local_rank
+        if self.exchange is not None:
+            self.exchange.publish(rows[r])
         comm.local.Barrier()  # every row is written
-        mine = rows[comm.local_rank, self.share]
-        for k in range(len(rows)):
-            if k != comm.local_rank:
-                mine += rows[k, self.share]
+        computed = self.exchange.compute(rows[r], self.share) if self.exchange is not None else []
+        for lo, hi in _complement(self.share, computed):
+            for k in range(len(rows)):
+                if k != r:
+                    rows[r, lo:hi] += rows[k, lo:hi]
+        stats = rows[0, -STATS:].copy()
+        for k in range(1, len(rows)):
+            stats += rows[k, -STATS:]
         if comm.cross.Get_size() > 1:
-            comm.cross.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
-        comm.local.Barrier()  # every share is summed
-        last = len(rows) - 1
-        if comm.local_rank != last:
-            rows[comm.local_rank, -STATS:] = rows[last, -STATS:]
+            comm.cross.Allreduce(MPI.IN_PLACE, rows[r, self.share], op=MPI.SUM)
+            comm.cross.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        return stats
 
     def update(self) -> None:
         """This rank's share of the update; clipping uses the norm summed over all shares, and so do
         layer-wise rules (LARS, LAMB) their per-tensor norms (`total`)."""
-        opt, part = self.optimizer, self.params_share
+        opt, part = self.optimizer, self.share
         params, grads = self.net.flat_params[part], self.net.flat_grads[part]
         if opt.clip_norm is not None:
             opt.clip(grads, float(self.comm.local.allreduce(float(np.vdot(grads, grads)), op=MPI.SUM)))
         opt.apply(params, grads, {k: v[part] for k, v in opt.state.items()}, start=part.start,
                   total=lambda partial: self.comm.local.allreduce(partial, op=MPI.SUM))
         self.comm.local.Barrier()  # every share is written before the next forward pass
+
+
+def _complement(share: slice, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of `share` outside the sorted, disjoint `ranges` inside it."""
+    parts, at = [], share.start
+    for lo, hi in ranges:
+        if lo > at:
+            parts.append((at, lo))
+        at = hi
+    return parts + [(at, share.stop)] * (at < share.stop)

@@ -101,6 +101,15 @@ class Network:
             p.grad_view = flat_grads[offset:offset + size].reshape(shape)
             offset += size
 
+    def flat_offset(self, parameter: Any) -> int:
+        """Where `parameter` starts in the flat buffers (the order of `place`)."""
+        offset = 0
+        for p, shape in zip(self.parameters, self.parameter_shapes):
+            if p is parameter:
+                return offset
+            offset += math.prod(shape)
+        raise KeyError(parameter.name)
+
     def training_bytes(self, batch: int, optimizer_slots: int, eval_batch: int = 0) -> int:
         """A lower bound on training memory: weights, gradients, optimizer state, and each layer's
         output and its gradient for a training batch; an evaluation batch (`training.eval_batch_size`,
