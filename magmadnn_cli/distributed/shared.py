@@ -5,8 +5,11 @@ Each rank's backward pass writes its gradients (and the step's loss/accuracy/sto
 own row of a shared array. A reduction is then: every node-local rank sums its share of the rows
 (always in the same order, so results are deterministic), the sums of each share are allreduced
 across nodes among the ranks holding the same share, and after the reduction every rank updates
-only its share of the shared weights. Within a node no gradient travels through MPI buffers and the
-optimizer's work is divided N ways; the weights need no broadcast afterwards, being shared.
+only its share of the shared weights; every rank sums the statistics slots itself. Dense layers
+whose rows are no larger than their weights skip the sum: the ranks publish their rows, and each
+computes its share of the weight gradient from all of them (`row_exchange`). Within a node no
+gradient travels through MPI buffers and the optimizer's work is divided N ways; the weights need
+no broadcast afterwards, being shared.
 CPU only: on a GPU it falls back to MPI's allreduce (`DataParallel`). Strategy `auto` (the default) uses it when
 all ranks share one node and MPI's allreduce otherwise; `shared_memory` uses it across nodes too.
 MAGMADNN_RANKS_PER_NODE=N makes every N consecutive ranks a "node", to run the multi-node path on
