@@ -19,7 +19,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402 (after the BLAS thread count)
 
-from magmadnn_cli.distributed.row_exchange import _product_range  # noqa: E402
+from magmadnn_cli.distributed.row_exchange import product_range  # noqa: E402
 
 LAYERS = [(784, 528), (528, 528), (528, 528), (528, 10)]
 BATCH = 200
@@ -60,7 +60,7 @@ def per_rank(ranks: int, rng: np.random.Generator) -> tuple[float, float]:
         for k, (sx, sdz) in enumerate(shared):
             lo, hi = max(int(offsets[k]), share.start), min(int(offsets[k + 1]), share.stop)
             if lo < hi:
-                _product_range(sx, sdz, grid[0, offsets[k]:offsets[k + 1]], lo - int(offsets[k]), hi - int(offsets[k]))
+                product_range(sx, sdz, grid[0, offsets[k]:offsets[k + 1]], lo - int(offsets[k]), hi - int(offsets[k]))
 
     return best_ms(own_and_sum), best_ms(exchanged)
 

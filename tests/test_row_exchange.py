@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_same_weights, find_mpiexec, saved_weights, train_on
-from magmadnn_cli.distributed.row_exchange import _product_range
+from magmadnn_cli.distributed.row_exchange import product_range
 from magmadnn_cli.distributed.shared import _complement
 
 # 610 rows: 488 train rows, batches of 20 with a last one of 8 (3 ranks: 3, 3 and 2 rows). The first
@@ -45,7 +45,7 @@ def test_a_share_of_the_weight_gradient_is_numpys_product_there(lo, hi):
     rng = np.random.default_rng(lo * 100 + hi)
     x, dz = rng.standard_normal((11, 5)), rng.standard_normal((11, 7))
     out = np.full(35, np.nan)
-    _product_range(x, dz, out, lo, hi)
+    product_range(x, dz, out, lo, hi)
     np.testing.assert_allclose(out[lo:hi], (x.T @ dz).ravel()[lo:hi], rtol=1e-13, atol=1e-13)
     assert np.isnan(out[:lo]).all() and np.isnan(out[hi:]).all()  # nothing outside the share is written
 
@@ -72,18 +72,29 @@ def _metrics(run) -> dict:
     return json.loads((run / "metrics.json").read_text())
 
 
+TWO_NODES = {"MAGMADNN_RANKS_PER_NODE": "2"}
+
+
 @needs_mpi
-@pytest.mark.parametrize("ranks,overrides,env", [
-    (2, [], {}),
-    (3, [], {}),  # uneven rows, and shares that start and end inside a kernel row
-    (2, ["training.batch_size=10", "training.gradient_accumulation_steps=2"], {}),
-    (4, [], {"MAGMADNN_RANKS_PER_NODE": "2"}),  # two "nodes": each node's rows, then summed across
-], ids=["2-ranks", "3-ranks", "accumulation", "two-nodes"])
-def test_ranks_exchanging_rows_train_one_process_weights(project, tmp_path, ranks, overrides, env):
+@pytest.mark.parametrize("ranks,overrides,env,exchanged", [
+    (2, [], {}, EXCHANGED),
+    (3, [], {}, EXCHANGED),  # uneven rows, and shares that start and end inside a kernel row
+    # two backward passes a step: each rank's own gradients, as without the exchange, but for the
+    # epochs' last updates, of 8 rows in one pass
+    (2, ["training.batch_size=10", "training.gradient_accumulation_steps=2"], {}, {"dense_0": 3, "dense_2": 0}),
+    (4, [], TWO_NODES, EXCHANGED),  # two "nodes": each node's rows, then summed across
+    # batches of 54 = 14 + 14 | 13 + 13 rows: too many to exchange on the first node (28 x 112 > 48 x 64),
+    # not on the second; on both, the epochs' last batches (2 rows: every dense layer)
+    (4, ["training.batch_size=54"], TWO_NODES, {"dense_0": 3, "dense_2": 3}),
+], ids=["2-ranks", "3-ranks", "accumulation", "two-nodes", "two-nodes-disagree"])
+def test_ranks_exchanging_rows_train_one_process_weights(project, tmp_path, ranks, overrides, env, exchanged):
+    reference = project / "single"
+    if overrides[-1:] == ["training.batch_size=54"]:
+        reference = train_on(tmp_path / "single", overrides, config=project / "c.yaml")
     run = train_on(tmp_path / "run", ["distributed.strategy=shared_memory", *overrides], ranks,
                    config=project / "c.yaml", extra_env=env)
-    assert _metrics(run)["dense_gradients_from_node_rows"] == EXCHANGED
-    assert_same_weights(run, project / "single", 1e-10)
+    assert _metrics(run)["dense_gradients_from_node_rows"] == exchanged  # the first node's count
+    assert_same_weights(run, reference, 1e-10)
 
 
 @needs_mpi

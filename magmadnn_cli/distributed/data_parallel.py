@@ -56,6 +56,10 @@ class DataParallel:
         for buffer in self.net.buffers().values():
             self.comm.bcast_array(buffer)
 
+    def start_step(self, backward_passes: int) -> None:
+        """Told before a step's backward passes how many there are (gradient accumulation: more
+        than one); nothing to prepare here."""
+
     def reduce(self, loss_sum: Any, correct: Any, stop: bool) -> tuple[float, float, bool]:
         """Sum the gradients (already weighted by each rank's share of the batch) and the step's
         statistics over ranks; returns the global loss sum, correct count, and whether any rank

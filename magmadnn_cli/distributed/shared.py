@@ -72,6 +72,10 @@ class SharedMemoryCommunicator(MPICommunicator):
     def all_agree(self, flag: bool) -> bool:
         return bool(self.comm.allreduce(flag, op=MPI.LAND))
 
+    def node_agrees(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank of this node."""
+        return bool(self.local.allreduce(flag, op=MPI.LAND))
+
 
 def shared_memory_usable(network: Any, optimizer: Any, comm: SharedMemoryCommunicator) -> bool:
     """CPU only, ranks on one node unless asked across nodes, and room in /dev/shm on every rank."""
@@ -123,7 +127,7 @@ class ShardedDataParallel(DataParallel):
         opt.state = {name: state[i] for i, name in enumerate(slots)}
         bounds = np.linspace(0, size, n + 1).astype(int)
         self.share = slice(int(bounds[r]), int(bounds[r + 1]))
-        self.exchange = RowExchange(comm, net, dtype) if n > 1 else None
+        self.exchange = RowExchange.of(comm, net, dtype) if n > 1 else None
 
     def broadcast(self) -> None:
         """The weights are shared (and were copied from rank 0 across nodes); buffers are not."""
@@ -143,13 +147,20 @@ class ShardedDataParallel(DataParallel):
             for k in range(len(rows)):
                 if k != r:
                     rows[r, lo:hi] += rows[k, lo:hi]
-        stats = rows[0, -STATS:].copy()
-        for k in range(1, len(rows)):
-            stats += rows[k, -STATS:]
-        if comm.cross.Get_size() > 1:
-            comm.cross.Allreduce(MPI.IN_PLACE, rows[r, self.share], op=MPI.SUM)
-            comm.cross.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        if comm.cross.Get_size() == 1:
+            stats = rows[0, -STATS:].copy()
+            for k in range(1, len(rows)):
+                stats += rows[k, -STATS:]
+            return stats
+        comm.cross.Allreduce(MPI.IN_PLACE, rows[r, self.share], op=MPI.SUM)
+        stats = rows[r, -STATS:].copy()
+        comm.allreduce_sum(stats)  # over every rank: the same sums everywhere, whatever the node
         return stats
+
+    def start_step(self, backward_passes: int) -> None:
+        """Dense rows are exchanged only in a step of one backward pass (not under accumulation)."""
+        if self.exchange is not None:
+            self.exchange.deferring = backward_passes == 1
 
     def update(self) -> None:
         """This rank's share of the update; clipping uses the norm summed over all shares, and so do
@@ -170,4 +181,6 @@ def _complement(share: slice, ranges: list[tuple[int, int]]) -> list[tuple[int, 
         if lo > at:
             parts.append((at, lo))
         at = hi
-    return parts + [(at, share.stop)] * (at < share.stop)
+    if at < share.stop:
+        parts.append((at, share.stop))
+    return parts

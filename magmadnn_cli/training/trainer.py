@@ -140,6 +140,7 @@ class Trainer:
         key = derive_key(self.seed, self.position.epoch)
         loss_sum: Any = None
         correct: Any = None
+        self.parallel.start_step(len(micro))
         for i, (x, y, positions) in enumerate(micro):
             loss = self.net.forward_backward(x, y, len(x) / global_count, B.to_device(positions), key)
             part, hits = loss * len(x), self.count_correct(y)
