@@ -3,6 +3,7 @@ so a crash or a full disk never leaves a half-written file under the final name.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -14,6 +15,7 @@ from typing import IO, Any, Callable, Collection
 
 import numpy as np
 
+from . import signals
 from .errors import MagmaError
 
 
@@ -46,24 +48,24 @@ def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """`write(f)` into a temp file beside `path`, fsync, rename over `path`. The file gets the mode a
     new file gets (0666 less the umask), not mkstemp's private 0600."""
-    path = Path(path)
+    path, tmp = Path(path), None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.fchmod(fd, 0o666 & ~umask())
-    except OSError as exc:
-        raise MagmaError(f"{path}: cannot write: {exc.strerror or exc}") from exc
-    try:
+        with signals.held():  # a stop signal waits until the temp file's name is known
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                os.fchmod(fd, 0o666 & ~umask())
+            except OSError as exc:
+                raise MagmaError(f"{path}: cannot write: {exc.strerror or exc}") from exc
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         if isinstance(exc, OSError):
             raise MagmaError(f"{path}: cannot write: {exc.strerror or exc}") from exc
         raise

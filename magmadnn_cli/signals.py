@@ -90,9 +90,31 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
+_holding = [0, 0]  # sections inside `held`, and the stop signal that came in one (0: none)
+
+
 def _stop_now(signum: int, frame: FrameType | None) -> None:
     record(signum)
+    if _holding[0]:
+        _holding[1] = signum
+        return
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A stop signal that comes inside waits for its end, then raises as usual: for the few steps
+    between creating a file and knowing its name (so that it can be removed)."""
+    _holding[0] += 1
+    try:
+        yield
+    finally:
+        _holding[0] -= 1
+        came = _holding[1] if not _holding[0] else 0
+        if came:
+            _holding[1] = 0
+    if came:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -114,3 +114,27 @@ def test_a_reader_does_not_fall_back_past_a_signal(tmp_path):
         with pytest.raises(KeyboardInterrupt):
             parse_cells(lines, tmp_path / "d.csv", ["a", "b"], [0, 1], 2, CsvFormat(), np.float32, set())
     assert signals.received() == 0
+
+
+@pytest.mark.parametrize("when", ["creating", "writing"])
+def test_a_stop_signal_as_an_output_file_is_made_leaves_nothing(tmp_path, monkeypatch, when):
+    """A signal right after the temporary file exists, before its name is known to the writer (the
+    moment the predict test above sends one at 0 s), or while it is written: the command stops and
+    no file is left in the folder."""
+    import tempfile
+
+    from magmadnn_cli import files, signals
+    real = tempfile.mkstemp
+
+    def made_then_signalled(*args, **kwargs):
+        made = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # its handler runs before this call returns the name
+        return made
+    if when == "creating":
+        monkeypatch.setattr(files.tempfile, "mkstemp", made_then_signalled)
+    with signals.watching(), pytest.raises(KeyboardInterrupt):
+        files.atomic_write(tmp_path / "out.csv", lambda f: (f.write(b"x"), signal.raise_signal(signal.SIGINT)))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    files.write_text(tmp_path / "after.txt", "the hold ended with the signal")  # no signal is left pending
+    assert [p.name for p in tmp_path.iterdir()] == ["after.txt"]
