@@ -23,36 +23,44 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install
 # The CLI, with rank 1 stopping itself (SIGSTOP) just before step 12's reduction, once it has written its
 # PID, and rank 0 saying (a file) that it enters that reduction: the test waits on these, never on a clock.
 STOPPER = """\
-import os, signal, sys
+import os, signal, sys, time
 from pathlib import Path
 from magmadnn_cli import cli
 from magmadnn_cli.distributed.data_parallel import DataParallel
-marks, reduce, calls = Path(os.environ["MARKS"]), DataParallel.reduce, [0]
+marks, reduce, start_step, calls = Path(os.environ["MARKS"]), DataParallel.reduce, DataParallel.start_step, [0]
+late = lambda self: str(self.comm.rank) == os.environ.get("LATE_RANK")
+def mark(self):
+    (marks / f"rank{self.comm.rank}.tmp").write_text(str(os.getpid()))
+    (marks / f"rank{self.comm.rank}.tmp").rename(marks / f"rank{self.comm.rank}")
 def stopping_reduce(self, *args):
     calls[0] += 1
     if calls[0] == 12:
-        (marks / f"rank{self.comm.rank}.tmp").write_text(str(os.getpid()))
-        (marks / f"rank{self.comm.rank}.tmp").rename(marks / f"rank{self.comm.rank}")
+        mark(self)
         if self.comm.rank == 1:
             os.kill(os.getpid(), signal.SIGSTOP)
     return reduce(self, *args)
-DataParallel.reduce = stopping_reduce
+def late_start(self, passes):  # LATE_RANK: busy outside MPI from step 12 on (until the job ends)
+    if late(self) and calls[0] == 11:
+        mark(self)
+        time.sleep(120)
+    return start_step(self, passes)
+DataParallel.reduce, DataParallel.start_step = stopping_reduce, late_start
 sys.argv[0] = "magmadnn"
 cli.main()
 """
 
-
-def _start(tmp_path, *sets: str) -> tuple[subprocess.Popen, set[int]]:
+def _start(tmp_path, *sets: str, ranks: int = 2, late_rank: int | None = None) -> tuple[subprocess.Popen, set[int]]:
     """A 2-rank training that checkpoints every 5 steps; returns the job and its processes once rank 1
     has stopped itself and rank 0 waits for it."""
     config = project(tmp_path)
     (tmp_path / "stopper.py").write_text(STOPPER)
     (tmp_path / "marks").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT), MARKS=str(tmp_path / "marks"))
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT), MARKS=str(tmp_path / "marks"),
+               LATE_RANK=str(late_rank))
     sets = ("training.epochs=1000", "training.checkpoint.every_steps=5", "training.checkpoint.every_epochs=null",
             "distributed.strategy=allreduce", *sets)
-    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(tmp_path / "stopper.py"), "train",
+    job = subprocess.Popen([str(MPIEXEC), "-n", str(ranks), sys.executable, str(tmp_path / "stopper.py"), "train",
                             str(config), "--out", str(tmp_path / "run"), "-q", *[a for s in sets for a in ("--set", s)]],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
@@ -105,3 +113,12 @@ def test_the_timeout_is_seconds_and_0_or_null_turns_it_off(tmp_path, value, ok):
     else:
         with pytest.raises(MagmaError, match="distributed.timeout"):
             load_config(config, [f"distributed.timeout={value}"])
+
+
+def test_the_job_is_ended_with_its_message_when_the_rank_that_should_say_it_is_late(tmp_path):
+    """Rank 1 stops; rank 0, which would speak (the lowest rank that answers), is busy outside MPI and
+    never times out: rank 2 times out, waits for it, and then says it and ends the job (it once ended
+    the job with exit 1 and no word, seen under load when rank 0 was writing a checkpoint)."""
+    job, processes = _start(tmp_path, "distributed.timeout=3", ranks=3, late_rank=0)
+    err = _ended(job, processes, within=30)
+    assert "the job is ended" in err and f"rank 1 on {socket.gethostname()}" in err and "stopped answering" in err, err

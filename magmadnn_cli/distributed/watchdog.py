@@ -136,11 +136,11 @@ class Watchdog(threading.Thread):
     def _end(self, why: str, waited: tuple[str, float]) -> None:
         """Name who stopped answering, and the last checkpoint; then end every process of the job."""
         silent, answers = self._probe()
-        speaker = min({self.rank, *answers})
-        if speaker == self.rank:
-            os.write(2, ("error: " + self._message(why, silent, answers) + "\n").encode())
-        else:
-            time.sleep(ANSWER)  # the speaker says it and ends the job; end it anyway if it cannot
+        if min({self.rank, *answers}) != self.rank:
+            time.sleep(ANSWER)  # the speaker says it and ends the job, which ends this process too...
+        # ...unless it cannot, or has not timed out yet (it may have joined the wait late: a rank
+        # writing a checkpoint); still here, this rank says it
+        os.write(2, ("error: " + self._message(why, silent, answers) + "\n").encode())
         # COMM_WORLD's abort ends the job; MPICH ends only this process on any other communicator (our
         # Dup), and a rank on another host, stopped or stuck, would run on forever
         with contextlib.suppress(MPI.Exception):
