@@ -111,8 +111,7 @@ def held() -> Iterator[None]:
     finally:
         _holding[0] -= 1
         came = _holding[1] if not _holding[0] else 0
-        if came:
-            _holding[1] = 0
+        _holding[1] -= came  # the outermost section takes it (raised below, or the body's error wins)
     if came:
         raise KeyboardInterrupt
 

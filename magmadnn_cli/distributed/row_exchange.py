@@ -60,12 +60,10 @@ class RowExchange:
 
     def __init__(self, comm: Any, layers: list[_Layer], dtype: np.dtype) -> None:
         self.comm, self.layers, self.dtype = comm, layers, dtype
-        for layer in layers:
-            layer.op.deferral = self
+        self.defer(True)
         self._by_op = {id(layer.op): layer for layer in layers}
         self.counts = comm.allocate_shared(comm.local_size, np.dtype(np.int64))
         self.capacity, self.starts, self.memory, self.window = 0, [], np.empty(0, dtype), None
-        self.deferring = True  # False for a step of several backward passes (gradient accumulation)
         self.step = _Step()
 
     @classmethod
@@ -75,16 +73,18 @@ class RowExchange:
                   for op in network.train_graph.ops if isinstance(op, Dense)]
         return cls(comm, layers, dtype) if layers else None
 
-    def take(self, op: Any, x: np.ndarray, dz: np.ndarray, out: np.ndarray) -> None:
-        """A backward pass's rows: kept until the reduction, or (gradient accumulation) this rank's
-        own gradient written to `out` now, as the backward pass would have."""
-        if self.deferring:
-            layer = self._by_op[id(op)]
-            if layer.rows is not None:
-                raise RuntimeError("two backward passes in one step: tell start_step(2) (gradient accumulation)")
-            layer.rows = (x, dz)
-        else:
-            np.matmul(x.T, dz, out=out)
+    def defer(self, on: bool) -> None:
+        """Whether the dense layers hand their rows here (steps of one backward pass) or compute their
+        weight gradients as usual (gradient accumulation: rows of every pass would stay in memory)."""
+        for layer in self.layers:
+            layer.op.deferral = self if on else None
+
+    def take(self, op: Any, x: np.ndarray, dz: np.ndarray) -> None:
+        """A backward pass's rows, kept until the reduction."""
+        layer = self._by_op[id(op)]
+        if layer.rows is not None:
+            raise RuntimeError("two backward passes in one step: tell start_step(2) (gradient accumulation)")
+        layer.rows = (x, dz)
 
     def publish(self, grads: np.ndarray) -> None:
         """Before the node's ranks read one another's rows: agree on the step's rows per rank, copy

@@ -160,7 +160,7 @@ class ShardedDataParallel(DataParallel):
     def start_step(self, backward_passes: int) -> None:
         """Dense rows are exchanged only in a step of one backward pass (not under accumulation)."""
         if self.exchange is not None:
-            self.exchange.deferring = backward_passes == 1
+            self.exchange.defer(backward_passes == 1)
 
     def update(self) -> None:
         """This rank's share of the update; clipping uses the norm summed over all shares, and so do

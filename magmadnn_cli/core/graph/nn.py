@@ -51,9 +51,9 @@ class Activate(Op):
 class Dense(Op):
     """y = act(x @ W + b): one node, so the pre-activation never leaves it.
 
-    `deferral`, when set (by a data-parallel strategy), takes the backward pass's rows (x, dz) and
-    the kernel's gradient buffer instead of this op writing x^T dz there: it writes it itself, maybe
-    later and from every rank's rows (see `distributed.row_exchange`)."""
+    `deferral`, when set (by a data-parallel strategy), takes the backward pass's rows (x, dz)
+    instead of this op writing x^T dz into the flat buffer: it writes it there itself before the
+    update, from every rank's rows (see `distributed.row_exchange`)."""
 
     def __init__(self, x: Node, w: Node, b: Node | None, fn: Activation, name: str = "dense") -> None:
         super().__init__(*((x, w) if b is None else (x, w, b)), name=name)
@@ -73,11 +73,11 @@ class Dense(Op):
         dz = self.fn.grad(self.z, self.value, g)
         grads: list[Any] = [dz @ w.value.T if x.requires_grad else None]
         outs = self.grad_out or (None,) * len(self.inputs)
-        if outs[1] is not None and self.deferral is not None:
-            self.deferral.take(self, x.value, dz, outs[1])
-            grads.append(IN_PLACE)  # written into the flat buffer by the deferral, before the update
-        elif outs[1] is not None:  # the weight gradient GEMM writes straight into the flat buffer
-            B.array_module(dz).matmul(x.value.T, dz, out=outs[1])
+        if outs[1] is not None:  # the weight gradient goes straight into the flat buffer
+            if self.deferral is not None:
+                self.deferral.take(self, x.value, dz)  # which writes it there before the update
+            else:
+                B.array_module(dz).matmul(x.value.T, dz, out=outs[1])
             grads.append(IN_PLACE)
         else:
             grads.append(x.value.T @ dz)
