@@ -14,6 +14,7 @@ import yaml
 from magmadnn_cli.core.graph import Graph, Variable, get_activation, ops
 from magmadnn_cli.core.graph.conv import Conv2D, Pool2D
 from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, MARGIN, candidates, fastest
+from magmadnn_cli.core.graph.convolution.geometry import SMALL_GEMM, matmul_wide
 from magmadnn_cli.core.graph.nn import Activate
 from magmadnn_cli.nn.layers import Pool2D as Pool2DLayer
 from magmadnn_cli.training.modelfile import load
@@ -85,6 +86,39 @@ def test_all_algorithms_give_the_same_gradients_in_a_chain():
     for name in ("winograd", "fft"):
         for got, want in zip(grads[name], grads["gemm"]):
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_wide_product_cut_into_pieces_equals_the_whole_product(dtype, monkeypatch):
+    """6 x 25 times 25 x 20011: pieces of SMALL_GEMM / 150 columns (a ragged last one), each an
+    exact slice of the whole product; shapes whose pieces would be short run as one GEMM."""
+    a, b = rng.normal(size=(6, 25)).astype(dtype), rng.normal(size=(25, 20011)).astype(dtype)
+    calls = []
+    matmul = np.matmul
+    monkeypatch.setattr(np, "matmul", lambda x, y, out: calls.append(y.shape[1]) or matmul(x, y, out=out))
+    got = matmul_wide(a, b)
+    piece = SMALL_GEMM // 150 // 16 * 16
+    assert calls == [piece] * (20011 // piece) + [20011 % piece] and got.dtype == dtype
+    want = np.einsum("mk,kn->mn", a.astype(np.float64), b)
+    np.testing.assert_allclose(got, want, atol=1e-4 if dtype == np.float32 else 1e-12)
+    calls.clear()
+    matmul_wide(rng.normal(size=(64, 150)), rng.normal(size=(150, 30000)))
+    assert calls == []  # 64 x 150: a piece would have 96 columns
+
+
+def test_a_wide_layer_gives_the_same_values_and_gradients_in_pieces():
+    """A 2 -> 3 channel 3x3 layer on 24 maps of 28 x 28: its forward GEMM and its input-gradient GEMM
+    both have over SMALL_GEMM / 54 columns, so both run in pieces; FFT's results are the reference."""
+    x, w, b = rng.normal(size=(24, 2, 28, 28)), rng.normal(size=(3, 2, 3, 3)), rng.normal(size=3)
+    g = rng.normal(size=(24, 3, 28, 28))
+    assert 24 * 28 * 30 > SMALL_GEMM // 54
+    results = {}
+    for name in ("gemm", "fft"):
+        algorithm = ALGORITHMS[name](Geometry((3, 3), (1, 1), (1, 1), (1, 1)))
+        results[name] = (algorithm.forward(x, w, b), *algorithm.backward(g, w, True))
+    for got, want in zip(results["gemm"], results["fft"]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(results["gemm"][0], reference_conv(x, w, b, (1, 1), (1, 1), (1, 1)), atol=1e-10)
 
 
 def test_tuning_times_every_candidate_and_keeps_the_fastest():

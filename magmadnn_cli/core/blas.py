@@ -79,11 +79,14 @@ def set_threads(count: int) -> bool:
         return False
     fn.argtypes, fn.restype = [ctypes.c_int], None
     fn(max(1, int(count)))
+    get_threads.cache_clear()
     return True
 
 
+@cache
 def get_threads() -> int | None:
-    """The BLAS's thread count (None: not known, another numpy build)."""
+    """The BLAS's thread count (None: not known, another numpy build); kept, as asking OpenBLAS costs
+    a threaded GEMM's worth of microseconds, until `set_threads` changes it."""
     fn = _thread_function("get")
     if fn is None:
         return None

@@ -99,19 +99,33 @@ class Pool2D(Op):
         (kh, kw), (ho, wo) = self.kernel, g.shape[2:]
         tiles = self.stride == self.kernel and ho * kh == x.shape[2] and wo * kw == x.shape[3]
         dx = (xp.empty_like if tiles else xp.zeros_like)(x, dtype=g.dtype)  # tiles: every input in one window
-        taken = xp.zeros(g.shape, dtype=bool) if self.mode == "max" else None
-        share = g * (1.0 / (kh * kw)) if self.mode != "max" else g
-        for _, view in self._offsets(x):
-            if taken is not None:  # the first offset holding the max takes the gradient (ties: one only)
-                hit = x[view] == self.value
-                hit &= ~taken
-                taken |= hit
-                share = g * hit
-            if tiles:
-                dx[view] = share
-            else:
-                dx[view] += share
+        if self.mode == "max":
+            self._route_max(x, g, dx, tiles)
+        else:
+            share = g * (1.0 / (kh * kw))
+            for _, view in self._offsets(x):
+                if tiles:
+                    dx[view] = share
+                else:
+                    dx[view] += share
         return (dx[:, :, ph:ph + h, pw:pw + w],)
+
+    def _route_max(self, x: Array, g: Array, dx: Array, tiles: bool) -> None:
+        """Each window's gradient to the first offset holding its max (ties: one only)."""
+        xp, offsets = B.array_module(g), self._offsets(x)
+        taken = None  # where an earlier offset already held the max
+        for k, view in offsets:
+            hit = xp.equal(x[view], self.value)
+            if taken is None:
+                taken = hit
+            else:
+                xp.greater(hit, taken, out=hit)  # the max here, and at no earlier offset
+                if k < len(offsets) - 1:
+                    taken |= hit
+            if tiles:
+                xp.multiply(g, hit, out=dx[view])
+            else:
+                dx[view] += g * hit
 
 
 __all__ = ["CHOICES", "Conv2D", "Geometry", "IN_PLACE", "Pool2D", "output_size"]

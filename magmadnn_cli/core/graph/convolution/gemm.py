@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ... import backend as B
 from ..node import Array, column_sums
-from .geometry import Geometry, as_nchw, channel_major, crop, matmul_nt
+from .geometry import Geometry, as_nchw, channel_major, crop, matmul_nt, matmul_wide
 
 
 class Gemm:
@@ -66,7 +66,7 @@ class Gemm:
             for i, j, (rows, columns) in self._windows(ho, wo):
                 cols[:, i, j] = xc[:, :, rows, columns]
         self.cols, self.row = cols.reshape(c * kh * kw, -1), row
-        y = w.reshape(f, -1) @ self.cols
+        y = matmul_wide(w.reshape(f, -1), self.cols)
         if b is not None:
             y += b[:, None]
         return as_nchw(y.reshape(f, n, ho, row)[..., :wo])
@@ -81,7 +81,7 @@ class Gemm:
         db = column_sums(g2.T)
         dx = None
         if need_dx:  # W^T made contiguous: OpenBLAS runs faster than on its transposed view (docs/performance.md)
-            dx = self._scatter(xp.ascontiguousarray(w.reshape(f, -1).T) @ g2, (ho, wo))
+            dx = self._scatter(matmul_wide(xp.ascontiguousarray(w.reshape(f, -1).T), g2), (ho, wo))
         return dx, dw, db
 
     def _scatter(self, dcols: Array, out_hw: tuple[int, int]) -> Array:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import backend as B
+from ... import blas
 from ..node import Array
 
 Pair = tuple[int, int]
@@ -57,6 +58,27 @@ def as_nchw(yc: Array) -> Array:
 def crop(xc: Array, pad: Pair, h: int, w: int) -> Array:
     """The unpadded (C, N, h, w) region of a padded channel-major array, as a view."""
     return xc[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + w]
+
+
+SMALL_GEMM = 1_000_000  # M x N x K up to which OpenBLAS runs a GEMM by its unpacked small-matrix kernel
+MIN_PIECE = 1024  # fewer columns a piece: the calls' overhead outweighs the faster kernel
+FEW_ROWS = 8  # fewer rows than this: OpenBLAS's threaded packed kernel is slow too
+
+
+def matmul_wide(a: Array, b: Array) -> Array:
+    """a @ b for a small (M, K) and a wide (K, N), e.g. a convolution's filters times its windows.
+    On the CPU, b is cut into pieces of at most SMALL_GEMM / (M K) columns, which OpenBLAS multiplies
+    by its small-matrix kernel (the same sums in the same order: the same bits) where that is faster:
+    on one BLAS thread (each data-parallel rank's) 1.1-2.9x; on more, only for fewer than FEW_ROWS
+    rows, the threaded whole being faster otherwise (benchmarks/wide_gemm.py)."""
+    (m, k), n = a.shape, b.shape[1]
+    piece = SMALL_GEMM // max(1, m * k) // 16 * 16
+    if B.array_module(a) is not np or piece < MIN_PIECE or n <= piece or (m >= FEW_ROWS and blas.get_threads() != 1):
+        return a @ b
+    out = np.empty((m, n), dtype=np.result_type(a, b))
+    for lo in range(0, n, piece):
+        np.matmul(a, b[:, lo:lo + piece], out=out[:, lo:lo + piece])
+    return out
 
 
 def matmul_nt(a: Array, b: Array, chunk: int = 2048) -> Array:
