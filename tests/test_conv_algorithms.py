@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from magmadnn_cli.core import blas
 from magmadnn_cli.core.graph import Graph, Variable, get_activation, ops
 from magmadnn_cli.core.graph.conv import Conv2D, Pool2D
 from magmadnn_cli.core.graph.convolution import ALGORITHMS, Geometry, MARGIN, candidates, fastest
@@ -88,34 +89,57 @@ def test_all_algorithms_give_the_same_gradients_in_a_chain():
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
 
 
+@pytest.fixture
+def pieces(monkeypatch):
+    """The column counts of the GEMMs `matmul_wide` runs piece by piece (np.matmul with out=)."""
+    calls, matmul = [], np.matmul
+
+    def spy(x, y, out=None, **kwargs):
+        if out is not None:
+            calls.append(y.shape[1])
+        return matmul(x, y, out=out, **kwargs)
+    monkeypatch.setattr(np, "matmul", spy)
+    return calls
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_wide_product_cut_into_pieces_equals_the_whole_product(dtype, monkeypatch):
-    """6 x 25 times 25 x 20011: pieces of SMALL_GEMM / 150 columns (a ragged last one), each an
-    exact slice of the whole product; shapes whose pieces would be short run as one GEMM."""
+def test_a_wide_product_cut_into_pieces_equals_the_whole_product(dtype, pieces):
+    """6 x 25 times 25 x 20011: pieces of SMALL_GEMM / 150 columns (a ragged last one), on any
+    number of BLAS threads (fewer than 8 rows); shapes whose pieces would be short run as one GEMM."""
     a, b = rng.normal(size=(6, 25)).astype(dtype), rng.normal(size=(25, 20011)).astype(dtype)
-    calls = []
-    matmul = np.matmul
-    monkeypatch.setattr(np, "matmul", lambda x, y, out: calls.append(y.shape[1]) or matmul(x, y, out=out))
     got = matmul_wide(a, b)
     piece = SMALL_GEMM // 150 // 16 * 16
-    assert calls == [piece] * (20011 // piece) + [20011 % piece] and got.dtype == dtype
+    assert pieces == [piece] * (20011 // piece) + [20011 % piece] and got.dtype == dtype
     want = np.einsum("mk,kn->mn", a.astype(np.float64), b)
     np.testing.assert_allclose(got, want, atol=1e-4 if dtype == np.float32 else 1e-12)
-    calls.clear()
+    pieces.clear()
     matmul_wide(rng.normal(size=(64, 150)), rng.normal(size=(150, 30000)))
-    assert calls == []  # 64 x 150: a piece would have 96 columns
+    assert pieces == []  # 64 x 150: a piece would have 96 columns
 
 
-def test_a_wide_layer_gives_the_same_values_and_gradients_in_pieces():
-    """A 2 -> 3 channel 3x3 layer on 24 maps of 28 x 28: its forward GEMM and its input-gradient GEMM
-    both have over SMALL_GEMM / 54 columns, so both run in pieces; FFT's results are the reference."""
+@pytest.mark.parametrize("threads,cut", [(1, True), (4, False)])
+def test_eight_rows_or_more_are_cut_only_on_one_blas_thread(threads, cut, pieces, monkeypatch):
+    """16 x 9 times 9 x 20000: pieces of 6,944 columns on one thread (a rank's); one threaded GEMM
+    on more. The same product either way."""
+    monkeypatch.setattr(blas, "get_threads", lambda: threads)
+    a, b = rng.normal(size=(16, 9)), rng.normal(size=(9, 20000))
+    np.testing.assert_allclose(matmul_wide(a, b), np.einsum("mk,kn->mn", a, b), atol=1e-12)
+    assert pieces == ([6944, 6944, 20000 - 2 * 6944] if cut else [])
+
+
+def test_a_wide_layer_gives_the_same_values_and_gradients_in_pieces(pieces, monkeypatch):
+    """A 2 -> 3 channel 3x3 layer on 24 maps of 28 x 28, on one BLAS thread: its forward GEMM
+    (3 x 18) and its input-gradient GEMM (18 x 3) run in two pieces each; FFT's results are the
+    reference."""
+    monkeypatch.setattr(blas, "get_threads", lambda: 1)
     x, w, b = rng.normal(size=(24, 2, 28, 28)), rng.normal(size=(3, 2, 3, 3)), rng.normal(size=3)
     g = rng.normal(size=(24, 3, 28, 28))
-    assert 24 * 28 * 30 > SMALL_GEMM // 54
     results = {}
     for name in ("gemm", "fft"):
         algorithm = ALGORITHMS[name](Geometry((3, 3), (1, 1), (1, 1), (1, 1)))
         results[name] = (algorithm.forward(x, w, b), *algorithm.backward(g, w, True))
+    piece = SMALL_GEMM // 54 // 16 * 16
+    assert pieces == [piece, 24 * 28 * 30 - piece] * 2
     for got, want in zip(results["gemm"], results["fft"]):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(results["gemm"][0], reference_conv(x, w, b, (1, 1), (1, 1), (1, 1)), atol=1e-10)

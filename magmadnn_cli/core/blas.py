@@ -75,11 +75,11 @@ def set_threads(count: int) -> bool:
     """Set the BLAS's thread count at run time (the environment variables count only before numpy
     loads it). False: not done (another numpy build)."""
     fn = _thread_function("set")
+    get_threads.cache_clear()
     if fn is None:
         return False
     fn.argtypes, fn.restype = [ctypes.c_int], None
     fn(max(1, int(count)))
-    get_threads.cache_clear()
     return True
 
 

@@ -68,7 +68,7 @@ FEW_ROWS = 8  # fewer rows than this: OpenBLAS's threaded packed kernel is slow 
 def matmul_wide(a: Array, b: Array) -> Array:
     """a @ b for a small (M, K) and a wide (K, N), e.g. a convolution's filters times its windows.
     On the CPU, b is cut into pieces of at most SMALL_GEMM / (M K) columns, which OpenBLAS multiplies
-    by its small-matrix kernel (the same sums in the same order: the same bits) where that is faster:
+    by its small-matrix kernel (here bit-identical to the whole product) where that is faster:
     on one BLAS thread (each data-parallel rank's) 1.1-2.9x; on more, only for fewer than FEW_ROWS
     rows, the threaded whole being faster otherwise (benchmarks/wide_gemm.py)."""
     (m, k), n = a.shape, b.shape[1]
