@@ -88,6 +88,21 @@ def test_processes_option_launches_itself(project):
                                _weights(project / "single")["weights/dense_0/kernel"], rtol=1e-5, atol=1e-6)
 
 
+def test_a_launch_whose_output_reader_goes_away_still_finishes(project):
+    """`magmadnn train ... --processes 2 | head -1`: the reader closes the pipe while the ranks still
+    print; the run goes on to its model and exit 0, as one process does (was: mpiexec died of SIGPIPE,
+    killing the ranks and leaving a folder holding only a dead lock)."""
+    out = project / "headed"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    job = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(project / "syn.yaml"), "--out", str(out),
+                            "--processes", "2", "--set", "training.epochs=40"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    assert job.stdout.readline()  # the first line (as `head -1` reads it), then the reader goes
+    job.stdout.close()
+    assert job.wait(timeout=120) == 0
+    assert (out / "model.npz").is_file() and not (out / ".magmadnn.lock").exists()
+
+
 def test_a_failing_rank_aborts_the_job_promptly(tmp_path):
     assert_a_failing_rank_ends_the_job(tmp_path, (
         "import time\n"

@@ -5,7 +5,12 @@ folder without a model is (a cross-validation, an interrupted run) with the comm
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -110,6 +115,33 @@ def test_a_training_that_fails_its_checks_claims_no_folder(capsys, tmp_path, mon
     code, out, err = run_cli(capsys, "train", config, *WRONG_WIDTH)
     assert code == 2 and "the output layer has 4 units" in err
     assert "runs/blobs-2" not in out + err and "earlier run" not in out + err
+
+
+def _killed_before_writing(folder, pid: int) -> None:
+    """What a run killed before its first output leaves (mpiexec dead of SIGPIPE, a SIGKILL): the
+    marker and the lock of process `pid`, nothing else."""
+    folder.mkdir(parents=True)
+    (folder / ".magmadnn").write_text(json.dumps({"kind": "run"}))
+    (folder / ".magmadnn.lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+
+
+def test_a_run_killed_before_writing_anything_leaves_a_folder_the_next_run_takes(capsys, tmp_path):
+    """Nothing of value is there, so neither --overwrite nor a --resume (no checkpoint) is asked for."""
+    config, out = project(tmp_path, SHORT), tmp_path / "killed"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _killed_before_writing(out, dead.pid)
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "-q")
+    assert code == 0, err
+    assert (out / "model.npz").is_file() and not (out / ".magmadnn.lock").exists()
+
+
+def test_a_folder_a_live_run_has_only_begun_is_refused_naming_it(capsys, tmp_path):
+    config, out = project(tmp_path, SHORT), tmp_path / "starting"
+    _killed_before_writing(out, os.getppid())  # alive: as a run that has not written yet
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "-q")
+    assert code == 2 and f"another magmadnn (PID {os.getppid()}) is writing this folder now" in _flat(err)
+    assert sorted(p.name for p in out.iterdir()) == [".magmadnn", ".magmadnn.lock"]
 
 
 # -- regression folds are shuffled, not stratified ------------------------------------------------

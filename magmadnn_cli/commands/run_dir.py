@@ -50,8 +50,8 @@ def classify(folder: Path) -> str:
     except OSError as exc:
         raise MagmaError(f"{folder}: cannot read the folder: {exc.strerror or exc}") from exc
     names = {n for n in names if not (n.startswith(f".{MARKER}.") and n.endswith(".tmp"))}  # a marker killed mid-write
-    if not names:
-        return "empty"
+    if not names or (names == {MARKER} and _live_holder(folder) is None):
+        return "empty"  # nothing, or only the marker of a command that ended before it wrote anything
     if MARKER in names:
         try:
             kind = json.loads((folder / MARKER).read_text(encoding="utf-8")).get("kind")
@@ -88,6 +88,8 @@ def choose(folder: Path, kind: Kind, explicit: bool, overwrite: bool = False, co
     if continuing or overwrite:
         return folder
     if explicit:
+        if (pid := _live_holder(folder)) is not None:
+            raise MagmaError(f"--out {_busy(folder, pid)}")
         verb = "tune --resume" if kind == "search" else "train --resume"
         raise MagmaError(f"--out {folder}: holds an earlier {kind} ({_listing(folder)}); it is not replaced. "
                          f"Use another --out, --overwrite to replace it, or `magmadnn {verb}` to continue it")
@@ -168,8 +170,7 @@ class FolderLock:
         pid, host, job = holder["pid"], holder["host"], holder.get("slurm_job")
         if host == me["host"]:
             if pid != me["pid"] and _alive(pid):
-                raise MagmaError(f"{self.folder}: another magmadnn (PID {pid}) is writing this folder now; wait for "
-                                 "it, stop it, or use another --out")
+                raise MagmaError(_busy(self.folder, pid))
             return
         if job is not None and job == me.get("slurm_job") and me["slurm_restart"] > holder.get("slurm_restart", 0):
             return  # this job was requeued: Slurm ended every step of the earlier run before restarting it
@@ -236,6 +237,18 @@ def _holder(folder: Path) -> dict[str, Any] | None:
         return None
 
 
+def _live_holder(folder: Path) -> int | None:
+    """The PID of the live process on this host that holds the folder's lock (None: no such process)."""
+    holder = _holder(folder)
+    if holder is None or holder["host"] != socket.gethostname():
+        return None
+    return holder["pid"] if _alive(holder["pid"]) else None
+
+
+def _busy(folder: Path, pid: int) -> str:
+    return f"{folder}: another magmadnn (PID {pid}) is writing this folder now; wait for it, stop it, or use another --out"
+
+
 def _alive(pid: int) -> bool:
     """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
     try:
@@ -285,9 +298,9 @@ def model_file(path: Path) -> Path:
 def _no_model(folder: Path) -> str:
     """Why `folder` holds no model.npz, and the command that writes one."""
     from ..training.checkpoint import listing  # noqa: PLC0415 (heavy: only when a folder lacks its model)
-    kind, holder = classify(folder), _holder(folder)
-    if kind in ("run", "search") and holder and holder["host"] == socket.gethostname() and _alive(holder["pid"]):
-        return f"{folder}: a magmadnn (PID {holder['pid']}) is writing this {kind} now; its {MODEL} is written when it ends"
+    kind, pid = classify(folder), _live_holder(folder)
+    if kind in ("run", "search") and pid is not None:
+        return f"{folder}: a magmadnn (PID {pid}) is writing this {kind} now; its {MODEL} is written when it ends"
     if kind == "run" and (checkpoints := listing(folder / "checkpoints")):
         return (f"{folder}: the run was interrupted before its model was written (newest checkpoint: "
                 f"{checkpoints[-1].name}); continue it with: {resume_command(folder)} (CONFIG: the config it was "

@@ -3,11 +3,14 @@ mpiexec of the running Python environment, on the hosts given."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -139,9 +142,15 @@ def launch(layout: Layout, argv: list[str]) -> int:
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     env = dict(os.environ, **{GUARD: "1"})
+    piped = {name: subprocess.PIPE if _is_pipe(getattr(sys, name)) else None for name in ("stdout", "stderr")}
+    for stream in (sys.stdout, sys.stderr):  # what this process printed goes before the job's output
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
     job = subprocess.Popen(mpiexec_command(mpiexec, version, layout, argv), env=env, start_new_session=True,
-                           preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                           preexec_fn=_die_with_parent if sys.platform == "linux" else None, **piped)
+    relays = [_Relay(source, getattr(sys, name)) for name, source in (("stdout", job.stdout), ("stderr", job.stderr))
+              if source is not None]
 
     def forward(signum: int, frame: object) -> None:
         job.send_signal(signum)
@@ -152,6 +161,40 @@ def launch(layout: Layout, argv: list[str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for relay in relays:
+            relay.join(RELAY_DRAIN)
+
+
+RELAY_DRAIN = 10.0  # seconds to pass on what the job wrote last, once it has ended
+
+
+def _is_pipe(stream: Any) -> bool:
+    """Whether `stream` is a pipe or socket: a reader that may go away (`| head`)."""
+    try:
+        return stat.S_ISFIFO(mode := os.fstat(stream.fileno()).st_mode) or stat.S_ISSOCK(mode)
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+class _Relay(threading.Thread):
+    """Passes the job's output on to this launcher's pipe; once that pipe's reader has gone, reads on
+    and drops it, so the job never writes into a closed pipe (mpiexec dies of SIGPIPE, and its ranks
+    with it, mid-run) and finishes as one process does."""
+
+    def __init__(self, source: Any, sink: Any) -> None:
+        super().__init__(name="magmadnn-relay", daemon=True)
+        self.source, self.sink = source, sink
+        self.start()
+
+    def run(self) -> None:
+        reader_there, fd = True, self.sink.fileno()
+        with self.source:
+            while chunk := os.read(self.source.fileno(), 1 << 16):
+                while reader_there and chunk:
+                    try:
+                        chunk = chunk[os.write(fd, chunk):]
+                    except OSError:  # EPIPE: the reader went away
+                        reader_there = False
 
 
 def before_numpy() -> None:
