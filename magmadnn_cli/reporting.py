@@ -227,8 +227,20 @@ def env_table(facts: dict[str, Any]) -> Table:
     """`magmadnn env`'s facts, one a row (/dev/shm's free bytes in GiB)."""
     table = Table(title="magmadnn env")
     table.add_column("fact")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     for key, value in facts.items():
-        shown = f"{value / 2**30:.1f} GiB" if key == "dev_shm_free" and isinstance(value, int) else str(value)
-        table.add_row(key.replace("_", " "), Text(shown))
+        table.add_row(key.replace("_", " "), Text(_fact_text(key, value)))
     return table
+
+
+def _fact_text(key: str, value: Any) -> str:
+    """A fact as a person reads it: GiB for /dev/shm, yes/no, none, `a=b` pairs."""
+    if key == "dev_shm_free" and isinstance(value, int):
+        return f"{value / 2**30:.1f} GiB"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)

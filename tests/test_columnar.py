@@ -254,7 +254,7 @@ def test_columnar_mistakes_get_the_csv_messages(capsys, tmp_path):
     pq.write_table(heart_table(), tmp_path / "heart.parquet")
     (tmp_path / "c.yaml").write_text(CONFIG.format(train="heart.parquet").replace("target: num", "target: Num"))
     code, _, err = run_cli(capsys, "train", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"))
-    assert code == 2 and "no target column 'Num' (data.target); did you mean 'num'?" in err, err
+    assert code == 2 and "no target column 'Num' (data.target); columns are " in err and "; did you mean 'num'?" in err, err
 
 
 def test_a_nested_column_is_refused_by_name_unless_left_out(capsys, tmp_path):

@@ -318,7 +318,7 @@ def test_a_file_with_no_targets_at_all_is_refused(tmp_path):
 
 
 def test_a_misspelt_feature_is_named_with_a_suggestion(tmp_path):
-    with pytest.raises(DataError, match=r"missing feature column\(s\) colr \(data.features\); did you mean 'color'\?"):
+    with pytest.raises(DataError, match=r"missing feature column\(s\) colr \(data.features\); the file has .*; did you mean 'color'\?"):
         prepare(_cfg(tmp_path, features=["size", "colr"]), "classification", 0)
 
 

@@ -39,7 +39,7 @@ def test_gzip_csv_and_int_labels(tmp_path):
     ("a,b,y\n1,inf,0\n3,4,1\n", "column 'b', data row 1: non-finite value inf"),
     ("a,a,y\n1,2,0\n", "duplicate column names in the header: a"),
     ("a,b,label\n1,2,0\n", "no target column 'y' (data.target); columns are a, b, label"),
-    ("a,b,Y\n1,2,0\n", "no target column 'y' (data.target); did you mean 'Y'?; columns are a, b, Y"),
+    ("a,b,Y\n1,2,0\n", "no target column 'y' (data.target); columns are a, b, Y; did you mean 'Y'?"),
 ])
 def test_malformed_csv_is_a_located_error(tmp_path, text, message):
     (tmp_path / "d.csv").write_text(text)

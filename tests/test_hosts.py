@@ -38,6 +38,7 @@ def test_a_malformed_hostfile_line_is_named_by_file_and_line(tmp_path, line, fou
         H.read_hostfile(path)
     message = str(caught.value)
     assert message.startswith(f"{path}:3: ") and found in message and "node01:4" in message, message
+    assert ("A comment takes a whole line" in message) == ("#" in line)  # said only where a comment is
 
 
 def test_a_hostfile_that_is_missing_or_empty(tmp_path):

@@ -91,15 +91,15 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
         if target is None:
             raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
         if target not in names:
-            raise DataError(f"{path}: no target column {target!r} (data.target){_closest(target, names)}; "
-                            f"columns are {', '.join(names[:20])}")
+            raise DataError(f"{path}: no target column {target!r} (data.target); columns are "
+                            f"{', '.join(names[:20])}{_closest(target, names)}")
     wanted = spec.wanted(names)
     present = set(names)
     missing = [f for f in wanted if f not in present]
     if missing:
         raise DataError(f"{path}: missing feature column(s) {', '.join(missing[:10])}"
                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-                        + f" (data.features){_closest(missing[0], names)}; the file has {', '.join(names[:20])}")
+                        + f" (data.features); the file has {', '.join(names[:20])}{_closest(missing[0], names)}")
     if not wanted:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
     unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]

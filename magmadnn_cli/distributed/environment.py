@@ -96,7 +96,7 @@ def _blas() -> dict[str, Any]:
 
 def _gpus() -> dict[str, Any]:
     usable, why = B.probe_gpu()
-    return {"gpu": why if usable else f"none ({why})", "nccl": B.nccl_module() is not None if usable else False}
+    return {"gpu": why if usable else f"none: {why}", "nccl": B.nccl_module() is not None if usable else False}
 
 
 def _shm_free() -> int | None:

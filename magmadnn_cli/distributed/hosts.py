@@ -58,8 +58,8 @@ def read_hostfile(path: Path) -> Hosts:
             continue
         entry = _entry(line)
         if entry is None:
-            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received {line.strip()!r}. A comment takes a whole "
-                             "line (start it with #)")
+            comment = " A comment takes a whole line (start it with #)." if "#" in line else ""
+            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received {line.strip()!r}.{comment}")
         hosts.append(entry)
     if not hosts:
         raise MagmaError(f"--hostfile {path}: names no host; write one `host:slots` a line, as in `node01:4`")
