@@ -135,7 +135,7 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     assert "ignoring 1 column(s) the model does not use: extra" in err
     assert "categories not seen in training, encoded as all zeros: color (1)" in err
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict", "-o", tmp_path / "p.csv")
-    assert code == 2 and "column 'color', data row 3: category 'purple' was not in the training data" in err
+    assert code == 2 and "column 'color', data row 3: category 'purple' was not in the training data (known: 'blue', " in err
     assert not (tmp_path / "p.csv").exists()
     code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--json")
     assert code == 0 and json.loads(out)["accuracy"] == 1.0

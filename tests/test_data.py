@@ -107,7 +107,7 @@ def test_label_problems(tmp_path):
     write_csv(tmp_path / "tr.csv", ["a", "y"], [[1, "x"], [2, "z"]])
     write_csv(tmp_path / "va.csv", ["a", "y"], [[1, "x"], [2, "w"]])
     cfg = DataConfig(train=tmp_path / "tr.csv", target="y", validation=tmp_path / "va.csv")
-    with pytest.raises(DataError, match="labels w do not occur in the training data"):
+    with pytest.raises(DataError, match="labels 'w' do not occur in the training data \\(known: '"):
         prepare(cfg, "classification", 0)
 
 

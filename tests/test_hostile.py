@@ -295,7 +295,7 @@ def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
     assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob(".p.csv.*"))
     (tmp_path / "lab.csv").write_text("f1,f2,f3,f4,label\n1,2,3,4,zebra\n")
     code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "lab.csv")
-    assert code == 2 and "labels zebra do not occur in the training data" in err
+    assert code == 2 and "labels 'zebra' do not occur in the training data" in err
 
 
 CHECKPOINT_CASES = {

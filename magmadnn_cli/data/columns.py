@@ -160,7 +160,7 @@ def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, stric
     if unknown and strict:
         row = raw.first(codes < 0)
         raise DataError(f"{source}: column {col.name!r}, data row {raw.row(row)}: category {str(cells[row])!r} was not in the "
-                        f"training data (known: {', '.join(col.categories[:12])}); unseen categories are refused "
+                        f"training data (known: {', '.join(map(repr, col.categories[:12]))}); unseen categories are refused "
                         "(data.unseen_categories: ignore encodes them as all zeros)")
     block = (codes[:, None] == np.arange(len(col.categories))[None, :]).astype(dtype)
     return _with_indicator(block, missing, col.indicator), unknown

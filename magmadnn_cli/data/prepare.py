@@ -60,8 +60,8 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
     values, inverse = np.unique(y, return_inverse=True)
     unknown = [str(v) for v in values if str(v) not in lookup]
     if unknown:
-        raise DataError(f"{source}: labels {', '.join(unknown[:10])} do not occur in the training data "
-                        f"(known: {', '.join(map(str, classes))})")
+        raise DataError(f"{source}: labels {', '.join(map(repr, unknown[:10]))} do not occur in the training data "
+                        f"(known: {', '.join(repr(str(c)) for c in classes)})")
     idx = np.array([lookup[str(v)] for v in values], dtype=np.int64)[inverse.ravel()]
     return idx.astype(B.current().floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
 
