@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402 (after the BLAS thread count)
 
 from magmadnn_cli.distributed.row_exchange import product_range  # noqa: E402
 
+from conv import best  # noqa: E402 (benchmarks/ is the script's folder)
+
 LAYERS = [(784, 528), (528, 528), (528, 528), (528, 10)]
 BATCH = 200
-
-
-def best_ms(work, repeats: int = 7, calls: int = 30) -> float:
-    work()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            work()
-        times.append((time.perf_counter() - start) / calls)
-    return 1000 * min(times)
 
 
 def per_rank(ranks: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -62,7 +52,7 @@ def per_rank(ranks: int, rng: np.random.Generator) -> tuple[float, float]:
             if lo < hi:
                 product_range(sx, sdz, grid[0, offsets[k]:offsets[k + 1]], lo - int(offsets[k]), hi - int(offsets[k]))
 
-    return best_ms(own_and_sum), best_ms(exchanged)
+    return 1000 * best(own_and_sum, 30, 7), 1000 * best(exchanged, 30, 7)
 
 
 def main() -> None:

@@ -151,6 +151,8 @@ def launch(layout: Layout, argv: list[str]) -> int:
                            preexec_fn=_die_with_parent if sys.platform == "linux" else None, **piped)
     relays = [_Relay(source, getattr(sys, name)) for name, source in (("stdout", job.stdout), ("stderr", job.stderr))
               if source is not None]
+    for relay in relays:
+        relay.start()
 
     def forward(signum: int, frame: object) -> None:
         job.send_signal(signum)
@@ -184,7 +186,6 @@ class _Relay(threading.Thread):
     def __init__(self, source: Any, sink: Any) -> None:
         super().__init__(name="magmadnn-relay", daemon=True)
         self.source, self.sink = source, sink
-        self.start()
 
     def run(self) -> None:
         reader_there, fd = True, self.sink.fileno()
