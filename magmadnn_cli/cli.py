@@ -71,7 +71,9 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     --hostfile, --hosts, --oversubscribe); else this rank's communicator (tune's ranks share out trials:
     `strategy` False, plain MPI). A missing seed stays missing: the command draws one for all ranks."""
     from .distributed import get_communicator
+    from .distributed.environment import check_srun_step
     from .distributed.launcher import relaunch
+    check_srun_step()
     cfg = _load(config, overrides, draw_seed=False)
     code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
     if code is not None:

@@ -88,3 +88,38 @@ def test_srun_is_recognized_as_a_ranked_run(monkeypatch, plugin, variables):
     monkeypatch.delenv("SLURM_STEP_ID")  # a batch script's own process: not an srun task
     if "PMI_SIZE" not in variables:
         assert comm.launched_ranks() == 0
+
+
+def _srun_task(tmp_path, procid: int, **plugin: str) -> subprocess.CompletedProcess:
+    """`magmadnn train` as task `procid` of a 2-task srun step (the variables a real Slurm 22.05 sets),
+    with `plugin`'s variables (none: `srun --mpi=none`)."""
+    config = project(tmp_path)
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2",
+             "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(procid), "SLURM_NODEID": "0"}
+    env = {k: v for k, v in _env(**slurm, **plugin).items() if not k.startswith(("PMIX_", "OMPI_"))}
+    return subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out",
+                           str(tmp_path / "run"), "-q"], capture_output=True, text=True, env={**env, **plugin},
+                          timeout=120)
+
+
+def test_srun_without_an_mpi_plugin_is_refused_before_anything_runs(tmp_path):
+    """`srun --mpi=none -n 2` (many clusters' default) gives its tasks no PMI: each would be a
+    one-process run of its own, into the same folder (real Slurm: the second task met the first's lock)."""
+    first, second = _srun_task(tmp_path, 0), _srun_task(tmp_path, 1)
+    assert first.returncode == second.returncode == 2, first.stderr + second.stderr
+    assert "srun started 2 tasks with no MPI plugin" in first.stderr and "--mpi=pmi2" in first.stderr
+    assert "Traceback" not in first.stderr and second.stderr == ""  # said once, by task 0
+    assert not (tmp_path / "run").exists()
+
+
+def test_srun_pmix_with_an_mpi_built_without_pmix_is_refused_before_mpi_starts(tmp_path):
+    """Real Slurm, `srun --mpi=pmix` and the PyPI mpich: MPI_Init aborted with 'Runtime environment
+    uses unsupported PMI version PMIx' (exit 16). The task is refused first, with the fix."""
+    from magmadnn_cli.distributed.environment import mpi_library_text_without_init
+    if "pmix" in mpi_library_text_without_init().lower():
+        pytest.skip("this MPI was built with PMIx: srun --mpi=pmix suits it")
+    done = _srun_task(tmp_path, 0, PMIX_RANK="0", PMIX_NAMESPACE="slurm.pmix.7.0", PMIX_VERSION="4.2.2")
+    assert done.returncode == 2, done.stderr
+    assert "srun --mpi=pmix" in done.stderr and "without PMIx" in done.stderr and "--mpi=pmi2" in done.stderr
+    assert "Traceback" not in done.stderr and "internal_Init_thread" not in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -122,8 +122,9 @@ def launched_ranks() -> int:
 
 
 def launched_rank() -> int:
+    """This process's rank as its launcher says (a task of any srun step: its SLURM_PROCID); 0 alone."""
     found = _env_int("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
-    return found if found is not None else (_env_int("SLURM_PROCID") or 0) if _slurm_step() else 0
+    return found if found is not None else (_env_int("SLURM_PROCID") or 0) if "SLURM_STEP_ID" in os.environ else 0
 
 
 def local_ranks() -> int:

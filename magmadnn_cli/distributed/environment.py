@@ -1,6 +1,7 @@
 """`magmadnn env`: what this machine offers a run, as a cluster user asks it: the MPI library and the
 launcher `--processes` would use, how many ranks it would start here or in the Slurm allocation, cores,
-BLAS and its threads, GPUs and NCCL, and the shared memory the shared-memory strategy needs."""
+BLAS and its threads, GPUs and NCCL, and the shared memory the shared-memory strategy needs. Also the
+srun steps whose tasks could not form one MPI job (`check_srun_step`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import sys
 from typing import Any, Mapping
 
@@ -46,6 +48,42 @@ def mpi_library_text() -> str:
     """MPI_Get_library_version's text (initializes MPI)."""
     from mpi4py import MPI  # noqa: PLC0415
     return MPI.Get_library_version().rstrip("\x00")
+
+
+def check_srun_step() -> None:
+    """Refuse an srun step whose tasks cannot form one MPI job (a `MagmaError` every task raises,
+    said by task 0): started with no MPI plugin, each task would train alone into the same folder;
+    started by `--mpi=pmix` for an MPICH built without PMIx, MPI_Init aborts with an internal error."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "") if "SLURM_STEP_ID" in os.environ else ""
+    tasks = int(tasks) if tasks.isdigit() else 0
+    if tasks < 2 or any(k in os.environ for k in ("PMI_FD", "PMI_RANK", "OMPI_COMM_WORLD_SIZE")):
+        return
+    fix = ("use `srun --mpi=pmi2` (`srun --mpi=list` shows this cluster's plugins), or start one task that "
+           "launches the ranks itself: magmadnn ... --processes auto inside the allocation (docs/clusters.md)")
+    if "PMIX_RANK" not in os.environ:
+        raise _Refused(f"srun started {tasks} tasks with no MPI plugin (--mpi=none, or the cluster's "
+                       f"MpiDefault): each would train alone, into the same run folder; {fix}")
+    library = mpi_library_text_without_init()
+    if library.startswith("MPICH") and "pmix" not in library.lower():
+        raise _Refused(f"srun --mpi=pmix started this task, but the MPI that mpi4py loads ({first_line(library)}) "
+                       f"was built without PMIx, so its MPI_Init would abort; {fix}")
+
+
+class _Refused(MagmaError):
+    collective = True  # every task of the step raises it: task 0 says it, none waits for another
+
+
+def mpi_library_text_without_init() -> str:
+    """MPI_Get_library_version's text, asked in a child process that does not start MPI (under a
+    launcher this MPI cannot join, MPI_Init aborts the process); "" where it cannot be asked."""
+    ask = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+           "print(MPI.Get_library_version().rstrip(chr(0)))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "SLURM_"))}
+    try:
+        return subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, env=env,
+                              timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def first_line(library: str) -> str:
