@@ -13,7 +13,6 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.syntax import Syntax
-from rich.table import Table
 from rich.text import Text
 
 from . import signals
@@ -66,6 +65,13 @@ def _load(config: Path, overrides: list[str] | None, draw_seed: bool = True):
     return load_config(config, overrides or [], draw_seed, checks=(config_problems,))
 
 
+def _reporter(quiet: bool, comm):
+    """Rank 0's progress: live on a person's terminal, else a line per epoch (the other ranks: none)."""
+    from .distributed.launcher import output_is_terminal
+    from .reporting import make_reporter
+    return make_reporter(quiet, comm.rank, output_is_terminal(comm.size))
+
+
 def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, strategy: bool = True):
     """Load the config; re-launch under mpiexec when ranks or hosts are asked for (`layout`: --processes,
     --hostfile, --hosts, --oversubscribe); else this rank's communicator (tune's ranks share out trials:
@@ -98,16 +104,15 @@ def train(config: ConfigArg, set_: SetOpt = None,
                            show_default=False)] = None) -> None:
     """Train the model a config declares; writes model.npz, metrics.json, metrics.csv, config.yaml and
     checkpoints (resume with --resume RUN_DIR)."""
-    from .reporting import make_reporter
     from .commands.train import train as run_train
     if folds is not None and (resume is not None or init_from is not None):
         raise MagmaError("--folds runs a cross-validation from scratch; it takes neither --resume nor --init-from")
     cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe))
     if folds is not None:
         from .commands.crossval import train_folds
-        train_folds(cfg, folds, out_dir, make_reporter(quiet, comm.rank), comm, overwrite)
+        train_folds(cfg, folds, out_dir, _reporter(quiet, comm), comm, overwrite)
         return
-    run_train(cfg, out_dir, init_from, make_reporter(quiet, comm.rank), comm, resume=resume, overwrite=overwrite)
+    run_train(cfg, out_dir, init_from, _reporter(quiet, comm), comm, resume=resume, overwrite=overwrite)
 
 
 @app.command()
@@ -123,10 +128,9 @@ def tune(config: ConfigArg, set_: SetOpt = None,
          oversubscribe: OversubscribeOpt = False) -> None:
     """Grid or random hyperparameter search over the config's `search:` section (under --processes:
     rank 0 hands out trials, the others train them)."""
-    from .reporting import make_reporter
     from .commands.tune import tune as run_tune
     cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe), strategy=False)
-    run_tune(cfg, out_dir, make_reporter(quiet, comm.rank), comm, resume, overwrite)
+    run_tune(cfg, out_dir, _reporter(quiet, comm), comm, resume, overwrite)
 
 
 StrictOpt = Annotated[bool, typer.Option("--strict", metavar="", help="refuse categories the model did not see in "
@@ -159,45 +163,9 @@ def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadn
         from .files import to_json
         print(to_json(report))
         return
-    _print_report(report)
-
-
-def _print_report(report: dict) -> None:
-    out.print(Text(str(report["data"]), style="bold") + Text(f": {report['rows']} rows, task {report['task']}"))
-    table = Table(title="metrics")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2"):
-        if key in report:
-            table.add_row(key, f"{report[key]:.4f}")
-    out.print(table)
-    if "per_class" in report:
-        classes, summary = report["per_class"], report.get("confusion_summary")
-        shown = sorted(classes, key=lambda c: (classes[c]["support"] == 0, classes[c]["recall"]))[:20] if summary \
-            else list(classes)  # many classes: the 20 of lowest recall, and the most confused pairs
-        per = Table(title=f"per class: the {len(shown)} of {len(classes):,} classes with the lowest recall (--json "
-                    "lists all)" if summary else "per class")
-        for c in ("class", "precision", "recall", "f1", "support"):
-            per.add_column(c, justify="right" if c != "class" else "left")
-        for label in shown:
-            m = classes[label]
-            per.add_row(Text(str(label)), f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}", str(m["support"]))
-        out.print(per)
-        if summary:
-            pairs = Table(title=f"most confused classes ({summary['wrong']:,} rows wrong in all)")
-            for c in ("true", "predicted", "rows"):
-                pairs.add_column(c, justify="right" if c == "rows" else "left")
-            for pair in summary["most_confused"]:
-                pairs.add_row(Text(pair["true"]), Text(pair["predicted"]), str(pair["count"]))
-            out.print(pairs)
-            return
-        cm = Table(title="confusion matrix (rows: true, columns: predicted)")
-        cm.add_column("")
-        for label in report["labels"]:
-            cm.add_column(Text(str(label)), justify="right")
-        for label, row in zip(report["labels"], report["confusion_matrix"]):
-            cm.add_row(Text(str(label)), *map(str, row))
-        out.print(cm)
+    from .reporting import evaluation_tables
+    for part in evaluation_tables(report):
+        out.print(part)
 
 
 @app.command()

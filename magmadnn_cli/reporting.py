@@ -176,10 +176,11 @@ def silence_stdout() -> None:
         pass
 
 
-def make_reporter(quiet: bool = False, rank: int = 0) -> Reporter:
+def make_reporter(quiet: bool = False, rank: int = 0, live: bool | None = None) -> Reporter:
+    """`live`: a live progress display (None: when stdout is a terminal)."""
     if quiet or rank != 0:
         return Reporter(warnings=rank == 0)
-    return RichReporter() if sys.stdout.isatty() else PlainReporter()
+    return RichReporter() if (sys.stdout.isatty() if live is None else live) else PlainReporter()
 
 
 def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
@@ -244,3 +245,54 @@ def _fact_text(key: str, value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+def evaluation_tables(report: dict[str, Any]) -> list[RenderableType]:
+    """`magmadnn evaluate`'s report as a person reads it: the data's line, the metrics, and per class
+    (with many classes: the 20 of lowest recall and the most confused pairs; else the confusion matrix)."""
+    parts: list[RenderableType] = [Text(str(report["data"]), style="bold")
+                                   + Text(f": {report['rows']} rows, task {report['task']}")]
+    table = Table(title="metrics")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2"):
+        if key in report:
+            table.add_row(key, f"{report[key]:.4f}")
+    parts.append(table)
+    if "per_class" in report:
+        parts.append(_per_class_table(report["per_class"], report.get("confusion_summary") is not None))
+        parts.append(_confused_pairs(report["confusion_summary"]) if report.get("confusion_summary")
+                     else _confusion_matrix(report["labels"], report["confusion_matrix"]))
+    return parts
+
+
+def _per_class_table(classes: dict[str, dict[str, Any]], summarized: bool) -> Table:
+    shown = sorted(classes, key=lambda c: (classes[c]["support"] == 0, classes[c]["recall"]))[:20] if summarized \
+        else list(classes)
+    per = Table(title=f"per class: the {len(shown)} of {len(classes):,} classes with the lowest recall (--json "
+                "lists all)" if summarized else "per class")
+    for c in ("class", "precision", "recall", "f1", "support"):
+        per.add_column(c, justify="right" if c != "class" else "left")
+    for label in shown:
+        m = classes[label]
+        per.add_row(Text(str(label)), f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['f1']:.3f}", str(m["support"]))
+    return per
+
+
+def _confused_pairs(summary: dict[str, Any]) -> Table:
+    pairs = Table(title=f"most confused classes ({summary['wrong']:,} rows wrong in all)")
+    for c in ("true", "predicted", "rows"):
+        pairs.add_column(c, justify="right" if c == "rows" else "left")
+    for pair in summary["most_confused"]:
+        pairs.add_row(Text(pair["true"]), Text(pair["predicted"]), str(pair["count"]))
+    return pairs
+
+
+def _confusion_matrix(labels: list[Any], matrix: list[list[int]]) -> Table:
+    cm = Table(title="confusion matrix (rows: true, columns: predicted)")
+    cm.add_column("")
+    for label in labels:
+        cm.add_column(Text(str(label)), justify="right")
+    for label, row in zip(labels, matrix):
+        cm.add_row(Text(str(label)), *map(str, row))
+    return cm

@@ -10,12 +10,40 @@ so the loop can finish its step, write a checkpoint and exit cleanly, and a seco
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from types import FrameType
 from typing import Any, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's warning before the time limit
+
+# Open MPI's mpirun SIGKILLs the ranks about 0.2 s after passing on a SIGINT or SIGTERM (too soon for a
+# checkpoint), but passes SIGUSR2 and SIGALRM on and waits: the `--processes` launcher sends a stop
+# signal to it as its carrier, and tells the ranks (RELAY_VARIABLE) which signal each carrier means.
+CARRIERS = {signal.SIGINT: signal.SIGUSR2, signal.SIGTERM: signal.SIGALRM}
+RELAY_VARIABLE = "MAGMADNN_RELAYED_SIGNALS"
+
+
+def relay_text(carriers: dict[signal.Signals, signal.Signals]) -> str:
+    """What RELAY_VARIABLE holds: "SIGUSR2:SIGINT,SIGALRM:SIGTERM" (carrier:meant)."""
+    return ",".join(f"{carrier.name}:{meant.name}" for meant, carrier in carriers.items())
+
+
+def _relayed(text: str) -> dict[int, int]:
+    """carrier -> the stop signal it means, from `relay_text`'s form (names that are not signals: none)."""
+    pairs = [part.split(":") for part in text.split(",") if part.count(":") == 1]
+    names = set(signal.Signals.__members__)
+    return {int(signal.Signals[c]): int(signal.Signals[m]) for c, m in pairs if c in names and m in names}
+
+
+RELAYED = _relayed(os.environ.get(RELAY_VARIABLE, ""))
+WATCHED = SIGNALS + tuple(signal.Signals(c) for c in RELAYED)  # what this process takes as a stop signal
+
+
+def meant(signum: int) -> int:
+    """The stop signal that `signum` stands for (itself, or what its carrier means)."""
+    return RELAYED.get(signum, signum)
 
 
 class StopSignals:
@@ -28,7 +56,7 @@ class StopSignals:
 
     def __enter__(self) -> "StopSignals":
         if self.enabled:
-            for sig in SIGNALS:
+            for sig in WATCHED:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -41,7 +69,7 @@ class StopSignals:
         if self.received:  # the second signal: the user means it
             self.__exit__()
             _stop_now(signum, frame)
-        self.received = signum
+        self.received = meant(signum)
 
     @property
     def name(self) -> str:
@@ -53,7 +81,7 @@ class Interruptible(StopSignals):
     anywhere (a search, between or inside trials); `received` holds the signal number."""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signum
+        self.received = meant(signum)
         _stop_now(signum, frame)
 
 
@@ -63,7 +91,7 @@ def ignoring_stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in WATCHED}
     try:
         yield
     finally:
@@ -94,6 +122,7 @@ _holding = [0, 0]  # sections inside `held`, and the stop signal that came in on
 
 
 def _stop_now(signum: int, frame: FrameType | None) -> None:
+    signum = meant(signum)
     record(signum)
     if _holding[0]:
         _holding[1] = signum
@@ -122,7 +151,7 @@ def watching() -> Iterator[None]:
     ignoring, as under nohup or in a background job, stays ignored); cleared after."""
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
+        previous = {sig: signal.getsignal(sig) for sig in WATCHED}
         for sig, handler in previous.items():
             if handler is not signal.SIG_IGN:
                 signal.signal(sig, _stop_now)

@@ -267,7 +267,7 @@ def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, ov
     while not list((out / "checkpoints").glob("step*.npz")) and time.monotonic() < deadline:
         time.sleep(0.05)
     job = job_processes(launcher.pid)  # the launcher, mpiexec, its proxy and the ranks
-    assert len(job) >= 3 + processes, f"the job's processes were not found: {job}"
+    assert len(job) >= 2 + processes, f"the job's processes were not found: {job}"  # + hydra's proxy
     launcher.send_signal(sig)  # to the launcher only, not its process group
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 128 + sig, err

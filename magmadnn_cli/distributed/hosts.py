@@ -156,7 +156,7 @@ def mpiexec_command(mpiexec: str, version: str, layout: Layout, argv: list[str])
     """`mpiexec [hosts] -n N python -m magmadnn_cli ARGV`: hydra reads the hostfile itself (`-f`) or
     takes `-hosts`; Open MPI takes `--host h:slots,...` (its hostfile format differs)."""
     flags: list[str] = []
-    if "Open MPI" in version or "OpenRTE" in version:
+    if is_open_mpi(version):
         flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
         if layout.hosts:
             flags += ["--host", ",".join(f"{host}:{slots}" for host, slots in layout.hosts)]
@@ -165,3 +165,8 @@ def mpiexec_command(mpiexec: str, version: str, layout: Layout, argv: list[str])
     elif layout.hosts:
         flags = ["-hosts", ",".join(f"{host}:{slots}" for host, slots in layout.hosts)]
     return [mpiexec, *flags, "-n", str(layout.processes), sys.executable, "-m", "magmadnn_cli", *argv]
+
+
+def is_open_mpi(version: str) -> bool:
+    """Whether `mpiexec --version` printed `version` for Open MPI's launcher (else hydra's, or another)."""
+    return "Open MPI" in version or "OpenRTE" in version

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MagmaError
-from ..signals import SIGNALS
+from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, relay_text
 from .comm import launched_ranks, local_ranks
-from .hosts import Layout, mpiexec_command, resolve_layout
+from .hosts import Layout, is_open_mpi, mpiexec_command, resolve_layout
 
 GUARD = "MAGMADNN_LAUNCHED"
+TERMINAL = "MAGMADNN_TERMINAL"  # "1": the launcher's output is a terminal (the ranks' may be a pty all the same)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -141,7 +142,9 @@ def launch(layout: Layout, argv: list[str]) -> int:
     ranks behind. The ranks get `argv` whole, so the resume hint repeats the layout as it was given."""
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    env = dict(os.environ, **{GUARD: "1"})
+    carriers = CARRIERS if is_open_mpi(version) else {}  # its mpirun kills on SIGINT/SIGTERM: see signals
+    env = dict(os.environ, **{GUARD: "1", TERMINAL: "1" if sys.stdout.isatty() else "0"},
+               **({RELAY_VARIABLE: relay_text(carriers)} if carriers else {}))
     piped = {name: subprocess.PIPE if _is_pipe(getattr(sys, name)) else None for name in ("stdout", "stderr")}
     for stream in (sys.stdout, sys.stderr):  # what this process printed goes before the job's output
         with contextlib.suppress(OSError, ValueError):
@@ -155,7 +158,7 @@ def launch(layout: Layout, argv: list[str]) -> int:
         relay.start()
 
     def forward(signum: int, frame: object) -> None:
-        job.send_signal(signum)
+        job.send_signal(carriers.get(signum, signum))
 
     previous = {sig: signal.signal(sig, forward) for sig in SIGNALS}
     try:
@@ -196,6 +199,13 @@ class _Relay(threading.Thread):
                         chunk = chunk[os.write(fd, chunk):]
                     except OSError:  # EPIPE: the reader went away
                         reader_there = False
+
+
+def output_is_terminal(ranks: int) -> bool:
+    """Whether this process's output reaches a person's terminal (a live progress display): its stdout
+    is one and, under ranks, so was the launcher's (Open MPI gives every rank a pty even when the job's
+    output goes to a file; ranks launched by another's mpirun show no live display)."""
+    return sys.stdout.isatty() and (ranks <= 1 or os.environ.get(TERMINAL) == "1")
 
 
 def before_numpy() -> None:

@@ -24,13 +24,13 @@ from typing import Any, Callable, Iterator
 
 from mpi4py import MPI
 
-from ..signals import SIGNALS
+from ..signals import WATCHED, meant
 
 PING, PONG = 1, 2  # tags on the watchdog's own communicator
 ANSWER = 2.0  # seconds a rank's watchdog has to answer a ping
 SIGNAL_GRACE = 2.0  # after a stop signal, seconds a wait may last before the watchdog asks who is there
 TICK = 0.1  # seconds between the watchdog's looks
-STOPS = {int(sig) for sig in SIGNALS}  # the stop signals (SIGINT, SIGTERM, Slurm's SIGUSR1)
+STOPS = {int(sig) for sig in WATCHED}  # the stop signals (SIGINT, SIGTERM, Slurm's SIGUSR1; carriers)
 TIMED_OUT = 1  # the exit code of a timeout (after a stop signal: 128 + the signal, as an interruption)
 
 
@@ -88,7 +88,7 @@ class Watchdog(threading.Thread):
         """Wait a tick for stop signals (their numbers, written by Python's C-level handler)."""
         if select.select([self.wakeup], [], [], TICK)[0]:
             with contextlib.suppress(BlockingIOError):
-                self.signals += [n for n in self.wakeup.recv(64) if n in STOPS]
+                self.signals += [meant(n) for n in self.wakeup.recv(64) if n in STOPS]
 
     def _answer(self) -> None:
         """Answer every ping: this rank is there (and whether it waits inside MPI)."""
