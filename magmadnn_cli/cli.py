@@ -376,7 +376,7 @@ def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = 
         err.print_exception()
     ranked = launched_ranks() > 1  # under a launcher, with or without a communicator yet
     together = getattr(exc, "collective", False)  # every rank raised it at the same point: no abort needed
-    if launched_rank() == 0 or (ranked and not together):
+    if launched_rank() == 0 or not together:
         rank = f"rank {launched_rank()} on {socket.gethostname()}: " if ranked and not together else ""
         err.print(Text(rank + prefix, style="bold red") + Text(str(exc) + suffix), highlight=False)
     if not together:

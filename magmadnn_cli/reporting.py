@@ -260,9 +260,9 @@ def evaluation_tables(report: dict[str, Any]) -> list[RenderableType]:
             table.add_row(key, f"{report[key]:.4f}")
     parts.append(table)
     if "per_class" in report:
-        parts.append(_per_class_table(report["per_class"], report.get("confusion_summary") is not None))
-        parts.append(_confused_pairs(report["confusion_summary"]) if report.get("confusion_summary")
-                     else _confusion_matrix(report["labels"], report["confusion_matrix"]))
+        summary = report.get("confusion_summary")
+        parts.append(_per_class_table(report["per_class"], bool(summary)))
+        parts.append(_confused_pairs(summary) if summary else _confusion_matrix(report["labels"], report["confusion_matrix"]))
     return parts
 
 

@@ -27,14 +27,15 @@ RELAY_VARIABLE = "MAGMADNN_RELAYED_SIGNALS"
 
 def relay_text(carriers: dict[signal.Signals, signal.Signals]) -> str:
     """What RELAY_VARIABLE holds: "SIGUSR2:SIGINT,SIGALRM:SIGTERM" (carrier:meant)."""
-    return ",".join(f"{carrier.name}:{meant.name}" for meant, carrier in carriers.items())
+    return ",".join(f"{carrier.name}:{stop.name}" for stop, carrier in carriers.items())
 
 
 def _relayed(text: str) -> dict[int, int]:
-    """carrier -> the stop signal it means, from `relay_text`'s form (names that are not signals: none)."""
+    """carrier -> the stop signal it means, from `relay_text`'s form; only CARRIERS' carriers and
+    stop signals count (a hand-set value naming others is ignored)."""
     pairs = [part.split(":") for part in text.split(",") if part.count(":") == 1]
-    names = set(signal.Signals.__members__)
-    return {int(signal.Signals[c]): int(signal.Signals[m]) for c, m in pairs if c in names and m in names}
+    carriers, stops = {s.name: s for s in CARRIERS.values()}, {s.name: s for s in SIGNALS}
+    return {int(carriers[c]): int(stops[m]) for c, m in pairs if c in carriers and m in stops}
 
 
 RELAYED = _relayed(os.environ.get(RELAY_VARIABLE, ""))

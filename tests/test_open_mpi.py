@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
+import time
 
 import pytest
 
@@ -73,11 +73,14 @@ def test_the_launcher_hands_open_mpis_mpirun_a_stop_signal_as_its_carrier(tmp_pa
     fake.chmod(0o755)
     monkeypatch.setattr(launcher, "locate_mpi_launcher", lambda: str(fake))
     monkeypatch.setenv("FAKE_FOLDER", str(tmp_path))
-    signal_when_ready = threading.Thread(target=_signal_when, args=(tmp_path / "ready", sig), daemon=True)
+    before = signal.getsignal(sig)
+    ready = lambda: (tmp_path / "ready").exists() and signal.getsignal(sig) is not before  # noqa: E731
+    signal_when_ready = threading.Thread(target=_signal_when, args=(ready, sig), daemon=True)
     signal_when_ready.start()
     code = launcher.launch(Layout(processes=2), ["train", "c.yaml"])  # this thread: it takes the signal
     assert (tmp_path / "got").read_text() == carrier and code == 128 + getattr(signal, carrier)
-    assert (tmp_path / "ready").read_text() == RELAYED + "|0"  # the ranks are told; pytest's stdout is no terminal
+    said = (tmp_path / "ready").read_text()  # the ranks are told the carriers, and whether output is a terminal
+    assert said == RELAYED + "|" + ("1" if sys.stdout.isatty() else "0")
 
 
 def test_ranks_show_a_live_display_only_when_the_launchers_output_is_a_terminal():
@@ -102,23 +105,22 @@ def test_a_stop_signal_to_the_launcher_checkpoints_under_a_real_open_mpi(tmp_pat
     monkeypatch.setenv("OMPI_MCA_osc", "^ucx")  # Open MPI 5.0's UCX one-sided component fails its query noisily
     assert_sigterm_to_the_launcher_stops_the_job(project(tmp_path), tmp_path / "run", 2,
                                                  ["training.epochs=5000", "training.checkpoint.every_steps=1"],
-                                                 sig=sig)
+                                                 sig=sig, helpers=1)
 
 
-def _signal_when(path: Path, sig: int) -> None:
-    _wait_for(path.exists)
+def _signal_when(ready, sig: int) -> None:
+    """Once the fake mpirun runs and the launcher forwards `sig`: send it to this process."""
+    _wait_for(ready)
     os.kill(os.getpid(), sig)
 
 
 def _wait_for(done, job: subprocess.Popen | None = None, seconds: float = 120) -> None:
-    """Poll `done()` (every 20 ms) until true; fail if `job` ends first or time runs out."""
-    event = threading.Event()
-    for _ in range(int(seconds / 0.02)):
-        if done():
-            return
+    """Poll the condition `done()` every 20 ms until it holds; fail if `job` ends first or time runs out."""
+    deadline = time.monotonic() + seconds
+    while not done():
         assert job is None or job.poll() is None, job.communicate()[1]
-        event.wait(0.02)
-    raise AssertionError("timed out")
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def _under_a_pty(command: list[str], env: dict[str, str]) -> str:

@@ -5,10 +5,15 @@
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import os
 import socket
+import stat
 import sys
+import termios
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -106,10 +111,15 @@ def _env_int(*keys: str) -> int | None:
     return None
 
 
+def in_srun_step() -> bool:
+    """Whether this process is a task of an `srun` step (not a batch script's or salloc's shell)."""
+    return "SLURM_STEP_ID" in os.environ
+
+
 def _slurm_step() -> bool:
     """A task of an `srun` step that speaks to MPI through a PMI plugin (--mpi=pmi2 sets PMI_FD,
     --mpi=pmix PMIX_RANK and may set no size): its size and rank come from Slurm's variables."""
-    return "SLURM_STEP_ID" in os.environ and any(k in os.environ for k in ("PMI_FD", "PMIX_RANK", "PMI_RANK"))
+    return in_srun_step() and any(k in os.environ for k in ("PMI_FD", "PMIX_RANK", "PMI_RANK"))
 
 
 def launched_ranks() -> int:
@@ -124,7 +134,9 @@ def launched_ranks() -> int:
 def launched_rank() -> int:
     """This process's rank as its launcher says (a task of any srun step: its SLURM_PROCID); 0 alone."""
     found = _env_int("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
-    return found if found is not None else (_env_int("SLURM_PROCID") or 0) if "SLURM_STEP_ID" in os.environ else 0
+    if found is None and in_srun_step():
+        found = _env_int("SLURM_PROCID")
+    return found or 0
 
 
 def local_ranks() -> int:
@@ -137,6 +149,21 @@ def abort_if_distributed(code: int) -> None:
     """After a rank has reported its error: end every rank (the others may wait in a collective)."""
     if ACTIVE and ACTIVE[0].size > 1:
         ACTIVE[0].abort(code)
+
+
+def wait_until_read(stream: Any, limit: float = 10.0) -> None:
+    """Wait (at most `limit` s) until the launcher has read what this rank wrote to `stream`, when it
+    is a pipe: an MPI abort kills the job at once, and the launcher drops output still in the pipe."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        unread = array.array("i", [0])
+        deadline = time.monotonic() + limit
+        while fcntl.ioctl(fd, termios.FIONREAD, unread) == 0 and unread[0] and time.monotonic() < deadline:
+            time.sleep(0.002)
+    except (OSError, ValueError, AttributeError):  # no file descriptor, or no FIONREAD for it
+        return
 
 
 def shared_memory_fits(nbytes: int, folder: str = "/dev/shm") -> bool:

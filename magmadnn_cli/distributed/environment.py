@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from ..core import backend as B
 from ..errors import MagmaError
-from .comm import launched_rank, launched_ranks
+from .comm import in_srun_step, launched_rank, launched_ranks
 from .hosts import slurm_tasks
 from .launcher import THREAD_VARS, locate_mpi_launcher, max_processes
 
@@ -53,8 +53,10 @@ def mpi_library_text() -> str:
 def check_srun_step() -> None:
     """Refuse an srun step whose tasks cannot form one MPI job (a `MagmaError` every task raises,
     said by task 0): started with no MPI plugin, each task would train alone into the same folder;
-    started by `--mpi=pmix` for an MPICH built without PMIx, MPI_Init aborts with an internal error."""
-    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "") if "SLURM_STEP_ID" in os.environ else ""
+    started by `--mpi=pmix` for an MPICH built without PMIx, MPI_Init aborts with an internal error.
+    Whether an MPICH has PMIx is read from its version text (its configure line names it: the PyPI
+    wheel's does not); other MPI libraries are left to start."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "") if in_srun_step() else ""
     tasks = int(tasks) if tasks.isdigit() else 0
     if tasks < 2 or any(k in os.environ for k in ("PMI_FD", "PMI_RANK", "OMPI_COMM_WORLD_SIZE")):
         return

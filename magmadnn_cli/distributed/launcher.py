@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import MagmaError
 from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, relay_text
@@ -96,13 +96,15 @@ def check_processes(processes: int, oversubscribe: bool, asked_by: str = "--proc
                          "the data); use fewer, or add --oversubscribe if you mean it")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: receive SIGTERM when the launcher dies, even by SIGKILL (Linux)."""
-    try:
-        import ctypes  # noqa: PLC0415
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def _die_with_parent(sig: int) -> Callable[[], None]:
+    """For the child, before exec: receive `sig` when the launcher dies, even by SIGKILL (Linux)."""
+    def arrange() -> None:
+        try:
+            import ctypes  # noqa: PLC0415
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    return arrange
 
 
 def check_layout(layout: Layout, oversubscribe: bool, asked_by: str) -> None:
@@ -137,8 +139,8 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
 
 def launch(layout: Layout, argv: list[str]) -> int:
     """Run `magmadnn <argv>` as `layout` says; returns the job's exit code. Stop signals (SIGINT,
-    SIGTERM, SIGUSR1) sent to this launcher are passed on to mpiexec (which passes them to every rank,
-    so they write a checkpoint and stop), and the launcher waits for the job to end: it never leaves
+    SIGTERM, SIGUSR1) sent to this launcher are passed on to mpiexec (Open MPI's as their carriers,
+    `signals.CARRIERS`), which passes them to every rank, so they write a checkpoint and stop; the launcher waits for the job to end: it never leaves
     ranks behind. The ranks get `argv` whole, so the resume hint repeats the layout as it was given."""
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
@@ -151,7 +153,8 @@ def launch(layout: Layout, argv: list[str]) -> int:
             stream.flush()
     # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
     job = subprocess.Popen(mpiexec_command(mpiexec, version, layout, argv), env=env, start_new_session=True,
-                           preexec_fn=_die_with_parent if sys.platform == "linux" else None, **piped)
+                           preexec_fn=_die_with_parent(carriers.get(signal.SIGTERM, signal.SIGTERM))
+                           if sys.platform == "linux" else None, **piped)
     relays = [_Relay(source, getattr(sys, name)) for name, source in (("stdout", job.stdout), ("stderr", job.stderr))
               if source is not None]
     for relay in relays:

@@ -3,15 +3,10 @@ abort that ends the whole job when any rank fails (no hung collectives)."""
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
-import fcntl
-import os
 import socket
-import stat
 import sys
-import termios
 import time
 from pathlib import Path
 from collections import Counter
@@ -22,7 +17,7 @@ from mpi4py import MPI
 
 from ..core import backend as B
 from ..errors import MagmaError
-from .comm import Communicator, launched_ranks
+from .comm import Communicator, launched_ranks, wait_until_read
 from .environment import first_line, mpi_library_text, transport
 from .launcher import share_node_cores
 from .nccl import NcclReducer, load_nccl
@@ -224,21 +219,6 @@ class MPICommunicator(Communicator):
         for step in range(n - 1):
             send, recv = chunk[(r - step + 1) % n], chunk[(r - step) % n]
             self.comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
-
-
-def wait_until_read(stream: Any, limit: float = 10.0) -> None:
-    """Wait (at most `limit` s) until the launcher has read what this rank wrote to `stream`, when it
-    is a pipe: an MPI abort kills the job at once, and the launcher drops output still in the pipe."""
-    try:
-        fd = stream.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return
-        unread = array.array("i", [0])
-        deadline = time.monotonic() + limit
-        while fcntl.ioctl(fd, termios.FIONREAD, unread) == 0 and unread[0] and time.monotonic() < deadline:
-            time.sleep(0.002)
-    except (OSError, ValueError, AttributeError):  # no file descriptor, or no FIONREAD for it
-        return
 
 
 def install_abort_hook(comm: MPICommunicator) -> None:

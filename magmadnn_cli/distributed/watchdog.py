@@ -17,6 +17,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterator
 from mpi4py import MPI
 
 from ..signals import WATCHED, meant
+from .comm import wait_until_read
 
 PING, PONG = 1, 2  # tags on the watchdog's own communicator
 ANSWER = 2.0  # seconds a rank's watchdog has to answer a ping
@@ -141,6 +143,7 @@ class Watchdog(threading.Thread):
         # ...unless it cannot, or has not timed out yet (it may have joined the wait late: a rank
         # writing a checkpoint); still here, this rank says it
         os.write(2, ("error: " + self._message(why, silent, answers) + "\n").encode())
+        wait_until_read(sys.stderr)  # the launcher drops what it has not read once the job aborts
         # COMM_WORLD's abort ends the job; MPICH ends only this process on any other communicator (our
         # Dup), and a rank on another host, stopped or stuck, would run on forever
         with contextlib.suppress(MPI.Exception):
