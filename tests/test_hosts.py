@@ -139,6 +139,8 @@ def test_the_mpiexec_command_names_the_hosts(tmp_path):
      "magmadnn train c.yaml --hosts=a:2,b:2 -n 4 --resume runs/x"),
     (["train", "c.yaml", "-q"], 4, "magmadnn train c.yaml -q --processes 4 --resume runs/x"),  # mpiexec -n 4 magmadnn
     (["train", "c.yaml", "--processes", "2"], 2, "magmadnn train c.yaml --processes 2 --resume runs/x"),
+    (["train", "c.yaml", "--out", "runs/x", "--overwrite", "-o", "runs/x", "--out=runs/x", "-q"], 1,
+     "magmadnn train c.yaml -q --resume runs/x"),  # the run folder is the one --resume names
 ])
 def test_the_resume_hint_keeps_the_layout_as_given(monkeypatch, argv, ranks, expected):
     from magmadnn_cli.training.advice import resume_command

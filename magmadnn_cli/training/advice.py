@@ -12,9 +12,10 @@ LAYOUT = ("--processes", "-n", "--hostfile", "--hosts")  # the options that plac
 
 
 def resume_command(run_dir: Path, ranks: int = 1) -> str:
-    """The command that continues this run: the one that started it, with `--resume RUN_DIR`. Its
-    layout (--processes, --hostfile, --hosts) is kept as the user gave it; a data-parallel run that
-    another launcher started (mpiexec -n N, srun) gets `--processes N`."""
+    """The command that continues this run: the one that started it, with `--resume RUN_DIR` in place
+    of --resume, --init-from, --out and --overwrite (the run folder is RUN_DIR). Its layout
+    (--processes, --hostfile, --hosts) is kept as the user gave it; a data-parallel run that another
+    launcher started (mpiexec -n N, srun) gets `--processes N`."""
     args = sys.argv[1:]
     if not args or args[0] != "train":
         args = ["train", "CONFIG"]
@@ -22,9 +23,9 @@ def resume_command(run_dir: Path, ranks: int = 1) -> str:
     for arg in args:
         if skip:
             skip = False
-        elif arg in ("--resume", "-r", "--init-from"):
+        elif arg in ("--resume", "-r", "--init-from", "--out", "-o"):
             skip = True
-        elif not arg.startswith(("--resume=", "--init-from=")):
+        elif arg != "--overwrite" and not arg.startswith(("--resume=", "--init-from=", "--out=")):
             kept.append(arg)
     laid_out = any(a in LAYOUT or a.startswith(tuple(f"{flag}=" for flag in LAYOUT)) for a in kept)
     return shlex.join(["magmadnn", *kept, *(["--processes", str(ranks)] if ranks > 1 and not laid_out else []),
