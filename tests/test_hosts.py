@@ -179,3 +179,25 @@ def test_a_config_count_beyond_the_hosts_names_the_config_key(capsys, tmp_path):
     config = project(tmp_path)
     code, _, err = run_cli(capsys, "train", config, "--hosts", "a:2", "--set", "distributed.processes=3")
     assert code == 2 and f"{config}: distributed.processes: 3: the hosts of --hosts offer 2 slots" in err, err
+
+
+@needs_mpi
+def test_a_host_that_cannot_be_reached_is_named_with_the_fix(tmp_path):
+    """hydra could not start a host's proxy (the name does not resolve, ssh is refused: here a launcher
+    command that fails for nodeb as ssh does, exit 255). hydra's own lines say 'Launch proxy failed';
+    the launcher then says which hosts it was given and what each needs, exit 255, nothing written."""
+    config = project(tmp_path)
+    rsh = tmp_path / "rsh.sh"
+    rsh.write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nhost=$1; shift\n'
+                   'case $host in nodea) exec "$@";; *) echo "ssh: Could not resolve hostname $host" >&2; exit 255;; esac\n')
+    rsh.chmod(0o755)
+    env = {k: v for k, v in NO_SLURM.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    env.update(HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=str(rsh), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(tmp_path / "run"),
+                           "-q", "--processes", "auto", "--hosts", "nodea:1,nodeb:1"],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=180)
+    assert done.returncode == 255, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: mpiexec could not start the ranks on every host") and "nodea, nodeb" in last, last
+    assert "passwordless ssh" in last and "docs/clusters.md" in last and "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "model.npz").exists()

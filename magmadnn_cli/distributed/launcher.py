@@ -134,7 +134,20 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
     if layout.processes <= 1 and not layout.hosts:
         return None
     check_layout(layout, oversubscribe, "--processes" if processes is not None else config_key)
-    return launch(layout, sys.argv[1:])
+    code = launch(layout, sys.argv[1:])
+    if code == HYDRA_LAUNCH_FAILED and layout.hosts:  # the ranks' own codes are 0-2 and 128 + a signal
+        raise Unreachable(f"mpiexec could not start the ranks on every host (exit 255; its lines above name the "
+                          f"host): each host of {layout.hosts_flag} ({', '.join(h for h, _ in layout.hosts)}) must "
+                          "resolve from here and take passwordless ssh, with this Python environment, the config and "
+                          "the data at the same paths (docs/clusters.md, 'A way in')")
+    return code
+
+
+HYDRA_LAUNCH_FAILED = 255  # hydra's exit when it cannot start or reach a host's proxy
+
+
+class Unreachable(MagmaError):
+    exit_code = HYDRA_LAUNCH_FAILED
 
 
 def launch(layout: Layout, argv: list[str]) -> int:
