@@ -124,7 +124,35 @@ def test_respelling_follows_the_grouping_rules(cells, expected):
     (["a;b", "3,5;1", "2.5;2"], ";", None),        # 2.5 reads only with a decimal point: not detected
     (["a;b", "1.234;1", "5.678;2"], ";", None),    # nothing reads only with a decimal comma
     (["a,b", "1,2", "3,4"], ",", None),            # comma-separated: commas are separators
+    (["a,b", '"31,543",1', '" 1,114,930 ",2', "999,3"], ",", (".", ",")),  # quoted US thousands
+    (["a,b", '"3,5",1', '"31,543",2'], ",", None),  # 3,5 is no thousands grouping: not detected
+    (["a,b", '"Smith, John",1', '"1,2",2'], ",", None),
     (["a\tb", "0,75\tx"], "\t", (",", ".")),
 ])
 def test_detection_needs_cells_that_read_only_one_way(lines, delimiter, expected):
     assert detect_style([line + "\n" for line in lines], delimiter) == expected
+
+
+def test_a_us_export_with_quoted_thousands_trains_like_the_same_numbers_written_plainly(capsys, tmp_path):
+    """A spreadsheet's comma-separated export writes 2,534.25 as "2,534.25" (a newcomer's income column
+    was refused as an identifier): detected, said once, read as numbers."""
+    rows = _values()
+    _write(tmp_path, "us.csv", rows, lambda v, grouped=True: f'"{v:,.2f}"' if grouped else repr(float(v)), ",")
+    _write(tmp_path, "plain.csv", rows, lambda v, grouped=True: repr(float(v)), ",")
+    us, log = _train(capsys, tmp_path, "us.csv")
+    plain, _ = _train(capsys, tmp_path, "plain.csv")
+    assert us["train"]["loss"] == plain["train"]["loss"] and us["validation"]["loss"] == plain["validation"]["loss"]
+    assert log.count("'.' as the decimal mark and ',' between thousands (detected") == 1, log
+
+
+def test_a_wrong_separator_lists_the_choices_quoted_and_a_bare_comma_is_told_to_quote(capsys, tmp_path):
+    rows = _values(40)
+    _write(tmp_path, "plain.csv", rows, lambda v, grouped=True: repr(float(v)), ",")
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG.format(train="plain.csv", extra=""))
+    code, _, err = run_cli(capsys, "validate", str(config), "--set", "data.thousands=x")
+    assert code == 2 and """expected one of: '.', ',', ' ', "'", '_'""" in err, err
+    code, _, err = run_cli(capsys, "validate", str(config), "--set", "data.thousands=,")  # YAML: ',' is syntax
+    assert code == 2 and """quote it: --set 'data.thousands=","'""" in err and "Traceback" not in err, err
+    code, _, err = run_cli(capsys, "validate", str(config), "--set", 'data.thousands=","')  # what it says works
+    assert code == 0, err

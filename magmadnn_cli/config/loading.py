@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import yaml
 from pydantic import ValidationError
 
 from .messages import format_problems, format_validation_error, where
@@ -29,7 +31,14 @@ def parse_override(text: str) -> tuple[Location, Any]:
     if raw.strip() in ("", "-"):  # `data.train=-`: stdin (in YAML a lone `-` would be a list)
         value: Any = raw.strip()
     else:
-        value = parse_yaml(raw, f"--set {shorten(text)}", labels="label_map" in key.split("."))[0]
+        try:
+            value = parse_yaml(raw, f"--set {shorten(text)}", labels="label_map" in key.split("."))[0]
+        except ConfigError as exc:  # `,` `&` `*` `!` `|` `>` `%` `@` begin YAML syntax
+            if raw.strip().startswith(("[", "{")):  # a list or mapping meant as one, mistyped
+                raise
+            quoted = shlex.quote(f"{key}={yaml.safe_dump(raw.strip(), default_style=chr(34)).strip()}")
+            raise ConfigError(f"{exc}\n  the value is read as YAML; to mean the text {raw.strip()!r}, quote it: "
+                              f"--set {quoted}") from None
     path = tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
     return path, value
 

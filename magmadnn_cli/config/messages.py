@@ -64,6 +64,13 @@ def _model_at(data: Any, path: Location) -> type[BaseModel] | None:
     return cls if isinstance(cls, type) and issubclass(cls, BaseModel) else None
 
 
+def _listed(values: list[str]) -> str:
+    """Choices as a message lists them: plain words as they are, quoted when any is punctuation or
+    space (the thousands separators: '.', ',', ' ', "'", '_')."""
+    plain = all(re.fullmatch(r"\w[\w.-]*", v) for v in values)
+    return ", ".join(values if plain else map(repr, values))
+
+
 def _suggest(word: Any, choices: list[str]) -> str:
     close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
     return f"\n  did you mean {close[0]!r}?" if close else ""
@@ -87,8 +94,8 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
     if kind == "missing":
         return f"missing required key {path[-1]!r}" if path else "missing value", ""
     if kind == "literal_error":
-        expected = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        return "invalid value", (f"\n  expected one of: {', '.join(expected)}\n  received: {shorten(repr(received))}"
+        expected = [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", str(ctx.get("expected", "")))]
+        return "invalid value", (f"\n  expected one of: {_listed(expected)}\n  received: {shorten(repr(received))}"
                                  + _suggest(received, expected))
     if kind == "string_pattern_mismatch" and path and path[-1] == "name":
         return "not a safe name", (f"\n  expected letters, digits, _ . - (not starting with . or -), at most 100; "

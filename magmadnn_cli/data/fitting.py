@@ -168,7 +168,7 @@ def _category_unless_identifier(name: str, source: str, present: int, values: np
     whose one-hot columns (one per row) no new row would match."""
     if present < rows or len(values) < present:
         return "category"
-    shown = ", ".join(str(v) for v in values[:3])
+    shown = ", ".join(repr(str(v)) for v in values[:3])  # quoted: a value may hold a comma
     raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
                     f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
                     f"no new row matches; leave it out (data.columns.{name}: ignore), or keep it as categories if "

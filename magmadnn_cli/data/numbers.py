@@ -72,13 +72,17 @@ def respelled_labels(cells: np.ndarray, decimal: str, thousands: str) -> np.ndar
 
 
 def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
-    """(",", ".") when `lines` (a file's first ones) are separated by something other than commas
-    and some number cell reads only with a decimal comma ('3,5') while none reads only with a decimal
-    point ('2.5' is not 2,5's thousands grouping); else None (the plain style)."""
-    if delimiter == ",":
-        return None
+    """How `lines` (a file's first ones) write numbers, where they show it; else None (the plain style).
+    Separated by commas: (".", ",") when a quoted number cell groups its thousands with commas
+    ('"31,543"', a spreadsheet's US export) and no cell reads only with a decimal comma ('3,5').
+    Separated otherwise: (",", ".") when some number cell reads only with a decimal comma while none
+    reads only with a decimal point ('2.5' is not 2,5's thousands grouping)."""
     comma = _pattern(",", ".")
     cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
+    if delimiter == ",":
+        grouped = _pattern(".", ",")
+        commas = [c for c in cells if "," in c and comma.fullmatch(c) or grouped.fullmatch(c)]
+        return (".", ",") if any("," in c for c in commas) and all(grouped.fullmatch(c) for c in commas) else None
     if any("." in c and is_number(c) and not comma.fullmatch(c) for c in cells):
         return None
     return (",", ".") if any("," in c and comma.fullmatch(c) for c in cells) else None
