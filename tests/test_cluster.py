@@ -70,6 +70,9 @@ def test_env_says_what_a_run_would_use():
     facts = json.loads(done.stdout)
     assert facts["cores"] >= 1 and facts["mpi_launcher"] == str(MPIEXEC) and "MPICH" in facts["mpi_library"]
     assert facts["blas"] and facts["dev_shm_free"] > 0 and facts["launched_ranks"] == 0
+    table = subprocess.run([sys.executable, "-m", "magmadnn_cli", "env"], capture_output=True, text=True, env=_env(),
+                           timeout=60).stdout
+    assert "none: not started by mpiexec or srun" in " ".join(table.split()), table  # not a bare 0
 
 
 @pytest.mark.parametrize("plugin,variables", [
