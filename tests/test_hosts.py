@@ -201,3 +201,36 @@ def test_a_host_that_cannot_be_reached_is_named_with_the_fix(tmp_path):
     assert last.startswith("error: mpiexec could not start the ranks on every host") and "nodea, nodeb" in last, last
     assert "passwordless ssh" in last and "docs/clusters.md" in last and "Traceback" not in done.stderr
     assert not (tmp_path / "run" / "model.npz").exists()
+
+
+FAKE_HYDRA = """\
+import os, signal, subprocess, sys, time
+if "--version" in sys.argv:
+    print("HYDRA build details:\\n    Version: 5.0.2")
+    sys.exit(0)
+proxy = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", os.environ["PROXY_LIVES"]])
+proxy.wait()  # a proxy that lives a while (a job), or exits at once (it could not connect back)
+if os.environ["HANGS"] == "1":
+    signal.pause()  # as hydra under Slurm does once srun's proxies have exited
+"""
+
+
+@pytest.mark.parametrize("hangs", [True, False], ids=["proxies-gone", "proxy-working"])
+def test_an_mpiexec_left_without_proxies_is_ended_and_a_working_one_is_not(tmp_path, monkeypatch, hangs):
+    """Seen on a real two-node Slurm: node names that did not resolve made hydra's proxies exit, and
+    mpiexec waited forever (until the job's time limit). The launcher ends an mpiexec that has had no
+    process of its own for LONELY s, naming the likely cause; one whose proxy runs is left alone."""
+    from magmadnn_cli.distributed import launcher
+    fake = tmp_path / "mpiexec"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_HYDRA}")
+    fake.chmod(0o755)
+    monkeypatch.setattr(launcher, "locate_mpi_launcher", lambda: str(fake))
+    monkeypatch.setattr(launcher, "LONELY", 1.0)
+    monkeypatch.setenv("HANGS", "1" if hangs else "0")
+    monkeypatch.setenv("PROXY_LIVES", "0" if hangs else "4")  # longer than LONELY: alone it would count
+    if not hangs:
+        assert launcher.launch(H.Layout(processes=2), ["train", "c.yaml"]) == 0
+        return
+    with pytest.raises(MagmaError, match="mpiexec has had no proxy or rank left for 1 s") as caught:
+        launcher.launch(H.Layout(processes=2), ["train", "c.yaml"])
+    assert "resolve on every node" in str(caught.value) and caught.value.exit_code == 255

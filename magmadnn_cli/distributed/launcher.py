@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -136,7 +137,7 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
     check_layout(layout, oversubscribe, "--processes" if processes is not None else config_key)
     code = launch(layout, sys.argv[1:])
     if code == HYDRA_LAUNCH_FAILED and layout.hosts:  # the ranks' own codes are 0-2 and 128 + a signal
-        raise Unreachable(f"mpiexec could not start the ranks on every host (exit 255; its lines above name the "
+        raise LaunchFailed(f"mpiexec could not start the ranks on every host (exit 255; its lines above name the "
                           f"host): each host of {layout.hosts_flag} ({', '.join(h for h, _ in layout.hosts)}) must "
                           "resolve from here and take passwordless ssh, with this Python environment, the config and "
                           "the data at the same paths (docs/clusters.md, 'A way in')")
@@ -146,15 +147,19 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
 HYDRA_LAUNCH_FAILED = 255  # hydra's exit when it cannot start or reach a host's proxy
 
 
-class Unreachable(MagmaError):
+LONELY = 15.0  # seconds mpiexec may run with no process of its own (proxy, rank, srun) before it is ended
+
+
+class LaunchFailed(MagmaError):
     exit_code = HYDRA_LAUNCH_FAILED
 
 
 def launch(layout: Layout, argv: list[str]) -> int:
     """Run `magmadnn <argv>` as `layout` says; returns the job's exit code. Stop signals (SIGINT,
     SIGTERM, SIGUSR1) sent to this launcher are passed on to mpiexec (Open MPI's as their carriers,
-    `signals.CARRIERS`), which passes them to every rank, so they write a checkpoint and stop; the launcher waits for the job to end: it never leaves
-    ranks behind. The ranks get `argv` whole, so the resume hint repeats the layout as it was given."""
+    `signals.CARRIERS`), which passes them to every rank, so they write a checkpoint and stop; the
+    launcher waits for the job to end (`_wait`): it never leaves ranks behind. The ranks get `argv`
+    whole, so the resume hint repeats the layout as it was given."""
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     carriers = CARRIERS if is_open_mpi(version) else {}  # its mpirun kills on SIGINT/SIGTERM: see signals
@@ -178,7 +183,7 @@ def launch(layout: Layout, argv: list[str]) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in SIGNALS}
     try:
-        return job.wait()
+        return _wait(job)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -187,6 +192,35 @@ def launch(layout: Layout, argv: list[str]) -> int:
 
 
 RELAY_DRAIN = 10.0  # seconds to pass on what the job wrote last, once it has ended
+
+
+def _wait(job: subprocess.Popen) -> int:
+    """The job's exit code, once mpiexec ends. An mpiexec left with no process of its own for LONELY s
+    (its proxies, ranks or srun gone) is ended: under Slurm, hydra's proxies exit when a node's name
+    does not resolve, and mpiexec would wait for them until the job's time limit."""
+    alone_since = None
+    while True:
+        try:
+            return job.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        children = _children(job.pid)  # None: not known, never judged alone
+        alone_since = None if children is None or children else alone_since or time.monotonic()
+        if alone_since is not None and time.monotonic() - alone_since > LONELY:
+            job.kill()
+            job.wait()
+            raise LaunchFailed(f"mpiexec has had no proxy or rank left for {LONELY:g} s and did not end; the job is "
+                               "ended. Its lines above say why; under Slurm, hydra's proxies exit when the allocation's "
+                               "node names do not resolve on every node (docs/clusters.md)")
+
+
+def _children(pid: int) -> set[int] | None:
+    """The processes whose parent is `pid` (None where /proc cannot tell: then nobody is judged alone)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return {int(c) for t in tasks for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()}
+    except (OSError, ValueError):
+        return None
 
 
 def _is_pipe(stream: Any) -> bool:
