@@ -80,9 +80,9 @@ def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
     comma = _pattern(",", ".")
     cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
     if delimiter == ",":
-        grouped = _pattern(".", ",")
-        commas = [c for c in cells if "," in c and comma.fullmatch(c) or grouped.fullmatch(c)]
-        return (".", ",") if any("," in c for c in commas) and all(grouped.fullmatch(c) for c in commas) else None
+        grouped, with_commas = _pattern(".", ","), [c for c in cells if "," in c]
+        decimal_commas = any(comma.fullmatch(c) and not grouped.fullmatch(c) for c in with_commas)
+        return (".", ",") if any(grouped.fullmatch(c) for c in with_commas) and not decimal_commas else None
     if any("." in c and is_number(c) and not comma.fullmatch(c) for c in cells):
         return None
     return (",", ".") if any("," in c and comma.fullmatch(c) for c in cells) else None

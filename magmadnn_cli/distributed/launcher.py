@@ -147,9 +147,6 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
 HYDRA_LAUNCH_FAILED = 255  # hydra's exit when it cannot start or reach a host's proxy
 
 
-LONELY = 15.0  # seconds mpiexec may run with no process of its own (proxy, rank, srun) before it is ended
-
-
 class LaunchFailed(MagmaError):
     exit_code = HYDRA_LAUNCH_FAILED
 
@@ -192,6 +189,7 @@ def launch(layout: Layout, argv: list[str]) -> int:
 
 
 RELAY_DRAIN = 10.0  # seconds to pass on what the job wrote last, once it has ended
+LONELY = 15.0  # seconds mpiexec may run with no process of its own (proxy, rank, srun) before it is ended
 
 
 def _wait(job: subprocess.Popen) -> int:
