@@ -98,6 +98,19 @@ def test_evaluate_reports_full_metrics(capsys, blobs, tmp_path):
     assert code == 0 and "confusion matrix" in out and "macro_f1" in out
 
 
+def test_evaluate_on_a_file_without_the_target_points_at_predict(capsys, blobs, tmp_path):
+    _train(capsys, blobs, tmp_path / "run", "-q")
+    blobs_csv(tmp_path / "fresh.csv", n=9, seed=5)
+    rows = [line.rsplit(",", 1)[0] for line in (tmp_path / "fresh.csv").read_text().splitlines()]
+    (tmp_path / "unlabelled.csv").write_text("\n".join(rows) + "\n")
+    model = tmp_path / "run" / "model.npz"
+    code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "unlabelled.csv")
+    said = " ".join(err.split())
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "no target column 'label'" in said and "data.target" not in said, said
+    assert f"magmadnn predict {model} {tmp_path / 'unlabelled.csv'}" in said, said
+
+
 def test_evaluate_on_the_training_file_warns_that_it_holds_the_training_rows(capsys, blobs, tmp_path):
     _train(capsys, blobs, tmp_path / "run", "-q")
     csv = blobs.parent / "blobs.csv"

@@ -76,6 +76,10 @@ def test_missing_indicator_adds_a_column_for_columns_with_missing_cells(tmp_path
     assert "size_missing" in names and "weight_missing" in names and "color_missing" in names
     column = names.index("weight_missing")
     assert data.train.x[:, column].sum() == 2                     # blank and n/a
+    note = next(n for n in data.notes if "missing cells filled" in n)
+    assert "0/1 columns added: size_missing, weight_missing" in note and "adds" not in note, note
+    quiet = next(n for n in prepare(_cfg(tmp_path), "classification", 0).notes if "missing cells filled" in n)
+    assert "data.missing_indicator adds 0/1 columns" in quiet
 
 
 def test_missing_values_error_names_the_column_and_row(tmp_path):

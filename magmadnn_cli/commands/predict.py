@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -129,7 +130,9 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
     if split is not None:
         data, source = _run_split(saved, model_path, split), f"{saved.config.data.train} ({split} split of the run)"
     else:
-        spec = _spec(data_path, saved, True)
+        spec = replace(_spec(data_path, saved, True), target_fix=(
+            "; evaluate needs the true values to score the model against. To predict without them: "
+            f"magmadnn predict {shlex.quote(str(model_path))} {shlex.quote(str(data_path))}"))
         table = reader_for(data_path).read(data_path, spec)
         x, unseen = _inputs(table, saved, strict)
         if warn:

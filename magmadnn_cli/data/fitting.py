@@ -32,7 +32,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
                                                          else ")")
         if missing and spec.missing is None and cfg.missing_values == "auto":
             how = {"number": "median", "date": "median date"}.get(column.kind, "most frequent value")
-            imputed.setdefault(how, []).append(f"{name} ({missing})")
+            imputed.setdefault(how, []).append((name, missing, column.indicator))
         columns.append(column)
     constant: list[str] = []
     if cfg.shape is None:  # image rows keep every pixel: the shape needs them
@@ -41,13 +41,20 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
                                                                   constant, imputed)
 
 
-def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[str]]) -> list[str]:
+def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
     notes = [f"text columns read as categories (one-hot), booleans or dates: {', '.join(inferred)}; set "
              "data.columns.<name> to type them yourself"] if inferred else []
     notes += [f"constant columns left out of the inputs (one value in every training row): {', '.join(constant[:20])}"
               + (f" (+{len(constant) - 20} more)" if len(constant) > 20 else "")] if constant else []
-    return notes + [f"missing cells filled with the training rows' {how}: {', '.join(cols)} (data.missing_values; "
-                    "data.missing_indicator adds 0/1 columns)" for how, cols in imputed.items()]
+    return notes + [f"missing cells filled with the training rows' {how}: "
+                    f"{', '.join(f'{name} ({count})' for name, count, _ in cols)} (data.missing_values; "
+                    + _indicators([name for name, _, marked in cols if marked]) + ")" for how, cols in imputed.items()]
+
+
+def _indicators(names: list[str]) -> str:
+    return f"0/1 columns added: {', '.join(f'{n}_missing' for n in names)}" if names else \
+        "data.missing_indicator adds 0/1 columns"
+
 
 
 def _without_constants(columns: list[Column], raw: RawColumns, source: str) -> tuple[list[Column], list[str]]:

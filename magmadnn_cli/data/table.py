@@ -45,6 +45,7 @@ class ReadSpec:
     dtype: Any = None
     header: tuple[str, ...] | None = None  # headerless files: the columns
     keep: tuple[str, ...] = ()             # columns to carry through as text (predict --keep)
+    target_fix: str = ""                   # the fix where the target column is absent (default: data.target)
 
     @classmethod
     def of(cls, cfg: DataConfig, need_target: bool = True, features: list[str] | None = None) -> "ReadSpec":
@@ -91,8 +92,8 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
         if target is None:
             raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
         if target not in names:
-            raise DataError(f"{path}: no target column {target!r} (data.target); columns are "
-                            f"{', '.join(names[:20])}{_closest(target, names)}")
+            raise DataError(f"{path}: no target column {target!r}{'' if spec.target_fix else ' (data.target)'}; "
+                            f"columns are {', '.join(names[:20])}{_closest(target, names)}{spec.target_fix}")
     wanted = spec.wanted(names)
     present = set(names)
     missing = [f for f in wanted if f not in present]
