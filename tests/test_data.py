@@ -13,7 +13,7 @@ from magmadnn_cli.data.prepare import Normalizer, prepare, sample_shape_of
 from magmadnn_cli.data.tables import ReadSpec, read_table, synthetic
 from magmadnn_cli.errors import DataError
 
-from conftest import ROOT, write_csv
+from conftest import ROOT, run_cli, write_csv
 
 
 def test_csv_with_string_labels_and_feature_subset(tmp_path):
@@ -109,6 +109,36 @@ def test_label_problems(tmp_path):
     cfg = DataConfig(train=tmp_path / "tr.csv", target="y", validation=tmp_path / "va.csv")
     with pytest.raises(DataError, match="labels 'w' do not occur in the training data \\(known: '"):
         prepare(cfg, "classification", 0)
+
+
+CASED = """\
+name: cased
+data: {{train: d.csv, target: y, validation_split: 0{extra}}}
+model: {{layers: [{{type: dense, units: {units}, activation: softmax}}]}}
+loss: cross_entropy
+optimizer: {{type: adam}}
+training: {{epochs: 1}}
+"""
+
+
+def test_labels_that_differ_only_in_case_are_named_with_the_label_map_that_merges_them(capsys, tmp_path):
+    labels = ["yes", "no", "Yes", "no ", "NO", "no"]
+    write_csv(tmp_path / "d.csv", ["a", "y"], [[i, labels[i % 6]] for i in range(30)])
+    (tmp_path / "c.yaml").write_text(CASED.format(units=2, extra=""))
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "r")
+    said = " ".join(err.split())
+    assert code == 2 and "expected 4" in said and "differ only in case: 'NO', 'no'; 'Yes', 'yes'" in said, said
+    assert "data.label_map: {NO: no, Yes: yes}" in said, said
+    (tmp_path / "c.yaml").write_text(CASED.format(units=4, extra=""))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "r")
+    assert code == 0 and "differ only in case" in " ".join((out + err).split())
+    (tmp_path / "c.yaml").write_text(CASED.format(units=2, extra=", label_map: {NO: no, Yes: yes}"))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "merged")
+    assert code == 0 and "differ only in case" not in out + err, err
+    write_csv(tmp_path / "b.csv", ["a", "y"], [[i, ["yes", "no", "Yes"][i % 3]] for i in range(30)])
+    with pytest.raises(DataError, match=r"the target has 3; labels that differ only in case: 'Yes', 'yes' .*"
+                                        r"data.label_map: \{Yes: yes\}"):
+        prepare(DataConfig(train=tmp_path / "b.csv", target="y"), "binary", 0)
 
 
 def test_minmax_normalizer_and_scale():

@@ -5,6 +5,7 @@ standardized. Everything fitted here is stored with the model."""
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -99,6 +100,26 @@ def _closest_label(key: str, labels: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def case_variants(classes: list[Any]) -> str:
+    """A sentence naming the text labels that differ only in case (separate classes) and the
+    data.label_map that merges each group into its spelling with the fewest capitals; '' if none."""
+    groups: dict[str, list[str]] = {}
+    for label in classes:
+        if isinstance(label, str):
+            groups.setdefault(label.casefold(), []).append(label)
+    twins = [sorted(group) for group in groups.values() if len(group) > 1]
+    if not twins:
+        return ""
+    merged = {}
+    for group in twins:
+        keep = min(group, key=lambda s: (sum(ch.isupper() for ch in s), s))
+        merged.update({label: keep for label in group if label != keep})
+    plain = (lambda s: s if re.fullmatch(r"[A-Za-z][\w .-]*", s) and s == s.strip() else json.dumps(s))
+    return ("labels that differ only in case: " + "; ".join(", ".join(map(repr, g)) for g in twins)
+            + " are separate classes; data.label_map: {" + ", ".join(f"{plain(k)}: {plain(v)}" for k, v in merged.items())
+            + "} merges them")
+
+
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     if task == "regression":
         return []
@@ -106,7 +127,9 @@ def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     if len(labels) < 2:
         raise DataError(f"{source}: the target has a single class ({labels[0]!r}); need at least 2 to learn")
     if task == "binary" and len(labels) != 2:
-        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)}")
+        twins = case_variants(labels)
+        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)}"
+                        + (f"; {twins}" if twins else ""))
     _check_class_count(len(labels), len(y), source)
     return labels
 
@@ -263,7 +286,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     cfg = cfg.model_copy(update=table.settled)  # the validation and test files are written alike
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
-    notes = table.notes + notes
+    notes = table.notes + notes + [n for n in [case_variants(classes)] if n]
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
     numbers = encoder.number_mask() if encoder.columns else None

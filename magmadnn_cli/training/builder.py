@@ -13,7 +13,7 @@ from ..config.rules import output_head
 from ..config.schema import Config
 from ..core import backend as B
 from ..data.augment import augment
-from ..data.prepare import Prepared, class_weights, prepare
+from ..data.prepare import Prepared, case_variants, class_weights, prepare
 from ..distributed import Communicator, strategies
 from ..distributed.async_sgd import AsyncParallel
 from ..distributed.comm import on_every_rank
@@ -199,7 +199,9 @@ def check_output_width(config: Config, network: Network, classes: list[Any], sou
     why = {"classification": f"the {len(classes)} classes in {source}: {', '.join(map(str, classes[:12]))}",
            "binary": f"binary_cross_entropy: {', '.join(map(str, classes[:12]))}"}.get(
         task, f"{source} has {targets} regression target column(s)")
-    raise DataError(f"{where}: the output layer has {units} units; expected {expected} ({why})")
+    twins = case_variants(classes) if task == "classification" else ""
+    raise DataError(f"{where}: the output layer has {units} units; expected {expected} ({why})"
+                    + (f"; {twins}" if twins else ""))
 
 
 def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:
