@@ -3,6 +3,7 @@ readable message (exit 2). `--debug` shows the traceback."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import sys
@@ -28,7 +29,7 @@ STATE = {"debug": False}
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file", show_default=False)]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="override: dotted.key=value (repeatable)",
-                                                     show_default=False)]
+                                                     metavar="KEY=VALUE", show_default=False)]
 
 
 def _version(value: bool) -> None:
@@ -98,7 +99,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
                                "(without it, a re-run writes runs/<name>-2, ... and an --out holding a run is refused)")] = False,
           processes: ProcessesOpt = None, hostfile: HostfileOpt = None, hosts: HostsOpt = None,
           oversubscribe: OversubscribeOpt = False,
-          folds: Annotated[Optional[int], typer.Option("--folds", "-k", min=2, max=100, help="K-fold cross-validation "
+          folds: Annotated[Optional[int], typer.Option("--folds", "-k", min=2, max=100, metavar="K", help="K-fold cross-validation "
                            "(stratified by class; shuffled for regression): mean and std of every metric over the "
                            "held-out folds; writes no model",
                            show_default=False)] = None) -> None:
@@ -321,10 +322,15 @@ def schema() -> None:
 
 
 @app.command()
-def summary(config: ConfigArg, set_: SetOpt = None) -> None:
-    """Layers, output shapes, parameter counts and FLOPs per sample."""
-    from .commands.summary import summarize
-    out.print(summarize(_load(config, set_)))
+def summary(source: Annotated[Path, typer.Argument(help="YAML config file, or model.npz or its run folder",
+                                                    show_default=False)], set_: SetOpt = None) -> None:
+    """Layers, output shapes, parameter counts and FLOPs per sample, of a config or a saved model."""
+    from .commands.summary import is_saved_model, summarize, summarize_saved
+    out.print(summarize_saved(source, set_) if is_saved_model(source) else summarize(_load(source, set_)))
+
+
+for _command in app.registered_commands:  # the command list: a docstring's first paragraph, re-wrapped
+    _command.short_help = " ".join(inspect.cleandoc(_command.callback.__doc__).split("\n\n")[0].split())
 
 
 def main() -> None:

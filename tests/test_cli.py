@@ -222,6 +222,24 @@ def test_summary_counts_the_inputs_the_trained_model_has(capsys, tmp_path):
     assert f"{params:,}" in out.split("total")[1]
 
 
+def test_summary_of_a_saved_model_needs_neither_config_nor_data(capsys, blobs, tmp_path):
+    run = tmp_path / "run"
+    _train(capsys, blobs, run, "-q", "--set", "training.epochs=1")
+    (blobs.parent / "blobs.csv").unlink()  # the model file alone is enough
+    blobs.unlink()
+    with np.load(run / "model.npz", allow_pickle=False) as f:
+        params = sum(f[k].size for k in f.files if k.startswith("weights/"))
+    for source in (run, run / "model.npz"):
+        code, out, err = run_cli(capsys, "summary", source)
+        assert code == 0, err
+        assert "input (4,)" in out and "dense_0" in out and f"{params:,}" in out.split("total")[1]
+    code, _, err = run_cli(capsys, "summary", run, "--set", "training.epochs=3")
+    assert code == 2 and "--set" in err and "config" in err, err
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    code, _, err = run_cli(capsys, "summary", tmp_path / "other.npz")
+    assert code == 2 and "Traceback" not in err and "other.npz" in err, err
+
+
 def test_non_tty_output_has_no_control_characters(blobs, tmp_path):
     env = dict(os.environ, COLUMNS="100")
     result = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(blobs), "--out", str(tmp_path / "r"),

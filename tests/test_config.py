@@ -211,5 +211,5 @@ def test_a_file_name_with_spaces_gives_a_safe_run_name_and_a_bad_name_says_what_
 def test_a_model_file_given_as_the_config_is_named_as_such(capsys, tmp_path):
     import numpy as np
     np.savez(tmp_path / "model.npz", a=np.zeros(3))
-    code, _, err = run_cli(capsys, "summary", tmp_path / "model.npz")
+    code, _, err = run_cli(capsys, "validate", tmp_path / "model.npz")
     assert code == 2 and "a zip or .npz file (a model file?" in err and "not a YAML config" in err, err

@@ -1,13 +1,17 @@
 """`magmadnn summary`: one row per layer with output shape, parameters and FLOPs per sample, for
-the input `train` would give the network (columns encoded on the same split's training rows).
-Builds the layers' shapes only: no weights are allocated and no device is selected."""
+the input `train` would give the network (columns encoded on the same split's training rows), or
+of a saved model (its file alone: the input it was trained on). Builds the layers' shapes only: no
+weights are allocated and no device is selected."""
 
 from __future__ import annotations
 
 import math
+import zipfile
+from pathlib import Path
 from typing import Any
 
 from ..config.schema import Config
+from ..errors import ConfigError
 from ..data.prepare import sample_shape_of
 from ..core.graph.convolution import candidates, rule
 from ..nn.layers import Conv2D, all_layers, build_layers
@@ -15,10 +19,28 @@ from ..reporting import grid
 from ..training.builder import task_of
 
 
-def summarize(config: Config) -> Any:
-    shape = sample_shape_of(config.data, task_of(config), config.seed or 0)
+def is_saved_model(path: Path) -> bool:
+    """Whether `path` names a saved model (a run folder, or a zip/.npz file) rather than a config."""
+    return path.is_dir() or (path.is_file() and zipfile.is_zipfile(path))
+
+
+def summarize_saved(path: Path, overrides: list[str] | None) -> Any:
+    """The summary of a saved model: its config as trained, on the input it was trained on."""
+    from ..training.modelfile import load  # noqa: PLC0415 (only for a model)
+    from .run_dir import model_file  # noqa: PLC0415
+    if overrides:
+        raise ConfigError(f"--set changes a config; {path} is a saved model, summarized as it was trained "
+                          "(summarize its config.yaml to try changes)")
+    saved = load(model_file(path))
+    return summarize(saved.config, tuple(saved.sample_shape))
+
+
+def summarize(config: Config, shape: tuple[int, ...] | None = None) -> Any:
+    """The table for a config (`shape`: the input, where known; else from its data)."""
+    known = shape is not None
+    shape = shape if known else sample_shape_of(config.data, task_of(config), config.seed or 0)
     title = f"{config.name}: input {shape}"
-    if config.seed is None and not (config.data.shape or config.data.synthetic):
+    if not known and config.seed is None and not (config.data.shape or config.data.synthetic):
         title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
     rows = []
     total_params = total_flops = 0
