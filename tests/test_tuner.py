@@ -188,6 +188,9 @@ def test_a_crashing_trial_is_recorded_and_the_search_goes_on(blobs, tmp_path, mo
     results = tune(cfg, tmp_path / "t")
     assert results[0]["status"] == "failed" and "RuntimeError: worker lost its GPU" in results[0]["reason"]
     assert results[1]["status"] == "ok" and (tmp_path / "t" / "model.npz").exists()
+    cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"space": {"optimizer.learning_rate": [0.05]}})})
+    with pytest.raises(MagmaError, match=r"no trial finished with an objective .* \(trial 0: RuntimeError: worker lost"):
+        tune(cfg, tmp_path / "all_failed")
 
 
 @pytest.mark.parametrize("turned_into", [TypeError("numpy re-raised it"), MagmaError("a reader fell back")])
@@ -417,3 +420,34 @@ def test_the_tie_break_order():
     assert min(same_loss, key=lambda r: rank_key(loss, r))["trial"] == 1
     assert tie_break(accuracy, trials[3], [trials[3]]) is None
     assert "then trial order" in tie_break(accuracy, trials[1], trials[1:3])
+
+
+REGRESSION = {"data.target": "f4", "model.layers.1.units": 1, "model.layers.1.activation": "linear", "loss": "mse"}
+
+
+def test_a_regression_search_ranks_by_val_loss_by_default(capsys, blobs, tmp_path):
+    """A newcomer's regression search ran all its trials to 'objective=nan' (the default objective
+    was val_accuracy, which a regression loss does not report), then said no trial finished."""
+    sets = [x for k, v in REGRESSION.items() for x in ("--set", f"{k}={v}")]
+    blobs.write_text(blobs.read_text() + "search: {space: {optimizer.learning_rate: [0.001, 0.05]}}\n")
+    code, out, err = run_cli(capsys, "validate", blobs, *sets)
+    assert code == 0 and yaml.safe_load(out)["search"]["objective"] == "val_loss", err
+    code, out, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q", "--set", "training.epochs=3", *sets)
+    assert code == 0, err
+    rows = list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))
+    losses = {r["trial"]: float(r["val_loss"]) for r in rows}
+    assert all(float(r["objective"]) == losses[r["trial"]] for r in rows)
+    best = min(losses, key=losses.get)
+    assert f"best: trial {best} " in " ".join((out + err).split())
+
+
+@pytest.mark.parametrize("change,says", [
+    ({**REGRESSION, "search.objective": "val_accuracy"}, "search.objective: val_accuracy needs a classification loss"),
+    ({"data.validation_split": 0}, "search.objective val_accuracy is measured on validation rows"),
+])
+def test_a_search_whose_objective_cannot_be_measured_is_refused_before_any_trial(capsys, blobs, tmp_path, change, says):
+    sets = [x for k, v in change.items() for x in ("--set", f"{k}={v}")]
+    blobs.write_text(blobs.read_text() + "search: {space: {optimizer.learning_rate: [0.001, 0.05]}}\n")
+    code, _, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q", *sets)
+    assert code == 2 and says in " ".join(err.split()) and not (tmp_path / "t").exists(), err
+    assert run_cli(capsys, "validate", blobs, *sets)[0] == (2 if "loss" in change else 0)  # train needs no search

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..config.schema import SearchConfig
+from ..config.schema import Config, SearchConfig
+from ..errors import ConfigError
 
 
 def objective_direction(search: SearchConfig) -> str:
@@ -19,6 +20,18 @@ def objective_direction(search: SearchConfig) -> str:
         next(iter(search.objective.items()))
     maximize = (metric == "val_accuracy") == (weight > 0)
     return "maximize" if maximize else "minimize"
+
+
+def check_measurable(config: Config) -> None:
+    """An objective of validation metrics needs validation rows: data.validation_split, data.validation
+    or search.folds (without them every trial would end with no objective)."""
+    search, data = config.search, config.data
+    metrics = [search.objective] if isinstance(search.objective, str) else list(search.objective)
+    measured = [m for m in metrics if m.startswith("val_")]
+    if measured and not (search.folds or data.validation or data.validation_split > 0):
+        raise ConfigError(f"search.objective {measured[0]} is measured on validation rows, and the config holds out "
+                          "none (data.validation_split is 0): set data.validation_split (e.g. 0.2), data.validation "
+                          "(a file) or search.folds (cross-validation)")
 
 
 def objective_value(search: SearchConfig, result: dict[str, Any]) -> float:

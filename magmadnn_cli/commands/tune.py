@@ -28,7 +28,7 @@ from .. import signals
 from ..signals import Interruptible, ignoring_stop_signals
 from ..files import atomic_write, write_text
 from ..reporting import Reporter, grid
-from .objective import objective_direction, objective_value, rank_key, second_key, tie_break, weighted
+from .objective import check_measurable, objective_direction, objective_value, rank_key, second_key, tie_break, weighted
 from ..distributed.comm import on_root
 from .run_dir import choose, locked, newest_version, version_note
 from .search_space import Trials
@@ -132,6 +132,7 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
     if config.search is None or not config.search.space:
         raise MagmaError("search: the config needs a search section with a non-empty space to tune")
     check_space(config.model_dump(mode="json"), config.search)  # every value, then the space's size
+    check_measurable(config)
     trials = Trials(config.search)
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
     wanted = out_dir or Path("runs") / f"{config.name}-tune"
@@ -309,8 +310,10 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     write_text(out_dir / "trials.csv", text.getvalue())
     finished = [r for r in results if r["status"] == "ok" and not math.isnan(objective_value(search, r))]
     if not finished:  # a pruned trial stopped early: its score is not comparable, it is never the best
-        raise MagmaError(f"no trial finished (failed or pruned); see {out_dir / 'trials.csv'} "
-                         f"(first reason: {results[0]['reason'] or results[0]['status']})")
+        first = results[0]
+        why = first["reason"] or (f"no value of {search.objective}" if first["status"] == "ok" else first["status"])
+        raise MagmaError(f"no trial finished with an objective (failed, pruned or unmeasured); see "
+                         f"{out_dir / 'trials.csv'} (trial {first['trial']}: {why})")
     best = min(finished, key=lambda r: rank_key(search, r))
     overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
     best_config = trial_config(base, overrides).model_dump(mode="json")

@@ -114,8 +114,9 @@ class SearchConfig(Strict):
     method: Literal["grid", "random"] = "grid"
     trials: PositiveInt = 10
     space: dict[str, Union[Annotated[list[Any], Field(min_length=1)], Distribution]] = Field(default_factory=dict)
-    objective: Union[Literal["val_accuracy", "val_loss", "time"],
-                     Annotated[dict[Literal["val_accuracy", "val_loss", "time"], float], Field(min_length=1)]] = "val_accuracy"
+    objective: Union[Literal["auto", "val_accuracy", "val_loss", "time"],
+                     Annotated[dict[Literal["val_accuracy", "val_loss", "time"], float], Field(min_length=1)]] = Field(
+        "auto", description="auto: val_accuracy for a classification loss, val_loss for a regression loss")
     direction: Literal["maximize", "minimize", "auto"] = Field(
         "auto", description="auto: maximize val_accuracy, minimize val_loss and time; a weighted mix of "
                             "several needs maximize or minimize")
@@ -205,6 +206,20 @@ class Config(Strict):
         if self.training.class_weight is not None and self.loss.task == "regression":
             raise ValueError(f"training.class_weight weighs classes; loss {self.loss.type} is a regression loss: "
                              "remove class_weight")
+        return self
+
+    @model_validator(mode="after")
+    def _objective_fits_the_loss(self) -> "Config":
+        """search.objective auto becomes the task's metric; accuracy is refused for a regression loss."""
+        if self.search is None:
+            return self
+        regression = self.loss.task == "regression"
+        if self.search.objective == "auto":
+            self.search.objective = "val_loss" if regression else "val_accuracy"
+        if regression and "val_accuracy" in ([self.search.objective] if isinstance(self.search.objective, str)
+                                             else self.search.objective):
+            raise ValueError(f"search.objective: val_accuracy needs a classification loss; loss {self.loss.type} "
+                             "reports val_loss (use objective: val_loss, or leave it out)")
         return self
 
     @model_validator(mode="after")
