@@ -365,3 +365,31 @@ def test_image_rows_keep_their_constant_pixels(tmp_path):
     encoder, notes = fit(raw, ["p0", "p1", "p2", "p3"], DataConfig(train="d.csv", target="y"), "d.csv")
     assert encoder.width == 2 and encoder.transform(raw, "d.csv")[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
     assert any("p0, p2" in n for n in notes)
+
+
+def _mostly_unique_csv(cells) -> str:
+    return "\n".join(["when,width,label"] + [f"{c},{i * 0.1:.1f},{'xy'[i % 2]}" for i, c in enumerate(cells)]) + "\n"
+
+
+@pytest.mark.parametrize("cells,hint", [
+    ([f"{1 + i % 12:02d}/{1 + i % 28:02d}/2023" for i in range(50)] + ["12/31/2023"] * 10,
+     "they read as dates in data.date_format: '%m/%d/%Y'"),
+    ([f"{1 + i % 12:02d}/{1 + i % 12:02d}/20{10 + i // 12}" for i in range(50)] + ["01/01/2010"] * 10,
+     "they read as dates: set data.date_format ('%m/%d/%Y' or '%d/%m/%Y')"),
+    ([f"${100 + 7 * i:,}.50" for i in range(45)] + ["$100.50"] * 15, "they look like numbers with '$' signs"),
+    ([f"{i}%" for i in range(40)] + ["5%"] * 20, "they look like numbers with '%' signs"),
+    ([f"item {i}" for i in range(40)] + ["item 0"] * 20, ""),
+])
+def test_a_text_column_of_mostly_distinct_values_is_refused_with_what_it_looks_like(tmp_path, cells, hint):
+    """A newcomer's MM/DD/YYYY dates, '$1,234.50' prices and '16%' discounts were one-hot encoded into
+    hundreds of inputs, most seen once (R^2 0.08, no warning); only an all-distinct column was refused."""
+    text = _mostly_unique_csv(cells)
+    with pytest.raises(DataError, match=r"column 'when' has \d+ different values in its 60 present training "
+                                        r"cells") as caught:
+        prepare(_cfg(tmp_path, text, validation_split=0), "classification", 0)
+    said = str(caught.value)
+    assert hint in said and "data.columns.when: ignore" in said and "data.columns.when: category" in said, said
+    kept = prepare(_cfg(tmp_path, text, columns={"when": "category"}), "classification", 0)
+    assert _columns(kept)["when"].kind == "category"
+    repeated = _mostly_unique_csv([cells[i % 20] for i in range(60)])  # 20 values in 60 rows: categories
+    assert _columns(prepare(_cfg(tmp_path, repeated), "classification", 0))["when"].kind in ("category", "date")

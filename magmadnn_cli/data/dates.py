@@ -65,3 +65,15 @@ def iso(value: float) -> str:
     """Seconds since 1970 as ISO text (the date alone at midnight)."""
     moment = np.datetime64(int(round(value)), "s")
     return str(moment.astype("datetime64[D]")) if value % DAY == 0 else str(moment)
+
+
+FORMATS = ("%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y/%m/%d", "%d-%m-%Y", "%m-%d-%Y", "%m/%d/%y", "%d/%m/%y",
+           "%d.%m.%y", "%d %b %Y", "%b %d %Y", "%b %d, %Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M",
+           "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S", "%Y/%m/%d %H:%M:%S")  # common non-ISO spellings
+
+
+def formats_of(values: np.ndarray, sample: int = 200) -> list[str]:
+    """The common date formats in which every one of these distinct text values (up to `sample` of
+    them) is a date: the data.date_format candidates for a column that is not ISO 8601."""
+    values = values[:sample]
+    return [f for f in FORMATS if all(parse(str(v), f) is not None for v in values)] if len(values) else []

@@ -161,7 +161,7 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
     numeric = np.isin(cells, [v for v in values if is_number(str(v))]) & present
     count, total = int(numeric.sum()), int(present.sum())
     if not total or count < share * total:
-        return _category_unless_identifier(name, source, total, values)
+        return _category_unless_mostly_distinct(name, source, total, values)
     if count == total:
         return "number"
     bad = raw.first(present & ~numeric)
@@ -170,16 +170,41 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
                     f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
 
 
-def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:
-    """category, unless each of at least `rows` present training cells is a different value: an ID,
-    whose one-hot columns (one per row) no new row would match."""
-    if present < rows or len(values) < present:
+def _category_unless_mostly_distinct(name: str, source: str, present: int, values: np.ndarray,
+                                     rows: int = 20, share: float = 0.5) -> str:
+    """category, unless more than `share` of at least `rows` present training cells are distinct
+    values: an ID, free text, or dates or numbers in a spelling not read as such, whose one-hot
+    columns (one per value, most seen once) new rows would rarely match."""
+    if present < rows or len(values) <= share * present:
         return "category"
     shown = ", ".join(repr(str(v)) for v in values[:3])  # quoted: a value may hold a comma
-    raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
-                    f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
-                    f"no new row matches; leave it out (data.columns.{name}: ignore), or keep it as categories if "
-                    f"its values do repeat in new data (data.columns.{name}: category)")
+    what = (f"looks like an identifier: each of its {present} present training cells is a different value"
+            if len(values) == present else f"has {len(values)} different values in its {present} present training cells")
+    hint = _looks_like(values)
+    raise DataError(f"{source}: column {name!r} {what} ({shown}, ...), so as categories it would add {len(values)} "
+                    f"inputs that new rows rarely match{'; ' + hint if hint else ''}; leave it out "
+                    f"(data.columns.{name}: ignore), or keep it as categories if its values do repeat in new data "
+                    f"(data.columns.{name}: category)")
+
+
+SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after it
+
+
+def _looks_like(values: np.ndarray) -> str:
+    """What mostly-distinct text values are, where they are dates in a common format or numbers
+    written with currency or percent signs (neither read as such without help); '' otherwise."""
+    formats = dates.formats_of(values)
+    if len(formats) == 1:
+        return f"they read as dates in data.date_format: {formats[0]!r}"
+    if formats:
+        return f"they read as dates: set data.date_format ({' or '.join(map(repr, formats[:3]))})"
+    texts = [str(v).strip() for v in values[:200]]
+    signed = [t for t in texts if t[:1] in SIGNS or t[-1:] in SIGNS]
+    if len(signed) * 2 >= len(texts) and all(is_number(t.strip(SIGNS + " ").replace(",", "")) for t in signed):
+        signs = sorted({c for t in signed for c in (t[0], t[-1]) if c in SIGNS})
+        return (f"they look like numbers with {' and '.join(repr(c) for c in signs)} signs, which are not read as "
+                "numbers: write the column without them (e.g. 1234.5, not $1,234.50)")
+    return ""
 
 
 def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
