@@ -5,6 +5,7 @@ standardized and returned in the data's units."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -380,16 +381,22 @@ def _mostly_unique_csv(cells) -> str:
     ([f"{i}%" for i in range(40)] + ["5%"] * 20, "they look like numbers with '%' signs"),
     ([f"item {i}" for i in range(40)] + ["item 0"] * 20, ""),
 ])
-def test_a_text_column_of_mostly_distinct_values_is_refused_with_what_it_looks_like(tmp_path, cells, hint):
+def test_a_text_column_of_mostly_distinct_values_is_named_with_what_it_looks_like(tmp_path, cells, hint):
     """A newcomer's MM/DD/YYYY dates, '$1,234.50' prices and '16%' discounts were one-hot encoded into
-    hundreds of inputs, most seen once (R^2 0.08, no warning); only an all-distinct column was refused."""
+    hundreds of inputs, most seen once (R^2 0.08), without a word; only an all-distinct column was refused."""
     text = _mostly_unique_csv(cells)
-    with pytest.raises(DataError, match=r"column 'when' has \d+ different values in its 60 present training "
-                                        r"cells") as caught:
-        prepare(_cfg(tmp_path, text, validation_split=0), "classification", 0)
-    said = str(caught.value)
-    assert hint in said and "data.columns.when: ignore" in said and "data.columns.when: category" in said, said
-    kept = prepare(_cfg(tmp_path, text, columns={"when": "category"}), "classification", 0)
-    assert _columns(kept)["when"].kind == "category"
+    data = prepare(_cfg(tmp_path, text, validation_split=0), "classification", 0)
+    said = next((n for n in data.notes if "different values" in n), "")
+    assert re.search(r"column 'when' has \d+ different values in its 60 present training cells", said), data.notes
+    assert hint in said and "data.columns.when: ignore" in said, said
+    declared = prepare(_cfg(tmp_path, text, columns={"when": "category"}), "classification", 0)
+    assert _columns(declared)["when"].kind == "category" and not any("different values" in n for n in declared.notes)
     repeated = _mostly_unique_csv([cells[i % 20] for i in range(60)])  # 20 values in 60 rows: categories
-    assert _columns(prepare(_cfg(tmp_path, repeated), "classification", 0))["when"].kind in ("category", "date")
+    assert not any("different values" in n for n in prepare(_cfg(tmp_path, repeated), "classification", 0).notes)
+
+
+def test_an_identifier_of_dates_says_how_to_read_them(tmp_path):
+    text = _mostly_unique_csv([f"{1 + i % 12:02d}/{1 + i % 28:02d}/2023" for i in range(60)])
+    with pytest.raises(DataError, match=r"looks like an identifier: .* they read as dates in data.date_format: "
+                                        r"'%m/%d/%Y'; leave it out"):
+        prepare(_cfg(tmp_path, text, validation_split=0), "classification", 0)

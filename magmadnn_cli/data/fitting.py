@@ -21,15 +21,15 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
     """Type, fill and vocabulary of every column from the training rows; returns the encoder and
     what was inferred, imputed or left out by default (a line each, said once in the run log)."""
     medians = _medians(raw.x)
-    columns, inferred, imputed = [], {}, {}
+    columns, inferred, imputed, sparse = [], {}, {}, []
     declared, undeclared = {name: cfg.column_spec(name) for name in cfg.columns}, ColumnSpec()  # once, not per column
     for j, name in enumerate(names):
         spec = declared.get(name, undeclared)
         column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
         if spec.type is None and column.kind != "number":
-            inferred[name] = f"{name} ({column.kind}" + (f", {len(column.categories)} values)" if column.kind == "category"
-                                                         else f": {', '.join(column.values())})" if column.kind == "date"
-                                                         else ")")
+            inferred[name] = _described(column)
+            if column.kind == "category":
+                sparse.append(_mostly_distinct(name, column.categories, len(raw.x) - missing))
         if missing and spec.missing is None and cfg.missing_values == "auto":
             how = {"number": "median", "date": "median date"}.get(column.kind, "most frequent value")
             imputed.setdefault(how, []).append((name, missing, column.indicator))
@@ -38,7 +38,14 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
     if cfg.shape is None:  # image rows keep every pixel: the shape needs them
         columns, constant = _without_constants(columns, raw, source)
     return ColumnEncoder(columns, cfg.unseen_categories), _notes([v for k, v in inferred.items() if k not in constant],
-                                                                  constant, imputed)
+                                                                  constant, imputed) + [n for n in sparse if n]
+
+
+def _described(column: Column) -> str:
+    """'name (kind, what it holds)': an inferred type, for the run log."""
+    held = (f", {len(column.categories)} values" if column.kind == "category"
+            else f": {', '.join(column.values())}" if column.kind == "date" else "")
+    return f"{column.name} ({column.kind}{held})"
 
 
 def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
@@ -161,7 +168,7 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
     numeric = np.isin(cells, [v for v in values if is_number(str(v))]) & present
     count, total = int(numeric.sum()), int(present.sum())
     if not total or count < share * total:
-        return _category_unless_mostly_distinct(name, source, total, values)
+        return _category_unless_identifier(name, source, total, values)
     if count == total:
         return "number"
     bad = raw.first(present & ~numeric)
@@ -170,21 +177,30 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
                     f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
 
 
-def _category_unless_mostly_distinct(name: str, source: str, present: int, values: np.ndarray,
-                                     rows: int = 20, share: float = 0.5) -> str:
-    """category, unless more than `share` of at least `rows` present training cells are distinct
-    values: an ID, free text, or dates or numbers in a spelling not read as such, whose one-hot
-    columns (one per value, most seen once) new rows would rarely match."""
-    if present < rows or len(values) <= share * present:
+def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:
+    """category, unless each of at least `rows` present training cells is a different value: an ID,
+    whose one-hot columns (one per row) no new row would match."""
+    if present < rows or len(values) < present:
         return "category"
     shown = ", ".join(repr(str(v)) for v in values[:3])  # quoted: a value may hold a comma
-    what = (f"looks like an identifier: each of its {present} present training cells is a different value"
-            if len(values) == present else f"has {len(values)} different values in its {present} present training cells")
     hint = _looks_like(values)
-    raise DataError(f"{source}: column {name!r} {what} ({shown}, ...), so as categories it would add {len(values)} "
-                    f"inputs that new rows rarely match{'; ' + hint if hint else ''}; leave it out "
-                    f"(data.columns.{name}: ignore), or keep it as categories if its values do repeat in new data "
-                    f"(data.columns.{name}: category)")
+    raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
+                    f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
+                    f"no new row matches{'; ' + hint if hint else ''}; leave it out (data.columns.{name}: ignore), or "
+                    f"keep it as categories if its values do repeat in new data (data.columns.{name}: category)")
+
+
+def _mostly_distinct(name: str, categories: list[str], present: int, rows: int = 20, share: float = 0.5) -> str:
+    """A warning for an inferred category column whose values are mostly distinct (more than `share`
+    of at least `rows` present training cells): free text, or dates or numbers in a spelling not read
+    as such, whose one-hot inputs (most values seen once) new rows would rarely match; '' otherwise."""
+    if present < rows or len(categories) <= share * present:
+        return ""
+    values = np.array(categories, dtype=str)
+    hint = _looks_like(values)
+    return (f"column {name!r} has {len(categories)} different values in its {present} present training cells "
+            f"({', '.join(map(repr, categories[:3]))}, ...): as categories they add {len(categories)} inputs that new "
+            f"rows rarely match{'; ' + hint if hint else ''}; data.columns.{name}: ignore leaves it out")
 
 
 SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after it
