@@ -135,7 +135,8 @@ def tune(config: ConfigArg, set_: SetOpt = None,
 
 
 StrictOpt = Annotated[bool, typer.Option("--strict", metavar="", help="refuse categories the model did not see in "
-                                         "training (default: all-zero one-hot, counted in a warning)")]
+                                         "training and missing cells (default: all-zero one-hot, and the "
+                                         "training fill, counted in a warning)")]
 
 
 def _warn(message: str) -> None:

@@ -139,11 +139,33 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     assert rows[0] == ["id", "prediction"] and rows[1] == ["7", "cold"] and rows[2] == ["8", "warm"]
     assert "ignoring 1 column(s) the model does not use: extra" in err
     assert "categories not seen in training, encoded as all zeros: color (1)" in err
+    assert "missing cells filled as in training (the training rows' median): size (1)" in " ".join(err.split())
+    (tmp_path / "new.csv").write_text("id,color,size,extra\n7,blue,0,x\n8,red,0.5,y\n9,purple,1,z\n")
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict", "-o", tmp_path / "p.csv")
     assert code == 2 and "column 'color', data row 3: category 'purple' was not in the training data (known: 'blue', " in err
     assert not (tmp_path / "p.csv").exists()
     code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--json")
     assert code == 0 and json.loads(out)["accuracy"] == 1.0
+    said = " ".join(err.split())
+    assert "missing cells filled as in training (the training rows' median): size (13) (--strict refuses them)" in said
+
+
+def test_predict_says_which_cells_it_filled_and_strict_refuses_them(capsys, tmp_path):
+    """A newcomer's row of blank cells was predicted (327984.8) without a word, and --strict let it
+    through; training says what it filled, so predict does too."""
+    model = _run(capsys, tmp_path, _color_data())
+    (tmp_path / "new.csv").write_text("color,size\nblue,\nred,0.5\n?,NA\ngreen,1\n")
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv")
+    said = " ".join(err.split())
+    assert code == 0 and len(out.splitlines()) == 5, err
+    assert "new.csv: missing cells filled as in training (the training rows' median, most frequent value): " \
+           "size (2), color (1) (--strict refuses them)" in said, said
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict")
+    said = " ".join(err.split())
+    assert code == 2 and out == "" and "new.csv: column 'size', data row 1: a missing cell" in said, said
+    assert "--strict refuses" in said and "without --strict it is filled with the training rows' median" in said, said
+    code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--strict")
+    assert code == 2 and "column 'size', data row 1: a missing cell" in " ".join(err.split()), err
 
 
 def test_regression_targets_are_standardized_and_predicted_in_data_units(capsys, tmp_path):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
+from ..data.fitting import fill_name
 from ..data.tables import ReadSpec, Table, reader_for, typed_labels
 from ..data.writers import Columns, output_format, write_rows
 from ..errors import DataError, MagmaError, ModelFileError
@@ -43,11 +44,16 @@ def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
     return [n for n in names(path, spec) if n not in known]
 
 
-def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, dict[str, int]]:
+def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, dict[str, int]]) -> np.ndarray:
     """A table's rows as the network's normalized inputs; wrong widths named, expected vs got; cells
-    that are infinite as read, or overflow the model's normalization, refused as training refuses them."""
+    that are infinite as read, or overflow the model's normalization, refused as training refuses them.
+    Counts, per column, the unseen categories and the missing cells filled into `tally`."""
     _refuse_infinite_cells(table)
+    filled = _filled_cells(table, saved, strict)
     x, unseen = encode_features(table, saved.encoder, strict)
+    for kind, counts in (("unseen", unseen), ("filled", filled)):
+        for name, n in counts.items():
+            tally[kind][name] = tally[kind].get(name, 0) + n
     width = int(np.prod(saved.sample_shape))
     got = int(np.prod(x.shape[1:]))
     if got != width:
@@ -56,7 +62,36 @@ def _inputs(table: Table, saved: SavedModel, strict: bool) -> tuple[np.ndarray, 
     with np.errstate(all="ignore"):  # overflow is found below, by row and column
         normalized = saved.normalizer(x.reshape((len(x),) + saved.sample_shape))
     _refuse_normalization_overflow(x, normalized, table, saved)
-    return normalized, unseen
+    return normalized
+
+
+def _fill_names(saved: SavedModel, names: list[str]) -> list[str]:
+    """How training filled each named column's missing cells, in words."""
+    cfg, kinds = saved.config.data, {c.name: c.kind for c in saved.encoder.columns}
+    return [fill_name(cfg.column_spec(n).missing or cfg.missing_values, kinds[n]) for n in names]
+
+
+def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, int]:
+    """Per column, the missing cells filled as in training; with --strict (or data.missing_values:
+    error) the first in file order is refused."""
+    if table.x.ndim > 2 or saved.encoder.width == 0:
+        return {}  # arrays: NaN is refused by encode_features
+    masks = saved.encoder.missing(table.raw)
+    if masks and (strict or saved.config.data.missing_values == "error"):
+        raw = table.raw
+        name, mask = min(masks.items(), key=lambda item: raw.row(raw.first(item[1])))
+        raise DataError(f"{table.source}: column {name!r}, data row {raw.row(raw.first(mask))}: a missing cell; "
+                        f"--strict refuses them (without --strict it is filled with the training rows' "
+                        f"{_fill_names(saved, [name])[0]}, as in training)")
+    return {name: int(mask.sum()) for name, mask in masks.items()}
+
+
+def filled_note(filled: dict[str, int], saved: SavedModel, source: str) -> str | None:
+    if not filled:
+        return None
+    how = ", ".join(dict.fromkeys(_fill_names(saved, list(filled))))
+    return (f"{source}: missing cells filled as in training (the training rows' {how}): "
+            f"{', '.join(f'{name} ({n})' for name, n in filled.items())} (--strict refuses them)")
 
 
 def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:
@@ -134,9 +169,11 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
             "; evaluate needs the true values to score the model against. To predict without them: "
             f"magmadnn predict {shlex.quote(str(model_path))} {shlex.quote(str(data_path))}"))
         table = reader_for(data_path).read(data_path, spec)
-        x, unseen = _inputs(table, saved, strict)
+        tally: dict[str, dict[str, int]] = {"unseen": {}, "filled": {}}
+        x = _inputs(table, saved, strict, tally)
         if warn:
-            for note in (*table.notes, unseen_note(unseen, str(data_path)),
+            for note in (*table.notes, unseen_note(tally["unseen"], str(data_path)),
+                         filled_note(tally["filled"], saved, str(data_path)),
                          training_file_note(saved, model_path, data_path)):
                 if note:
                     warn(note)
@@ -200,7 +237,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     with B.using(B.select(device, saved.config.precision)):
         network = restore(saved)
-        tally: dict[str, Any] = {"rows": 0, "unseen": {}}
+        tally: dict[str, Any] = {"rows": 0, "unseen": {}, "filled": {}}
         rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path)
                 for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
         first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
@@ -211,8 +248,9 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
             write_rows(sys.stdout.buffer, None, columns, chunks)
         else:
             atomic_write(out, lambda f: write_rows(f, out, columns, chunks))
-        if (note := unseen_note(tally["unseen"], str(data_path))) and warn:
-            warn(note)
+        for note in (unseen_note(tally["unseen"], str(data_path)), filled_note(tally["filled"], saved, str(data_path))):
+            if note and warn:
+                warn(note)
         return tally["rows"]
 
 
@@ -238,9 +276,7 @@ def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chu
 def _predicted_rows(table: Table, network: Any, saved: SavedModel, proba: bool, keep: tuple[str, ...],
                     strict: bool, tally: dict[str, Any], model_path: Path) -> np.ndarray:
     """One chunk's output rows as text (kept columns first); counts rows and unseen categories."""
-    x, seen = _inputs(table, saved, strict)
-    for name, n in seen.items():
-        tally["unseen"][name] = tally["unseen"].get(name, 0) + n
+    x = _inputs(table, saved, strict, tally)
     tally["rows"] += len(x)
     outputs = _outputs(network, x, saved)
     _refuse_non_finite_outputs(outputs, lambda i: [table.raw.row(int(r)) for r in i], table.source, model_path, saved)

@@ -108,6 +108,15 @@ class ColumnEncoder:
     def output_names(self) -> list[str]:
         return [n for c in self.columns for n in c.output_names()]
 
+    def missing(self, raw: RawColumns) -> dict[str, np.ndarray]:
+        """Per input column holding any, the mask of the missing cells `transform` fills."""
+        masks = {}
+        for j, col in enumerate(self.columns):
+            mask = is_missing(raw.text[j]) if j in raw.text else np.isnan(raw.x[:, j])
+            if col.kind != "constant" and mask.any():
+                masks[col.name] = mask
+        return masks
+
     def transform(self, raw: RawColumns, source: str, strict: bool = False) -> tuple[np.ndarray, dict[str, int]]:
         """The encoded matrix (raw.x's dtype) and, per column, how many cells held a category not
         seen in training (all-zero rows; an error when `strict` or unseen: error)."""

@@ -31,14 +31,21 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
             if column.kind == "category":
                 sparse.append(_mostly_distinct(name, column.categories, len(raw.x) - missing))
         if missing and spec.missing is None and cfg.missing_values == "auto":
-            how = {"number": "median", "date": "median date"}.get(column.kind, "most frequent value")
-            imputed.setdefault(how, []).append((name, missing, column.indicator))
+            imputed.setdefault(fill_name("auto", column.kind), []).append((name, missing, column.indicator))
         columns.append(column)
     constant: list[str] = []
     if cfg.shape is None:  # image rows keep every pixel: the shape needs them
         columns, constant = _without_constants(columns, raw, source)
     return ColumnEncoder(columns, cfg.unseen_categories), _notes([v for k, v in inferred.items() if k not in constant],
                                                                   constant, imputed) + [n for n in sparse if n]
+
+
+def fill_name(strategy: str, kind: str) -> str:
+    """What data.missing_values `strategy` fills a column of `kind` with, in words."""
+    if strategy in ("auto", "error"):
+        strategy = "median" if kind in ("number", "date") else "most_frequent"
+    return {"median": "median date" if kind == "date" else "median", "mean": "mean",
+            "most_frequent": "most frequent value", "constant": "constant"}[strategy]
 
 
 def _described(column: Column) -> str:
