@@ -138,12 +138,22 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
     return None
 
 
+def _what_else(path: Path) -> str:
+    """What a file that is not an .npz is, by its name: a config to train, a data file, or unknown."""
+    name = path.name.lower()
+    if name.endswith((".yaml", ".yml")):
+        return f"a YAML config, not a model file: train it first (magmadnn train {path}), then use the run's model.npz"
+    if any(f"{kind}." in name or name.endswith(kind) for kind in (".csv", ".tsv", ".parquet", ".jsonl", ".feather")):
+        return "a data file, not a model file: the model comes first (MODEL DATA)"
+    return "not an .npz archive"
+
+
 def load_npz(path: Path, what: str, error: type[MagmaError] = MagmaError,
              keys: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """The arrays of an .npz (all, or those of `keys` it holds), never unpickling: a file that is not
     an .npz, holds Python objects or is damaged becomes one `error` naming `what`."""
     if not is_npz(path):
-        raise error(f"{path}: not a readable {what} (not an .npz archive)")
+        raise error(f"{path}: not a readable {what} ({_what_else(Path(path))})")
     problem = _npz_sizes_problem(path, keys)
     if problem:
         raise error(f"{path}: refused: {problem}")

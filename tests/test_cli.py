@@ -369,3 +369,21 @@ def test_quiet_still_says_where_the_results_were_written(capsys, blobs, tmp_path
     code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "-q")
     assert code == 0, err
     assert out.splitlines() == [f"wrote {tmp_path / 'r'}/model.npz, metrics.json, metrics.csv, config.yaml, checkpoints/"]
+
+
+def test_arguments_given_in_each_others_place_are_named_with_the_right_command(capsys, blobs, tmp_path):
+    """A newcomer's mix-ups: a config given as the model, a CSV given as the config, a spreadsheet."""
+    data = blobs.parent / "blobs.csv"
+    code, _, err = run_cli(capsys, "predict", blobs, data)
+    said = " ".join(err.split())
+    assert code == 2 and "a YAML config, not a model file" in said and f"magmadnn train {blobs}" in said, said
+    code, _, err = run_cli(capsys, "train", data)
+    said = " ".join(err.split())
+    assert code == 2 and "a data table (CSV), not a YAML config" in said and "data.train" in said, said
+    (tmp_path / "sheet.xlsx").write_bytes(b"PK\x03\x04" + b"\0" * 40)
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run-missing", tmp_path / "sheet.xlsx")
+    assert code == 2
+    _train(capsys, blobs, tmp_path / "run", "-q", "--set", "training.epochs=1")
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "sheet.xlsx")
+    said = " ".join(err.split())
+    assert code == 2 and "a spreadsheet" in said and "save the sheet as CSV" in said, said

@@ -64,9 +64,9 @@ def test_npz_and_its_problems(tmp_path):
     (tmp_path / "ok.parquet").write_bytes(b"PAR1")
     with pytest.raises(DataError, match="cannot read it as parquet"):
         read_table(tmp_path / "ok.parquet", ReadSpec(None, None))
-    (tmp_path / "sheet.xlsx").write_bytes(b"PK\x03\x04")
+    (tmp_path / "sheet.sav").write_bytes(b"PK\x03\x04")
     with pytest.raises(DataError, match="unknown data format; expected .csv.*.parquet.*.jsonl"):
-        read_table(tmp_path / "sheet.xlsx", ReadSpec(None, None))
+        read_table(tmp_path / "sheet.sav", ReadSpec(None, None))
 
 
 def test_synthetic_teacher_data_is_seeded_and_learnable_shape():

@@ -90,7 +90,7 @@ CASES = {
                                  (t / "d.npz").write_bytes(pickle.dumps({"x": 1}))), "train", "not an .npz archive"),
     "gzip npz data": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.npz")),
                                  (t / "d.npz").write_bytes(gzip.compress(b"x"))), "train", "not an .npz archive"),
-    "unknown extension": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.xlsx")), (t / "d.xlsx").write_text("x")),
+    "unknown extension": (lambda t: (_config(t, BLOBS_CONFIG.replace("blobs.csv", "d.sav")), (t / "d.sav").write_text("x")),
                           "train", "unknown data format"),
     "divergence": (lambda t: (_config(t, BLOBS_CONFIG.replace("learning_rate: 0.01", "learning_rate: 1e30").replace("type: adam", "type: sgd")),
                               blobs_csv(t / "blobs.csv")), "train", "not finite"),

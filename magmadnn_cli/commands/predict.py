@@ -49,8 +49,8 @@ def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, dict
     that are infinite as read, or overflow the model's normalization, refused as training refuses them.
     Counts, per column, the unseen categories and the missing cells filled into `tally`."""
     _refuse_infinite_cells(table)
+    x, unseen = encode_features(table, saved.encoder, strict)  # checks the width first
     filled = _filled_cells(table, saved, strict)
-    x, unseen = encode_features(table, saved.encoder, strict)
     for kind, counts in (("unseen", unseen), ("filled", filled)):
         for name, n in counts.items():
             tally[kind][name] = tally[kind].get(name, 0) + n

@@ -250,6 +250,9 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
         raise ConfigError(f"{path}: cannot read the config: {exc.strerror or exc}") from exc
     data, node = parse_yaml(text, str(path))
     if not isinstance(data, dict):
+        if isinstance(data, str) and len(text.splitlines()) > 1 and text.split("\n", 1)[0].count(",") >= 1:
+            raise ConfigError(f"{path}: a data table (CSV), not a YAML config; a config names it in data.train "
+                              "(see configs/*.yaml, or `magmadnn schema`), then: magmadnn train CONFIG")
         raise ConfigError(f"{path}: expected a mapping of sections (name, data, model, ...); "
                           f"received {type(data).__name__}")
     return data, _line_map(node)

@@ -178,6 +178,9 @@ def reader_for(path: Path) -> Reader:
         if reader.matches(path):
             return reader
     check_file(path)
+    if path.name.lower().endswith((".xlsx", ".xls", ".xlsm", ".ods", ".numbers")):
+        raise DataError(f"{path}: a spreadsheet, which is not read: save the sheet as CSV (File > Save As > CSV) and "
+                        "give the .csv")
     raise DataError(f"{path}: unknown data format; expected .csv, .tsv, .txt or .data (also .gz, .bz2, .xz), "
                     ".parquet or .pq, .feather or .arrow, .jsonl or .ndjson (also .gz, .bz2, .xz), .npz, "
                     "MNIST *-idx3-ubyte[.gz] or CIFAR-10 batches (data_batch_*.bin, data_batch_*)")
