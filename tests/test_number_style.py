@@ -156,3 +156,22 @@ def test_a_wrong_separator_lists_the_choices_quoted_and_a_bare_comma_is_told_to_
     assert code == 2 and """quote it: --set 'data.thousands=","'""" in err and "Traceback" not in err, err
     code, _, err = run_cli(capsys, "validate", str(config), "--set", 'data.thousands=","')  # what it says works
     assert code == 0, err
+
+
+def test_a_new_file_whose_numbers_read_another_way_is_warned_about(capsys, tmp_path):
+    """A model trained on a European export read a US file's '"1,500"' as 1.5, without a word: the
+    model's style decides (a quoted '31,543' may be either), and a file that shows the other one says so."""
+    _write(tmp_path, "eu.csv", _values(), european, ";")
+    _train(capsys, tmp_path, "eu.csv")
+    model = str(tmp_path / "run_eu.csv")
+    (tmp_path / "us.csv").write_text('price,ratio\n"1,500",1\n"2,250",0\n')
+    code, out, err = run_cli(capsys, "predict", model, str(tmp_path / "us.csv"))
+    said = " ".join(err.split())
+    assert code == 0 and len(out.splitlines()) == 3, err
+    assert "us.csv: its numbers look written with '.' as the decimal mark and ',' between thousands" in said, said
+    assert "read with ',' as the decimal mark and '.' between thousands" in said, said
+    (tmp_path / "new.csv").write_text("price;ratio\n1.500;1\n2,5;0\n")
+    code, _, err = run_cli(capsys, "predict", model, str(tmp_path / "new.csv"))
+    assert code == 0 and "look written" not in err, err
+    code, _, err = run_cli(capsys, "evaluate", model, str(tmp_path / "eu.csv"))
+    assert code == 0 and "look written" not in err, err

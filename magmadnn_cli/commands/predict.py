@@ -16,7 +16,7 @@ import numpy as np
 from ..core import backend as B
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.fitting import fill_name
-from ..data.tables import ReadSpec, Table, reader_for, typed_labels
+from ..data.tables import ReadSpec, Table, reader_for, style_note, typed_labels
 from ..data.writers import Columns, output_format, write_rows
 from ..errors import DataError, MagmaError, ModelFileError
 from ..files import atomic_write, check_output_file, file_sha256
@@ -266,6 +266,8 @@ def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chu
     first = next(chunks, None)
     if first is None:
         raise DataError(f"{data_path}: no data rows")
+    if warn and (note := style_note(data_path, spec)):
+        warn(note)
     extra = _extra_columns(data_path, spec, saved)
     if extra and warn:
         warn(f"{data_path}: ignoring {len(extra)} column(s) the model does not use: {', '.join(extra[:10])}"

@@ -42,6 +42,7 @@ class CsvFormat:
     decimal: str = "."                    # how number cells are written (data.decimal, data.thousands)
     thousands: str = ""
     style_detected: bool = False          # decimal and thousands were read off the file, not declared
+    style_seen: tuple[str, str] | None = None  # declared: how the file's own lines write numbers, if they show it
 
     @property
     def plain_numbers(self) -> bool:
@@ -231,9 +232,10 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
 def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands: str | None) -> CsvFormat:
     """`fmt` with how its numbers are written: as declared (data.decimal, data.thousands), else
     detected from the file's first lines (a decimal comma in a file not separated by commas)."""
+    detected = None if is_stream(path) and (decimal or thousands) else \
+        detect_style(_first_lines(path, fmt.encoding, count=STYLE_LINES), fmt.delimiter)
     if decimal is not None or thousands is not None:
-        return replace(fmt, decimal=decimal or ".", thousands=thousands or "")
-    detected = detect_style(_first_lines(path, fmt.encoding, count=STYLE_LINES), fmt.delimiter)
+        return replace(fmt, decimal=decimal or ".", thousands=thousands or "", style_seen=detected)
     return replace(fmt, decimal=detected[0], thousands=detected[1], style_detected=True) if detected else fmt
 
 

@@ -21,7 +21,7 @@ from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chun
 from .columns import RawColumns
 from .csv_reader import STDIN, CsvFormat, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
 from .images import image_format, read_images
-from .numbers import OffStyle, respelled_labels
+from .numbers import OffStyle, other_style_note, respelled_labels
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
 
 __all__ = ["READERS", "Reader", "ReadSpec", "Table", "read_table", "reader_for", "synthetic", "typed_labels"]
@@ -84,6 +84,8 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     fmt = spec.csv_format(path)
     table = _read_fast(path, spec, fmt) if fast and not spec.keep else None
     table = table or joined(list(csv_chunks(path, spec, whole=True)), spec, path)
+    if note := other_style_note(path, fmt.style_seen, fmt.decimal, fmt.thousands):
+        table.notes.append(note)
     if fmt.style_detected:
         table.settled.update(decimal=fmt.decimal, thousands=fmt.thousands)
         table.notes.append(f"{path}: numbers are written with {fmt.decimal!r} as the decimal mark and "
@@ -171,6 +173,14 @@ READERS = (
     Reader("csv", lambda p: str(p) == STDIN or is_stream(p) or p.name.lower().endswith(CSV_SUFFIXES), read_csv,
            csv_chunks, lambda p, spec: csv_header(p, spec.csv_format(p))),
 )
+
+
+def style_note(path: Path, spec: ReadSpec) -> str | None:
+    """For a CSV whose lines show another number style than the one it is read in: the warning."""
+    if reader_for(path).name != "csv" or is_stream(path):
+        return None
+    fmt = spec.csv_format(path)
+    return other_style_note(path, fmt.style_seen, fmt.decimal, fmt.thousands)
 
 
 def reader_for(path: Path) -> Reader:
