@@ -153,7 +153,7 @@ def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadn
              as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the metrics as JSON")] = False,
              strict: StrictOpt = False,
              device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
-    """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/MAE/R2)."""
+    """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/RMSE/MAE/R2)."""
     from .commands.predict import evaluate as run_evaluate
     if (data is None) == (split is None):
         raise MagmaError("give a data file to score, or --split test|validation|train to score the run's own split "

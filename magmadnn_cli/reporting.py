@@ -183,17 +183,27 @@ def make_reporter(quiet: bool = False, rank: int = 0, live: bool | None = None) 
     return RichReporter() if (sys.stdout.isatty() if live is None else live) else PlainReporter()
 
 
+METRICS = ("loss", "accuracy", "macro_f1", "mcc", "mse", "rmse", "mae", "r2")  # the tables' order
+
+
+def shown(value: float) -> str:
+    """A metric for a table: 4 decimals; whole and grouped from 10,000 on (a house price's MSE); 4
+    significant digits below 0.001 (a loss in standard units), not 0.0000."""
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    return f"{value:.3e}" if 0 < abs(value) < 1e-3 else f"{value:.4f}"
+
+
 def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     """A table with one row per split (train / validation / test) and one column per metric."""
     columns = sorted({k for values in rows.values() for k, v in values.items() if isinstance(v, (int, float))},
-                     key=lambda k: ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2").index(k)
-                     if k in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2") else 99)
+                     key=lambda k: METRICS.index(k) if k in METRICS else 99)
     table = Table(title=Text(title))
     table.add_column("split")
     for c in columns:
         table.add_column(c, justify="right")
     for split, values in rows.items():
-        table.add_row(split, *(f"{values[c]:.4f}" if c in values else "" for c in columns))
+        table.add_row(split, *(shown(values[c]) if c in values else "" for c in columns))
     return table
 
 
@@ -257,9 +267,9 @@ def evaluation_tables(report: dict[str, Any]) -> list[RenderableType]:
     table = Table(title="metrics")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in ("loss", "accuracy", "macro_f1", "mcc", "mse", "mae", "r2"):
+    for key in METRICS:
         if key in report:
-            table.add_row(key, f"{report[key]:.4f}")
+            table.add_row(key, shown(report[key]))
     parts.append(table)
     if "per_class" in report:
         summary = report.get("confusion_summary")

@@ -185,6 +185,14 @@ def test_regression_targets_are_standardized_and_predicted_in_data_units(capsys,
     assert all(len(v.split(".")[-1]) <= 7 for v in out.splitlines()[1:])  # no 222.18209838867188
     code, _, err = run_cli(capsys, "predict", model, tmp_path / "train.csv", "--proba")
     assert code == 2 and "--proba gives class probabilities; this is a regression model" in err
+    code, out, _ = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--json")
+    report = json.loads(out)
+    mse = np.mean((predicted - price) ** 2)  # the 7 digits predict writes: close to the model's own
+    assert report["rmse"] == pytest.approx(np.sqrt(report["mse"]), rel=1e-12)
+    assert report["mse"] == pytest.approx(mse, rel=1e-3) and report["mae"] <= report["rmse"]
+    code, out, _ = run_cli(capsys, "evaluate", model, tmp_path / "train.csv")
+    assert f"{report['mse']:,.0f}" in out and f"{report['rmse']:.4f}" in out and f"{report['r2']:.4f}" in out, out
+    assert "0.0000" not in out and f"{report['loss']:.3e}" in out  # a loss in standard units below 1e-3
 
 
 def test_target_normalize_none_keeps_raw_targets(tmp_path):

@@ -67,14 +67,15 @@ def _matthews(correct: float, n: float, p: np.ndarray, t: np.ndarray) -> float:
 
 
 def regression_report(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
-    """MSE and MAE over all values; R2 per output column (1 - SSE / SST; 0 for a constant column)
+    """MSE, RMSE (in the data's units) and MAE over all values; R2 per output column (1 - SSE / SST; 0 for a constant column)
     and their mean as `r2` (scikit-learn's uniform average)."""
     truth = y_true.astype(np.float64).reshape(len(y_true), -1)
     err = y_pred.astype(np.float64).reshape(truth.shape) - truth
     sse, sst = (err ** 2).sum(axis=0), ((truth - truth.mean(axis=0)) ** 2).sum(axis=0)
     r2 = np.divide(sse, sst, out=np.ones_like(sse), where=sst > 0)
     r2 = 1.0 - r2
-    report: dict[str, Any] = {"mse": float((err ** 2).mean()), "mae": float(np.abs(err).mean()),
+    mse = float((err ** 2).mean())
+    report: dict[str, Any] = {"mse": mse, "rmse": float(np.sqrt(mse)), "mae": float(np.abs(err).mean()),
                               "r2": float(r2.mean()) if r2.size else 0.0}
     if r2.size > 1:
         report["r2_per_output"] = [float(v) for v in r2]
