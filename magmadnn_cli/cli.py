@@ -266,10 +266,12 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     from .distributed.launcher import check_processes
     cfg = _load(config, set_)
     check_processes(cfg.distributed.processes, False, f"{config}: distributed.processes:")  # as train checks it
-    validate_run(cfg)
+    notes = validate_run(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),
               end="")
+    for note in notes:  # what train would say of the data
+        err.print(note, markup=False, highlight=False)
     err.print(f"{config}: valid", markup=False, highlight=False)
 
 

@@ -430,3 +430,17 @@ def test_an_identifier_of_dates_says_how_to_read_them(tmp_path):
     with pytest.raises(DataError, match=r"looks like an identifier: .* they read as dates in data.date_format: "
                                         r"'%m/%d/%Y'; leave it out"):
         prepare(_cfg(tmp_path, text, validation_split=0), "classification", 0)
+
+
+def test_a_number_column_of_distinct_consecutive_whole_numbers_is_named_as_a_likely_id(tmp_path):
+    """A newcomer's house IDs written as numbers (1000, 1001, ...) were an input without a word; a
+    spreadsheet's exported row numbers are the same trap. Counts and measures are not named."""
+    rng = np.random.default_rng(0)
+    rows = [f"{1000 + i},{rng.integers(1, 6)},{i % 40},{rng.normal():.3f},{'xy'[i % 2]}" for i in range(60)]
+    text = "house_id,rooms,age,size,label\n" + "\n".join(rows) + "\n"
+    data = prepare(_cfg(tmp_path, text, validation_split=0.2), "classification", 0)
+    said = [n for n in data.notes if "whole number" in n]
+    assert len(said) == 1 and "column 'house_id' holds a different whole number in every training row" in said[0]
+    assert "data.columns.house_id: ignore" in said[0], said
+    quiet = prepare(_cfg(tmp_path, text, validation_split=0.2, columns={"house_id": "number"}), "classification", 0)
+    assert not any("whole number" in n for n in quiet.notes)

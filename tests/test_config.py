@@ -151,7 +151,14 @@ def test_validate_command_prints_resolved_config(capsys, blobs):
     code, out, err = run_cli(capsys, "validate", blobs, "--set", "training.epochs=4")
     assert code == 0
     assert "epochs: 4" in out and "eval_batch_size: 1024" in out and "seed: 1" in out
-    assert "valid" in err
+    assert "valid" in err and "text columns" not in err
+    csv = blobs.parent / "blobs.csv"
+    lines = csv.read_text().splitlines()
+    csv.write_text("\n".join([lines[0] + ",color"] + [f"{line},{'rgb'[i % 3]}" for i, line in enumerate(lines[1:])]))
+    code, out, err = run_cli(capsys, "validate", blobs)  # what train would say of the data, before training
+    said = " ".join(err.split())
+    assert code == 0 and "text columns read as categories (one-hot), booleans or dates: color (category, 3 values)" \
+        in said and said.endswith("valid"), said
 
 
 def test_validate_command_reports_errors_with_exit_2_and_no_traceback(capsys, tmp_path):

@@ -136,7 +136,7 @@ def test_labels_that_differ_only_in_case_are_named_with_the_label_map_that_merge
     code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "merged")
     assert code == 0 and "differ only in case" not in out + err, err
     write_csv(tmp_path / "b.csv", ["a", "y"], [[i, ["yes", "no", "Yes"][i % 3]] for i in range(30)])
-    with pytest.raises(DataError, match=r"the target has 3; labels that differ only in case: 'Yes', 'yes' .*"
+    with pytest.raises(DataError, match=r"the target has 3 \('Yes', 'no', 'yes'\); labels that differ only in case: 'Yes', 'yes' .*"
                                         r"data.label_map: \{Yes: yes\}"):
         prepare(DataConfig(train=tmp_path / "b.csv", target="y"), "binary", 0)
 

@@ -137,15 +137,15 @@ def idle_cores_tip(run: Run) -> str | None:
             "1.5x faster per epoch)")
 
 
-def validate_run(config: Config) -> None:
+def validate_run(config: Config) -> list[str]:
     """Every check `train` makes before its first step, without training or writing, and `tune`'s
-    of a search space: `validate`."""
+    of a search space: `validate`. Returns what training would say of the data (types, fills, ...)."""
     if config.search is not None:
         from .trial_config import check_space  # noqa: PLC0415
         check_space(config.model_dump(mode="json"), config.search)
     check_tracking(config.tracking)
     with B.using(select_backend(config, SingleProcess())):
-        build(config, SingleProcess())
+        return build(config, SingleProcess()).data.notes
 
 
 SPLITS = ("train", "validation", "test")

@@ -30,6 +30,8 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
             inferred[name] = _described(column)
             if column.kind == "category":
                 sparse.append(_mostly_distinct(name, column.categories, len(raw.x) - missing))
+        elif spec.type is None and j not in raw.text and cfg.shape is None:
+            sparse.append(_row_number(name, raw.x[:, j]))
         if missing and spec.missing is None and cfg.missing_values == "auto":
             imputed.setdefault(fill_name("auto", column.kind), []).append((name, missing, column.indicator))
         columns.append(column)
@@ -208,6 +210,21 @@ def _mostly_distinct(name: str, categories: list[str], present: int, rows: int =
     return (f"column {name!r} has {len(categories)} different values in its {present} present training cells "
             f"({', '.join(map(repr, categories[:3]))}, ...): as categories they add {len(categories)} inputs that new "
             f"rows rarely match{'; ' + hint if hint else ''}; data.columns.{name}: ignore leaves it out")
+
+
+def _row_number(name: str, values: np.ndarray, rows: int = 20) -> str:
+    """A warning for a number column that holds a different whole number in each of at least `rows`
+    training rows, packed into a range at most twice their count (1000, 1001, ...: an ID or a
+    spreadsheet's row number, which the network would learn from); '' otherwise."""
+    n = len(values)
+    if n < rows or np.isnan(values).any():
+        return ""
+    low, high = float(values.min()), float(values.max())
+    if not n - 1 <= high - low < 2 * n or not (values == np.round(values)).all() or len(np.unique(values)) < n:
+        return ""
+    return (f"column {name!r} holds a different whole number in every training row ({low:.0f} to {high:.0f}): an "
+            f"ID or a row number? As a number it is an input the network learns from; data.columns.{name}: ignore "
+            "leaves it out")
 
 
 SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after it

@@ -128,8 +128,9 @@ def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
         raise DataError(f"{source}: the target has a single class ({labels[0]!r}); need at least 2 to learn")
     if task == "binary" and len(labels) != 2:
         twins = case_variants(labels)
-        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)}"
-                        + (f"; {twins}" if twins else ""))
+        shown = ", ".join(repr(str(label)) for label in labels[:12]) + (", ..." if len(labels) > 12 else "")
+        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)} "
+                        f"({shown})" + (f"; {twins}" if twins else ""))
     _check_class_count(len(labels), len(y), source)
     return labels
 
