@@ -333,7 +333,7 @@ def summary(source: Annotated[Path, typer.Argument(help="YAML config file, or mo
 
 
 for _command in app.registered_commands:  # the command list: a docstring's first paragraph, re-wrapped
-    _command.short_help = " ".join(inspect.cleandoc(_command.callback.__doc__).split("\n\n")[0].split())
+    _command.short_help = " ".join(inspect.cleandoc(_command.callback.__doc__ or "").split("\n\n")[0].split())
 
 
 def main() -> None:

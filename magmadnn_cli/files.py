@@ -138,13 +138,16 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
     return None
 
 
+DATA_SUFFIXES = (".csv", ".tsv", ".txt", ".data", ".parquet", ".pq", ".feather", ".arrow", ".jsonl", ".ndjson")
+
+
 def _what_else(path: Path) -> str:
     """What a file that is not an .npz is, by its name: a config to train, a data file, or unknown."""
     name = path.name.lower()
     if name.endswith((".yaml", ".yml")):
         return f"a YAML config, not a model file: train it first (magmadnn train {path}), then use the run's model.npz"
-    if any(f"{kind}." in name or name.endswith(kind) for kind in (".csv", ".tsv", ".parquet", ".jsonl", ".feather")):
-        return "a data file, not a model file: the model comes first (MODEL DATA)"
+    if any(f"{kind}." in name or name.endswith(kind) for kind in DATA_SUFFIXES):
+        return "a data file, not a model file (model.npz from magmadnn train, or its run folder)"
     return "not an .npz archive"
 
 

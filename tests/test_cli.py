@@ -379,7 +379,7 @@ def test_arguments_given_in_each_others_place_are_named_with_the_right_command(c
     assert code == 2 and "a YAML config, not a model file" in said and f"magmadnn train {blobs}" in said, said
     code, _, err = run_cli(capsys, "train", data)
     said = " ".join(err.split())
-    assert code == 2 and "a data table (CSV), not a YAML config" in said and "data.train" in said, said
+    assert code == 2 and "a data table, not a YAML config" in said and "data.train" in said, said
     (tmp_path / "sheet.xlsx").write_bytes(b"PK\x03\x04" + b"\0" * 40)
     code, _, err = run_cli(capsys, "predict", tmp_path / "run-missing", tmp_path / "sheet.xlsx")
     assert code == 2

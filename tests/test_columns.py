@@ -139,7 +139,7 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     assert rows[0] == ["id", "prediction"] and rows[1] == ["7", "cold"] and rows[2] == ["8", "warm"]
     assert "ignoring 1 column(s) the model does not use: extra" in err
     assert "categories not seen in training, encoded as all zeros: color (1)" in err
-    assert "missing cells filled as in training (the training rows' median): size (1)" in " ".join(err.split())
+    assert re.search(r"missing cells filled as in training: size \(1: median -?[0-9.]+\)", " ".join(err.split())), err
     (tmp_path / "new.csv").write_text("id,color,size,extra\n7,blue,0,x\n8,red,0.5,y\n9,purple,1,z\n")
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict", "-o", tmp_path / "p.csv")
     assert code == 2 and "column 'color', data row 3: category 'purple' was not in the training data (known: 'blue', " in err
@@ -147,7 +147,7 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--json")
     assert code == 0 and json.loads(out)["accuracy"] == 1.0
     said = " ".join(err.split())
-    assert "missing cells filled as in training (the training rows' median): size (13) (--strict refuses them)" in said
+    assert re.search(r"missing cells filled as in training: size \(13: median -?[0-9.]+\) \(--strict refuses", said)
 
 
 def test_predict_says_which_cells_it_filled_and_strict_refuses_them(capsys, tmp_path):
@@ -158,14 +158,21 @@ def test_predict_says_which_cells_it_filled_and_strict_refuses_them(capsys, tmp_
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv")
     said = " ".join(err.split())
     assert code == 0 and len(out.splitlines()) == 5, err
-    assert "new.csv: missing cells filled as in training (the training rows' median, most frequent value): " \
-           "size (2), color (1) (--strict refuses them)" in said, said
+    assert re.search(r"new.csv: missing cells filled as in training: size \(2: median -?[0-9.]+\), color \(1: most "
+                     r"frequent value '(blue|green|red)'\) \(--strict refuses them\)", said), said
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict")
     said = " ".join(err.split())
     assert code == 2 and out == "" and "new.csv: column 'size', data row 1: a missing cell" in said, said
-    assert "--strict refuses" in said and "without --strict it is filled with the training rows' median" in said, said
+    assert "--strict refuses" in said and "without --strict it is filled as in training: median" in said, said
     code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--strict")
     assert code == 2 and "column 'size', data row 1: a missing cell" in " ".join(err.split()), err
+    complete = "color,size,label\n" + "".join(f"{c},{i * 0.1:.1f},{c}x\n" for i, c in enumerate(["red", "blue"] * 20))
+    (tmp_path / "complete").mkdir()
+    model = _run(capsys, tmp_path / "complete", complete, extra_data=", missing_values: error", head="2, activation: softmax", epochs=2)
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv")  # no --strict: the model's own rule
+    said = " ".join(err.split())
+    assert code == 2 and "column 'size', data row 1: a missing cell; the model was trained with missing cells " \
+        "refused (data.missing_values: error)" in said and "--strict" not in said, said
 
 
 def test_regression_targets_are_standardized_and_predicted_in_data_units(capsys, tmp_path):
@@ -423,6 +430,15 @@ def test_a_text_column_of_mostly_distinct_values_is_named_with_what_it_looks_lik
     assert _columns(declared)["when"].kind == "category" and not any("different values" in n for n in declared.notes)
     repeated = _mostly_unique_csv([cells[i % 20] for i in range(60)])  # 20 values in 60 rows: categories
     assert not any("different values" in n for n in prepare(_cfg(tmp_path, repeated), "classification", 0).notes)
+
+
+def test_the_date_format_hint_looks_at_dates_spread_over_the_column(tmp_path):
+    """Three years of day-first dates: sorted, the first 200 values all begin 01-06 and read both
+    ways; the later ones (13/01/2020) decide."""
+    import datetime
+    days = [(datetime.date(2020, 1, 1) + datetime.timedelta(days=i)).strftime("%d/%m/%Y") for i in range(3 * 365)]
+    with pytest.raises(DataError, match=r"they read as dates in data.date_format: '%d/%m/%Y'; leave it out"):
+        prepare(_cfg(tmp_path, _mostly_unique_csv(days), validation_split=0), "classification", 0)
 
 
 def test_an_identifier_of_dates_says_how_to_read_them(tmp_path):

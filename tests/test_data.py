@@ -128,16 +128,16 @@ def test_labels_that_differ_only_in_case_are_named_with_the_label_map_that_merge
     code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "r")
     said = " ".join(err.split())
     assert code == 2 and "expected 4" in said and "differ only in case: 'NO', 'no'; 'Yes', 'yes'" in said, said
-    assert "data.label_map: {NO: no, Yes: yes}" in said, said
+    assert 'data.label_map: {"NO": "no", "Yes": "yes"}' in said, said
     (tmp_path / "c.yaml").write_text(CASED.format(units=4, extra=""))
     code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "r")
     assert code == 0 and "differ only in case" in " ".join((out + err).split())
-    (tmp_path / "c.yaml").write_text(CASED.format(units=2, extra=", label_map: {NO: no, Yes: yes}"))
+    (tmp_path / "c.yaml").write_text(CASED.format(units=2, extra=', label_map: {"NO": "no", "Yes": "yes"}'))
     code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "merged")
     assert code == 0 and "differ only in case" not in out + err, err
     write_csv(tmp_path / "b.csv", ["a", "y"], [[i, ["yes", "no", "Yes"][i % 3]] for i in range(30)])
     with pytest.raises(DataError, match=r"the target has 3 \('Yes', 'no', 'yes'\); labels that differ only in case: 'Yes', 'yes' .*"
-                                        r"data.label_map: \{Yes: yes\}"):
+                                        r'data.label_map: \{"Yes": "yes"\}'):
         prepare(DataConfig(train=tmp_path / "b.csv", target="y"), "binary", 0)
 
 

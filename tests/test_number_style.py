@@ -175,3 +175,6 @@ def test_a_new_file_whose_numbers_read_another_way_is_warned_about(capsys, tmp_p
     assert code == 0 and "look written" not in err, err
     code, _, err = run_cli(capsys, "evaluate", model, str(tmp_path / "eu.csv"))
     assert code == 0 and "look written" not in err, err
+    _write(tmp_path, "eu_plain.tsv", _values(), lambda v, grouped=True: european(v, False), "\t")
+    _, log = _train(capsys, tmp_path, "eu_plain.tsv", ", decimal: ','")  # declared, thousands unset: agrees
+    assert "look written" not in log, log

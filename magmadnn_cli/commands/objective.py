@@ -23,10 +23,14 @@ def objective_direction(search: SearchConfig) -> str:
 
 
 def check_measurable(config: Config) -> None:
-    """An objective of validation metrics needs validation rows: data.validation_split, data.validation
-    or search.folds (without them every trial would end with no objective)."""
+    """An objective the trials report: accuracy for a classification loss, and validation metrics
+    from validation rows (data.validation_split, data.validation or search.folds); else every trial
+    would end with no objective."""
     search, data = config.search, config.data
     metrics = [search.objective] if isinstance(search.objective, str) else list(search.objective)
+    if "val_accuracy" in metrics and config.loss.task == "regression":
+        raise ConfigError(f"search.objective: val_accuracy needs a classification loss; loss {config.loss.type} "
+                          "reports val_loss (use objective: val_loss, or leave it out)")
     measured = [m for m in metrics if m.startswith("val_")]
     if measured and not (search.folds or data.validation or data.validation_split > 0):
         raise ConfigError(f"search.objective {measured[0]} is measured on validation rows, and the config holds out "

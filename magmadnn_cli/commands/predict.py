@@ -65,33 +65,40 @@ def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, dict
     return normalized
 
 
-def _fill_names(saved: SavedModel, names: list[str]) -> list[str]:
-    """How training filled each named column's missing cells, in words."""
-    cfg, kinds = saved.config.data, {c.name: c.kind for c in saved.encoder.columns}
-    return [fill_name(cfg.column_spec(n).missing or cfg.missing_values, kinds[n]) for n in names]
+def _fill_of(saved: SavedModel, name: str) -> str:
+    """How training fills a column's missing cells, and with what: 'median 0.25', 'most frequent value 'blue''."""
+    column = next(c for c in saved.encoder.columns if c.name == name)
+    value = f"{column.fill:.6g}" if isinstance(column.fill, float) else repr(column.fill)
+    return f"{fill_name(_strategy(saved, name), column.kind)} {value}"
+
+
+def _strategy(saved: SavedModel, name: str) -> str:
+    cfg = saved.config.data
+    return cfg.column_spec(name).missing or cfg.missing_values
 
 
 def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, int]:
-    """Per column, the missing cells filled as in training; with --strict (or data.missing_values:
-    error) the first in file order is refused."""
+    """Per column, the missing cells filled as in training; the first in file order is refused with
+    --strict, or in a column the model takes complete only (data.missing_values: error)."""
     if table.x.ndim > 2 or saved.encoder.width == 0:
         return {}  # arrays: NaN is refused by encode_features
-    masks = saved.encoder.missing(table.raw)
-    if masks and (strict or saved.config.data.missing_values == "error"):
-        raw = table.raw
-        name, mask = min(masks.items(), key=lambda item: raw.row(raw.first(item[1])))
-        raise DataError(f"{table.source}: column {name!r}, data row {raw.row(raw.first(mask))}: a missing cell; "
-                        f"--strict refuses them (without --strict it is filled with the training rows' "
-                        f"{_fill_names(saved, [name])[0]}, as in training)")
+    masks, raw = saved.encoder.missing(table.raw), table.raw
+    refused = [n for n in masks if strict or _strategy(saved, n) == "error"]
+    if refused:
+        name = min(refused, key=lambda n: raw.row(raw.first(masks[n])))
+        why = (f"the model was trained with missing cells refused (data.missing_values: error), so it takes complete "
+               f"rows only: fill the cell" if _strategy(saved, name) == "error" else
+               f"--strict refuses them (without --strict it is filled as in training: {_fill_of(saved, name)})")
+        raise DataError(f"{table.source}: column {name!r}, data row {raw.row(raw.first(masks[name]))}: a missing "
+                        f"cell; {why}")
     return {name: int(mask.sum()) for name, mask in masks.items()}
 
 
 def filled_note(filled: dict[str, int], saved: SavedModel, source: str) -> str | None:
     if not filled:
         return None
-    how = ", ".join(dict.fromkeys(_fill_names(saved, list(filled))))
-    return (f"{source}: missing cells filled as in training (the training rows' {how}): "
-            f"{', '.join(f'{name} ({n})' for name, n in filled.items())} (--strict refuses them)")
+    return (f"{source}: missing cells filled as in training: "
+            f"{', '.join(f'{name} ({n}: {_fill_of(saved, name)})' for name, n in filled.items())} (--strict refuses them)")
 
 
 def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:

@@ -209,17 +209,10 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
-    def _objective_fits_the_loss(self) -> "Config":
-        """search.objective auto becomes the task's metric; accuracy is refused for a regression loss."""
-        if self.search is None:
-            return self
-        regression = self.loss.task == "regression"
-        if self.search.objective == "auto":
-            self.search.objective = "val_loss" if regression else "val_accuracy"
-        if regression and "val_accuracy" in ([self.search.objective] if isinstance(self.search.objective, str)
-                                             else self.search.objective):
-            raise ValueError(f"search.objective: val_accuracy needs a classification loss; loss {self.loss.type} "
-                             "reports val_loss (use objective: val_loss, or leave it out)")
+    def _objective_of_the_task(self) -> "Config":
+        """search.objective auto becomes the task's metric (`tune` checks that it can be measured)."""
+        if self.search is not None and self.search.objective == "auto":
+            self.search.objective = "val_loss" if self.loss.task == "regression" else "val_accuracy"
         return self
 
     @model_validator(mode="after")

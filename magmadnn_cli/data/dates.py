@@ -73,7 +73,8 @@ FORMATS = ("%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y/%m/%d", "%d-%m-%Y", "%m-%d-%Y
 
 
 def formats_of(values: np.ndarray, sample: int = 200) -> list[str]:
-    """The common date formats in which every one of these distinct text values (up to `sample` of
-    them) is a date: the data.date_format candidates for a column that is not ISO 8601."""
-    values = values[:sample]
+    """The common date formats in which every one of these distinct text values (`sample` of them,
+    spread over all: sorted values start alike) is a date: the data.date_format candidates for a
+    column that is not ISO 8601."""
+    values = values[::max(1, -(-len(values) // sample))]
     return [f for f in FORMATS if all(parse(str(v), f) is not None for v in values)] if len(values) else []

@@ -91,12 +91,12 @@ def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
 def other_style_note(path: Any, seen: tuple[str, str] | None, decimal: str, thousands: str) -> str | None:
     """A warning for a file whose own lines write numbers in style `seen`, read in the declared (or
     the model's) style instead; None when they agree."""
-    if seen is None or seen == (decimal, thousands or ""):
+    if seen is None or seen[0] == decimal:  # the same decimal mark: a grouping the file lacks changes nothing
         return None
     how = (lambda d, t: f"{d!r} as the decimal mark and {t!r} between thousands" if t else f"{d!r} as the decimal mark")
     return (f"{path}: its numbers look written with {how(*seen)}, but are read with {how(decimal, thousands)}, as "
-            "data.decimal and data.thousands say (the training file's style, saved with the model); check the "
-            "results, or write the file in that style")
+            "data.decimal and data.thousands say (set in the config, or read off the training file and saved with "
+            "the model); check the results, or write the file in that style")
 
 
 def typed_cells(cells: np.ndarray, dtype: Any, text: set[int] = frozenset(), decimal: str = ".",

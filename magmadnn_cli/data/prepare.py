@@ -100,9 +100,13 @@ def _closest_label(key: str, labels: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def case_variants(classes: list[Any]) -> str:
-    """A sentence naming the text labels that differ only in case (separate classes) and the
-    data.label_map that merges each group into its spelling with the fewest capitals; '' if none."""
+YAML_WORDS = re.compile(r"(?i)null|~|true|false|yes|no|on|off|y|n")  # quoted where a label is written in YAML
+
+
+def case_variants(classes: list[Any], shown: int = 6) -> str:
+    """A sentence naming the text labels that differ only in case (separate classes; the first
+    `shown` groups) and the data.label_map that merges each group into its spelling with the fewest
+    capitals; '' if none."""
     groups: dict[str, list[str]] = {}
     for label in classes:
         if isinstance(label, str):
@@ -111,13 +115,15 @@ def case_variants(classes: list[Any]) -> str:
     if not twins:
         return ""
     merged = {}
-    for group in twins:
+    for group in twins[:shown]:
         keep = min(group, key=lambda s: (sum(ch.isupper() for ch in s), s))
         merged.update({label: keep for label in group if label != keep})
-    plain = (lambda s: s if re.fullmatch(r"[A-Za-z][\w .-]*", s) and s == s.strip() else json.dumps(s))
-    return ("labels that differ only in case: " + "; ".join(", ".join(map(repr, g)) for g in twins)
+    plain = (lambda s: s if re.fullmatch(r"[A-Za-z][\w .-]*", s) and s == s.strip() and not YAML_WORDS.fullmatch(s)
+             else json.dumps(s))
+    more = f"; ... ({len(twins)} groups)" if len(twins) > shown else ""
+    return ("labels that differ only in case: " + "; ".join(", ".join(map(repr, g)) for g in twins[:shown]) + more
             + " are separate classes; data.label_map: {" + ", ".join(f"{plain(k)}: {plain(v)}" for k, v in merged.items())
-            + "} merges them")
+            + (", ..." if more else "") + "} merges them")
 
 
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
