@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -138,7 +139,12 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
     return None
 
 
-DATA_SUFFIXES = (".csv", ".tsv", ".txt", ".data", ".parquet", ".pq", ".feather", ".arrow", ".jsonl", ".ndjson")
+DATA_NAME = re.compile(r"(?i).*\.(csv|tsv|txt|data|parquet|pq|feather|arrow|jsonl|ndjson)(\.(gz|bz2|xz))?")
+
+
+def is_data_name(path: Path) -> bool:
+    """Whether a file's name is a data file's (eu.csv, train.jsonl.gz; not eu.csv.yaml)."""
+    return DATA_NAME.fullmatch(path.name) is not None
 
 
 def _what_else(path: Path) -> str:
@@ -146,7 +152,7 @@ def _what_else(path: Path) -> str:
     name = path.name.lower()
     if name.endswith((".yaml", ".yml")):
         return f"a YAML config, not a model file: train it first (magmadnn train {path}), then use the run's model.npz"
-    if any(f"{kind}." in name or name.endswith(kind) for kind in DATA_SUFFIXES):
+    if is_data_name(path):
         return "a data file, not a model file (model.npz from magmadnn train, or its run folder)"
     return "not an .npz archive"
 

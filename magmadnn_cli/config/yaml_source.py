@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from ..files import DATA_SUFFIXES
+from ..files import is_data_name
 
 MAX_ALIASES = 1000  # YAML aliases beyond this are refused (a "billion laughs" guard) ...
 MAX_EXPANSION = 100_000  # ... and so are aliases that expand to more values than this (reached through them)
@@ -249,7 +249,7 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
                           ) from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc.strerror or exc}") from exc
-    if any(f"{kind}." in path.name.lower() or path.name.lower().endswith(kind) for kind in DATA_SUFFIXES):
+    if is_data_name(path):
         raise ConfigError(f"{path}: a data table, not a YAML config; a config names it in data.train (see "
                           "configs/*.yaml, or `magmadnn schema`), then: magmadnn train CONFIG")
     data, node = parse_yaml(text, str(path))
