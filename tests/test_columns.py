@@ -460,3 +460,27 @@ def test_a_number_column_of_distinct_consecutive_whole_numbers_is_named_as_a_lik
     assert "data.columns.house_id: ignore" in said[0], said
     quiet = prepare(_cfg(tmp_path, text, validation_split=0.2, columns={"house_id": "number"}), "classification", 0)
     assert not any("whole number" in n for n in quiet.notes)
+
+
+def _disguised(copy, task: str) -> str:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(60):
+        t, lab = round(float(rng.normal()), 3), "xy"[i % 2]
+        rows.append(f"{rng.normal():.3f},{copy(i, t, lab)},{'abc'[i % 3]},{t if task == 'regression' else lab}")
+    return "size,copy,kind,label\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("task,copy,honest", [
+    ("regression", lambda i, t, lab: f"{3 * t + 1:.4f}", lambda i, t, lab: f"{3 * t + 1 + (i % 5) * 0.1:.4f}"),
+    ("classification", lambda i, t, lab: {"x": "code7", "y": "code9"}[lab],
+     lambda i, t, lab: {"x": "code7", "y": "code9"}[lab] if i % 5 else "code7"),
+])
+def test_a_feature_that_is_the_target_in_disguise_is_named(tmp_path, task, copy, honest):
+    """A newcomer's sales file held units_copy, the target again: the model learnt to read it and
+    scored perfectly, without a word. A column that is close to the target is a feature."""
+    data = prepare(_cfg(tmp_path, _disguised(copy, task), validation_split=0.2), task, 0)
+    said = [n for n in data.notes if "copy of the answer" in n]
+    assert len(said) == 1 and "column(s) 'copy' " in said[0] and "data.columns.copy: ignore" in said[0], data.notes
+    kept = prepare(_cfg(tmp_path, _disguised(honest, task), validation_split=0.2), task, 0)
+    assert not any("copy of the answer" in n for n in kept.notes), kept.notes

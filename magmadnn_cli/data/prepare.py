@@ -18,6 +18,7 @@ from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder
 from .fitting import fit
+from .leakage import target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 
@@ -294,6 +295,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
     notes = table.notes + notes + [n for n in [case_variants(classes)] if n]
+    if table.x.ndim == 2 and cfg.shape is None:
+        notes += target_copies(table.raw.rows(parts["train"]), table.features, labels[parts["train"]], task, cfg.target)
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
     numbers = encoder.number_mask() if encoder.columns else None
