@@ -484,3 +484,14 @@ def test_a_feature_that_is_the_target_in_disguise_is_named(tmp_path, task, copy,
     assert len(said) == 1 and "column(s) 'copy' " in said[0] and "data.columns.copy: ignore" in said[0], data.notes
     kept = prepare(_cfg(tmp_path, _disguised(honest, task), validation_split=0.2), task, 0)
     assert not any("copy of the answer" in n for n in kept.notes), kept.notes
+
+
+@pytest.mark.parametrize("cells,hint", [
+    ([f"{5 * (i % 8)}%" for i in range(60)], "but they look like numbers with '%' signs"),
+    ([f"{1 + i % 12:02d}/15/2023" for i in range(60)], "but they read as dates in data.date_format: '%m/%d/%Y'"),
+])
+def test_a_category_column_of_signed_numbers_or_dates_says_how_to_read_it(tmp_path, cells, hint):
+    """A newcomer's '16%' discounts (40 values in 270 rows) became 40 one-hot inputs without a word."""
+    data = prepare(_cfg(tmp_path, _mostly_unique_csv(cells), validation_split=0), "classification", 0)
+    said = [n for n in data.notes if "column 'when' is read as" in n]
+    assert len(said) == 1 and hint in said[0], data.notes

@@ -29,7 +29,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
         if spec.type is None and column.kind != "number":
             inferred[name] = _described(column)
             if column.kind == "category":
-                sparse.append(_mostly_distinct(name, column.categories, len(raw.x) - missing))
+                sparse.append(_category_warning(name, column.categories, len(raw.x) - missing))
         elif spec.type is None and j not in raw.text and cfg.shape is None:
             sparse.append(_row_number(name, raw.x[:, j]))
         if missing and spec.missing is None and cfg.missing_values == "auto":
@@ -199,17 +199,17 @@ def _category_unless_identifier(name: str, source: str, present: int, values: np
                     f"keep it as categories if its values do repeat in new data (data.columns.{name}: category)")
 
 
-def _mostly_distinct(name: str, categories: list[str], present: int, rows: int = 20, share: float = 0.5) -> str:
+def _category_warning(name: str, categories: list[str], present: int, rows: int = 20, share: float = 0.5) -> str:
     """A warning for an inferred category column whose values are mostly distinct (more than `share`
-    of at least `rows` present training cells): free text, or dates or numbers in a spelling not read
-    as such, whose one-hot inputs (most values seen once) new rows would rarely match; '' otherwise."""
-    if present < rows or len(categories) <= share * present:
-        return ""
-    values = np.array(categories, dtype=str)
-    hint = _looks_like(values)
-    return (f"column {name!r} has {len(categories)} different values in its {present} present training cells "
-            f"({', '.join(map(repr, categories[:3]))}, ...): as categories they add {len(categories)} inputs that new "
-            f"rows rarely match{'; ' + hint if hint else ''}; data.columns.{name}: ignore leaves it out")
+    of at least `rows` present training cells: free text, dates or numbers in a spelling not read as
+    such, one-hot inputs that new rows would rarely match), or are all dates or signed numbers; '' otherwise."""
+    hint = _looks_like(np.array(categories, dtype=str))
+    shown = f"{', '.join(map(repr, categories[:3]))}, ..."
+    if present >= rows and len(categories) > share * present:
+        return (f"column {name!r} has {len(categories)} different values in its {present} present training cells "
+                f"({shown}): as categories they add {len(categories)} inputs that new rows rarely match"
+                f"{'; ' + hint if hint else ''}; data.columns.{name}: ignore leaves it out")
+    return f"column {name!r} is read as {len(categories)} categories ({shown}), but {hint}" if hint else ""
 
 
 def _row_number(name: str, values: np.ndarray, rows: int = 20) -> str:
@@ -238,12 +238,13 @@ def _looks_like(values: np.ndarray) -> str:
         return f"they read as dates in data.date_format: {formats[0]!r}"
     if formats:
         return f"they read as dates: set data.date_format ({' or '.join(map(repr, formats[:3]))})"
-    texts = [str(v).strip() for v in values[:200]]
+    texts = [str(v).strip() for v in values[::max(1, -(-len(values) // 200))]]  # spread over the sorted values
     signed = [t for t in texts if t[:1] in SIGNS or t[-1:] in SIGNS]
     if len(signed) * 2 >= len(texts) and all(is_number(t.strip(SIGNS + " ").replace(",", "")) for t in signed):
         signs = sorted({c for t in signed for c in (t[0], t[-1]) if c in SIGNS})
+        example = "16, not 16%" if signs == ["%"] else "1234.5, not $1,234.50"
         return (f"they look like numbers with {' and '.join(repr(c) for c in signs)} signs, which are not read as "
-                "numbers: write the column without them (e.g. 1234.5, not $1,234.50)")
+                f"numbers: write the column without them (e.g. {example})")
     return ""
 
 
