@@ -67,9 +67,10 @@ def iso(value: float) -> str:
     return str(moment.astype("datetime64[D]")) if value % DAY == 0 else str(moment)
 
 
+# common non-ISO spellings (not %d.%m.%y: version numbers such as 1.2.3 read so)
 FORMATS = ("%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y/%m/%d", "%d-%m-%Y", "%m-%d-%Y", "%m/%d/%y", "%d/%m/%y",
-           "%d.%m.%y", "%d %b %Y", "%b %d %Y", "%b %d, %Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M",
-           "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S", "%Y/%m/%d %H:%M:%S")  # common non-ISO spellings
+           "%d %b %Y", "%b %d %Y", "%b %d, %Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M",
+           "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S", "%Y/%m/%d %H:%M:%S")
 
 
 def formats_of(values: np.ndarray, sample: int = 200) -> list[str]:
