@@ -220,6 +220,10 @@ def test_summary_counts_the_inputs_the_trained_model_has(capsys, tmp_path):
     assert code == 0
     assert f"input ({inputs},)" in out and inputs < 40 + 2 + 1  # some codes are only in the 12 validation rows
     assert f"{params:,}" in out.split("total")[1]
+    caption = f"inputs: code {inputs - 3} (category), kind 2 (category); 1 number column(s), 1 each"
+    assert caption in out, out  # where the width comes from
+    code, out, _ = run_cli(capsys, "summary", run)  # the saved model's own encoder says the same
+    assert code == 0 and caption in out, out
 
 
 def test_summary_of_a_saved_model_needs_neither_config_nor_data(capsys, blobs, tmp_path):

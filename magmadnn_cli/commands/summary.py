@@ -12,7 +12,8 @@ from typing import Any
 
 from ..config.schema import Config
 from ..errors import ConfigError
-from ..data.prepare import sample_shape_of
+from ..data.columns import ColumnEncoder
+from ..data.prepare import sample_inputs
 from ..core.graph.convolution import candidates, rule
 from ..nn.layers import Conv2D, all_layers, build_layers
 from ..reporting import grid
@@ -32,13 +33,14 @@ def summarize_saved(path: Path, overrides: list[str] | None) -> Any:
         raise ConfigError(f"--set changes a config; {path} is a saved model, summarized as it was trained "
                           "(summarize its config.yaml to try changes)")
     saved = load(model_file(path))
-    return summarize(saved.config, tuple(saved.sample_shape))
+    return summarize(saved.config, (tuple(saved.sample_shape), saved.encoder))
 
 
-def summarize(config: Config, shape: tuple[int, ...] | None = None) -> Any:
-    """The table for a config (`shape`: the input, where known; else from its data)."""
-    known = shape is not None
-    shape = shape if known else sample_shape_of(config.data, task_of(config), config.seed or 0)
+def summarize(config: Config, inputs: tuple[tuple[int, ...], ColumnEncoder | None] | None = None) -> Any:
+    """The table for a config (`inputs`: the input shape and its column encoder, where known; else
+    from its data); its caption lists the inputs wider than a number column, and conv algorithms."""
+    known = inputs is not None
+    shape, encoder = inputs if known else sample_inputs(config.data, task_of(config), config.seed or 0)
     title = f"{config.name}: input {shape}"
     if not known and config.seed is None and not (config.data.shape or config.data.synthetic):
         title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
@@ -54,10 +56,25 @@ def summarize(config: Config, shape: tuple[int, ...] | None = None) -> Any:
         rows.append([layer.name, layer.type, str(shape), f"{params:,}", f"{flops:,}", _short(layer)])
     rows.append(["total", "", "", f"{total_params:,}", f"{total_flops:,}", ""])
     header = ["layer", "type", "output shape", "parameters", "FLOPs/sample", "conv"]
-    if not any(isinstance(layer, Conv2D) for layer in all_layers(layers)):
-        return grid(title, header[:-1], [row[:-1] for row in rows], left=2)
-    notes = [f"{layer.name}: {_algorithm(layer)}" for layer in all_layers(layers) if isinstance(layer, Conv2D)]
-    return grid(title, header, rows, left=2, caption="conv algorithm: " + "; ".join(notes))
+    convs = [f"{layer.name}: {_algorithm(layer)}" for layer in all_layers(layers) if isinstance(layer, Conv2D)]
+    caption = "\n".join(c for c in (_inputs_caption(encoder), "conv algorithm: " + "; ".join(convs) if convs else "")
+                         if c) or None
+    if not convs:
+        return grid(title, header[:-1], [row[:-1] for row in rows], left=2, caption=caption)
+    return grid(title, header, rows, left=2, caption=caption)
+
+
+def _inputs_caption(encoder: ColumnEncoder | None, shown: int = 12) -> str:
+    """'inputs: color 3 (category), listed 5 (date); 4 number columns': where the input's width
+    comes from, when some column encodes into more (or other) than one number."""
+    columns = [c for c in encoder.columns if c.kind != "constant"] if encoder is not None else []
+    wide = [c for c in columns if c.kind != "number" or c.width != 1]
+    if not wide:
+        return ""
+    plain = len(columns) - len(wide)
+    listed = ", ".join(f"{c.name} {c.width} ({c.kind}{' + missing indicator' if c.indicator else ''})"
+                       for c in wide[:shown]) + (f", ... ({len(wide) - shown} more)" if len(wide) > shown else "")
+    return f"inputs: {listed}" + (f"; {plain} number column(s), 1 each" if plain else "")
 
 
 def _short(layer: Any) -> str:

@@ -326,14 +326,20 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
-    """The per-sample input shape `prepare` gives: columns encoded as fitted on the training rows of
-    the same split (a category seen only in held-out rows adds no input)."""
+    """The per-sample input shape `prepare` gives (see `sample_inputs`)."""
+    return sample_inputs(cfg, task, seed)[0]
+
+
+def sample_inputs(cfg: DataConfig, task: str, seed: int) -> tuple[tuple[int, ...], ColumnEncoder | None]:
+    """The per-sample input shape `prepare` gives, and the column encoder behind it (None for arrays):
+    columns encoded as fitted on the training rows of the same split (a category seen only in
+    held-out rows adds no input)."""
     if cfg.shape:
-        return tuple(cfg.shape)
+        return tuple(cfg.shape), None
     if cfg.synthetic is not None:
-        return (cfg.synthetic.features,)
+        return (cfg.synthetic.features,), None
     table = _read(cfg, seed)
     if table.x.ndim > 2:
-        return tuple(table.x.shape[1:])
+        return tuple(table.x.shape[1:]), None
     encoder, _ = fit_encoder(table, _split(table, cfg, task, seed)[2]["train"], cfg)
-    return tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)
+    return (tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)), encoder
