@@ -75,6 +75,18 @@ def test_env_says_what_a_run_would_use():
     assert "none: not started by mpiexec or srun" in " ".join(table.split()), table  # not a bare 0
 
 
+@pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec")
+def test_env_under_mpiexec_answers_once_without_waiting_for_the_other_ranks():
+    """`mpiexec -n 2 magmadnn env` hung for good: rank 1 left at once (env runs on rank 0 only) while
+    rank 0 started MPI to ask its version, and MPI_Init waited for rank 1."""
+    import json
+    done = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "magmadnn_cli", "env", "--json"],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)  # once: rank 0's
+    assert "MPICH" in facts["mpi_library"] and facts["launched_ranks"] == 2 and facts["this_rank"] == 0
+
+
 @pytest.mark.parametrize("plugin,variables", [
     ("pmix", {"PMIX_RANK": "3", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3"}),
     ("pmi2", {"PMI_FD": "5", "PMI_RANK": "3", "PMI_SIZE": "4", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3"}),

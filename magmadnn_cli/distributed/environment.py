@@ -35,6 +35,9 @@ def _mpi() -> dict[str, Any]:
     except MagmaError:
         launcher = None
     try:
+        if launched_ranks() > 1:  # one rank of a job whose other ranks do not start MPI (env runs once):
+            import mpi4py  # noqa: PLC0415  MPI_Init would wait for them; the version needs no init
+            mpi4py.rc.initialize = mpi4py.rc.finalize = False
         from mpi4py import MPI  # noqa: PLC0415 (initializes MPI: only when asked)
         text = mpi_library_text()
         library, version, way = first_line(text), ".".join(map(str, MPI.Get_version())), transport(text)
@@ -45,7 +48,7 @@ def _mpi() -> dict[str, Any]:
 
 
 def mpi_library_text() -> str:
-    """MPI_Get_library_version's text (initializes MPI)."""
+    """MPI_Get_library_version's text (importing mpi4py.MPI starts MPI unless mpi4py.rc says not)."""
     from mpi4py import MPI  # noqa: PLC0415
     return MPI.Get_library_version().rstrip("\x00")
 
