@@ -139,10 +139,22 @@ def test_a_fresh_run_replaces_the_event_files_of_the_run_it_replaces(tmp_path, c
     _assert_scalars_are_the_metrics(run, run / "logs" / "tb")
 
 
-def test_an_absolute_folder_is_used_as_given(tmp_path, capsys):
+def test_a_shared_folder_keeps_every_runs_events_in_a_subfolder_per_run(tmp_path, capsys):
+    """A second run into one --logdir removed the first run's event files (a newcomer lost runA's
+    curves): a folder outside the run folder is shared, and each run writes <folder>/<run folder name>,
+    as Lightning's versions; only the run that replaces a run replaces its events."""
     config = project(tmp_path, TRACKED.replace("tensorboard: true", f"tensorboard: {tmp_path / 'tb'}"))
-    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
-    _assert_scalars_are_the_metrics(tmp_path / "run", tmp_path / "tb")
+    for name in ("a", "b"):
+        assert run_cli(capsys, "train", config, "--out", tmp_path / name, "-q")[0] == 0
+    (tmp_path / "elsewhere").mkdir()
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "elsewhere" / "a", "-q")[0] == 0  # a's name again
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["a", "a-2", "b"]
+    for run, logs in (("a", "a"), ("b", "b"), ("elsewhere/a", "a-2")):
+        _assert_scalars_are_the_metrics(tmp_path / run, tmp_path / "tb" / logs)
+    code, out, _ = run_cli(capsys, "train", config, "--out", tmp_path / "b", "--overwrite")
+    assert code == 0 and f"removed 1 TensorBoard event file(s) of an earlier run in {tmp_path / 'tb' / 'b'}" in out
+    assert len(list((tmp_path / "tb" / "a").glob("*tfevents*"))) == 1  # a's events are a's
+    _assert_scalars_are_the_metrics(tmp_path / "b", tmp_path / "tb" / "b")
 
 
 @pytest.mark.mpi

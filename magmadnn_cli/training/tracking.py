@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import socket
@@ -25,11 +26,13 @@ import yaml
 from ..config.schema import Config, Tracking
 from ..distributed import Communicator
 from ..errors import Interrupted, MagmaError
+from ..files import write_text
 from ..reporting import Reporter
 from . import events
 
 MLFLOW_EXTRA = "pip install 'magmadnn-cli[mlflow]'"
 SUFFIX = ".magmadnn"  # our events files: a fresh run removes only these
+OWNER = ".magmadnn-run"  # in a shared log folder's subfolder: the run folder whose events it holds
 
 
 class Tracker(Protocol):
@@ -58,16 +61,20 @@ def epoch_scalars(metrics: dict[str, Any]) -> dict[str, float]:
 class TensorBoard:
     """A new events file in `folder` per run start. A fresh run first removes the event files an
     earlier run wrote there (TensorBoard would mix the two); a resumed run skips every (tag, step)
-    they hold. Each record is one write of its whole framing; fsynced after each epoch."""
+    they hold. `folder` is the run's own (in its run folder) or, in a shared log folder, the run's
+    subfolder there, marked with its `owner`. Each record is one write of its whole framing;
+    fsynced after each epoch."""
 
-    def __init__(self, folder: Path, resumed: bool, reporter: Reporter) -> None:
-        self.folder, self.resumed, self.reporter = folder, resumed, reporter
+    def __init__(self, folder: Path, resumed: bool, reporter: Reporter, owner: str | None = None) -> None:
+        self.folder, self.resumed, self.reporter, self.owner = folder, resumed, reporter, owner
         self.fd: int | None = None
         self.written: set[tuple[str, int]] = set()
 
     def begin(self, params: dict[str, Any], config_text: str) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
+            if self.owner is not None:  # a shared folder's subfolder: whose run it holds
+                write_text(self.folder / OWNER, self.owner)
             ours = sorted(self.folder.glob(f"events.out.tfevents.*{SUFFIX}"))
             if self.resumed:
                 self.written = set().union(*(events.tags_and_steps(p) for p in ours))
@@ -200,13 +207,28 @@ def check_tracking(tracking: Tracking | None) -> None:
 def trackers(config: Config, out_dir: Path, resumed: bool, reporter: Reporter) -> list[Tracker]:
     tracking, found = config.tracking, []
     if tracking is not None and tracking.tensorboard is not False:
-        folder = Path("tensorboard") if tracking.tensorboard is True else \
-            Path(os.path.expandvars(str(tracking.tensorboard))).expanduser()
-        found.append(TensorBoard(out_dir / folder, resumed, reporter))  # an absolute folder stays itself
+        folder = out_dir / (Path("tensorboard") if tracking.tensorboard is True else  # an absolute one stays itself
+                            Path(os.path.expandvars(str(tracking.tensorboard))).expanduser())
+        inside = os.path.abspath(folder).startswith(os.path.join(os.path.abspath(out_dir), ""))
+        owner = None if inside else os.path.abspath(out_dir)
+        found.append(TensorBoard(folder if inside else run_subfolder(folder, out_dir), resumed, reporter, owner))
     if tracking is not None and tracking.mlflow is not None:
         from .mlflow_tracking import Mlflow  # noqa: PLC0415 (imports mlflow when it begins)
         found.append(Mlflow(tracking.mlflow, config.name, out_dir, resumed))
     return found
+
+
+def run_subfolder(logdir: Path, out_dir: Path) -> Path:
+    """A shared log folder's subfolder for this run, named after its run folder (as Lightning's
+    versions): the one whose owner file names this run folder, else the first that is free (a run
+    folder of the same name elsewhere gets <name>-2, ...)."""
+    owner = os.path.abspath(out_dir)
+    for k in itertools.count(1):
+        sub = logdir / (out_dir.name if k == 1 else f"{out_dir.name}-{k}")
+        mark = sub / OWNER
+        if not sub.exists() or (mark.is_file() and mark.read_text() == owner):
+            return sub
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
