@@ -277,6 +277,29 @@ def test_resuming_a_finished_run_says_so(capsys, blobs, tmp_path):
     assert code == 0 and "epoch 3 " in stdout and "epoch 2 " not in stdout, stderr
 
 
+def test_resuming_a_stopped_run_with_fewer_epochs_than_it_ran_is_refused(capsys, blobs, tmp_path, monkeypatch):
+    """A run set to 300 epochs by --set, stopped at 55 and resumed without the --set (the config's
+    30), was told it 'had already finished its 54 epochs' and written out as done."""
+    from magmadnn_cli.training.trainer import Trainer
+    real = Trainer._epoch
+
+    def stop_after_epoch_3(self, *args):
+        real(self, *args)
+        self.stop_requested = self.position.epoch >= 3  # as a signal caught in epoch 3 would
+
+    monkeypatch.setattr(Trainer, "_epoch", stop_after_epoch_3)
+    out = tmp_path / "stopped"
+    code, _, _ = run_cli(capsys, "train", blobs, "--out", out, "-q", "--set", "training.epochs=20")
+    assert code != 0 and not (out / "model.npz").exists()
+    monkeypatch.setattr(Trainer, "_epoch", real)
+    code, _, err = run_cli(capsys, "train", blobs, "--resume", out, "--set", "training.epochs=2")
+    said = " ".join(err.split())
+    assert code == 2 and "training.epochs: this config says 2, but the run was set to 20 epochs" in said, said
+    assert "--set training.epochs=20" in said and not (out / "model.npz").exists()
+    code, out_text, err = run_cli(capsys, "train", blobs, "--resume", out, "--set", "training.epochs=3")
+    assert code == 0 and (out / "model.npz").exists(), err  # ending it where it stopped, on purpose
+
+
 def test_the_json_schema_accepts_every_shipped_config_and_refuses_a_typo(capsys):
     import glob
     import json

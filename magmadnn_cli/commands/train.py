@@ -18,7 +18,7 @@ from ..config.schema import Config
 from ..core import backend as B
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess
-from ..errors import MagmaError
+from ..errors import ConfigError, MagmaError
 from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
@@ -188,6 +188,7 @@ def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     trainer, config = run.trainer, run.config
     trainer.stopper = run.stopper
     notes = check_compatible(ckpt, config, run.data.train) + restore(ckpt, trainer)
+    _refuse_ending_a_stopped_run(ckpt, trainer, config.training.epochs)
     notes += schedule_change(ckpt.meta["config"], config, trainer, len(run.data.train.x))
     if run.saver is not None:
         run.saver.last = ckpt.path
@@ -201,6 +202,18 @@ def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     elif pos.epoch > config.training.epochs:
         reporter.warn(f"the run had already finished its {done} epochs; raise training.epochs "
                       f"(e.g. --set training.epochs={done + 10}) to train on")
+
+
+def _refuse_ending_a_stopped_run(ckpt: Checkpoint, trainer: Trainer, epochs: int) -> None:
+    """A run stopped before the epochs it was set to, resumed with fewer epochs than it has run (its
+    --set left out): refused, naming both counts, before anything is written."""
+    planned = (ckpt.meta["config"].get("training") or {}).get("epochs")
+    done = len(trainer.history.epochs)
+    if isinstance(planned, int) and epochs < done < planned and not trainer.history.stopped_early:
+        raise ConfigError(f"training.epochs: this config says {epochs}, but the run was set to {planned} epochs "
+                          f"and stopped after epoch {done}: resumed so, it would end there. Continue it with "
+                          f"--set training.epochs={planned} (as it was started), or end it at epoch {done} on purpose "
+                          f"with --set training.epochs={done}")
 
 
 def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer, rows: int) -> list[str]:
