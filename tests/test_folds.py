@@ -85,9 +85,11 @@ def test_folds_over_two_ranks_equal_one_process(tmp_path):
     def run(*extra):
         out = tmp_path / ("two" if extra else "one")
         done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--folds", "3", "--out",
-                               str(out), "--set", "training.epochs=5", "-q", *extra], capture_output=True, text=True,
+                               str(out), "--set", "training.epochs=5", *extra], capture_output=True, text=True,
                               env=env, stdin=subprocess.DEVNULL, timeout=300)
         assert done.returncode == 0, done.stderr
+        said = [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("fold ")]
+        assert sorted(said) == ["fold 1/3", "fold 2/3", "fold 3/3"], done.stdout  # rank 1's fold 2 too, once
         return json.loads((out / "metrics.json").read_text())
     one, two = run(), run("--processes", "2")
     assert two["processes"] == 2

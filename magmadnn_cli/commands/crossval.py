@@ -113,8 +113,9 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
 
 def _run_folds(config: Config, folds: int, comm: Communicator, reporter: Reporter,
                begin: Callable[[], None]) -> list[dict[str, Any]]:
-    """This rank's folds (k = rank, rank + N, ...), then every rank's, in fold order. Fold 1 runs on
-    rank 0: once it has passed its checks, `begin` claims the folder."""
+    """This rank's folds (k = rank, rank + N, ...), each said as it ends, then every rank's, in fold
+    order (the others' said once gathered). Fold 1 runs on rank 0: once it has passed its checks,
+    `begin` claims the folder."""
     mine = {}
     for k in range(comm.rank, folds, comm.size):
         mine[k], notes = fold_metrics(config, k, folds, begin if k == 0 else None)
@@ -122,6 +123,8 @@ def _run_folds(config: Config, folds: int, comm: Communicator, reporter: Reporte
             reporter.info(note)
         _say(reporter, mine[k], folds)
     gathered = {k: r for part in comm.allgather(mine) for k, r in part.items()}
+    for k in sorted(set(gathered) - set(mine)):  # the other ranks' folds, said by this one (rank 0 speaks)
+        _say(reporter, gathered[k], folds)
     return [gathered[k] for k in range(folds)]
 
 
