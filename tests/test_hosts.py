@@ -234,3 +234,19 @@ def test_an_mpiexec_left_without_proxies_is_ended_and_a_working_one_is_not(tmp_p
     with pytest.raises(MagmaError, match="mpiexec has had no proxy or rank left for 1 s") as caught:
         launcher.launch(H.Layout(processes=2), ["train", "c.yaml"])
     assert "resolve on every node" in str(caught.value) and caught.value.exit_code == 255
+
+
+@pytest.mark.parametrize("args, fine", [(("--processes", "3"), False), (("--hosts", "a:2"), False),
+                                        (("--processes", "2"), True), (("--processes", "auto"), True)])
+def test_a_layout_that_contradicts_the_launcher_that_started_the_ranks_is_refused(capsys, tmp_path, monkeypatch,
+                                                                                    args, fine):
+    """`mpirun -n 2 magmadnn train ... --processes 3` trained on 2 ranks without a word."""
+    from magmadnn_cli.distributed.launcher import relaunch
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "0")
+    processes, hosts = (args[1], None) if args[0] == "--processes" else (None, args[1])
+    if fine:
+        assert relaunch(processes, None, hosts, False, 1, "distributed.processes") is None
+        return
+    with pytest.raises(MagmaError, match=r"this process is one of 2 ranks that mpiexec or srun started: its -n decides"):
+        relaunch(processes, None, hosts, False, 1, "distributed.processes")

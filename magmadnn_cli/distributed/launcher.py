@@ -129,8 +129,11 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
     """Start this command under mpiexec when the options (or the config's `configured` count, named
     `config_key` in messages) ask for ranks or hosts: the job's exit code; None where this process
     runs the command itself."""
-    if os.environ.get(GUARD) or launched_ranks():
-        return None  # already a rank (of our launch, mpiexec's or srun's): the layout is in place
+    if os.environ.get(GUARD):
+        return None  # a rank of our own launch: the layout is in place
+    if launched_ranks():  # started by mpiexec or srun: theirs decides
+        _check_external(launched_ranks(), processes, hostfile, hosts)
+        return None
     layout = resolve_layout(processes, hostfile, hosts, configured)
     if layout.processes <= 1 and not layout.hosts:
         return None
@@ -142,6 +145,20 @@ def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, ov
                           "resolve from here and take passwordless ssh, with this Python environment, the config and "
                           "the data at the same paths (docs/clusters.md, 'A way in')")
     return code
+
+
+def _check_external(ranks: int, processes: str | None, hostfile: Path | None, hosts: str | None) -> None:
+    """Under another's mpiexec or srun, options asking for other ranks or hosts are refused (every
+    rank raises it): they would be ignored without a word."""
+    asked = (f"--processes {processes}" if processes not in (None, "auto") and processes != str(ranks) else
+             "--hostfile" if hostfile is not None else "--hosts" if hosts is not None else None)
+    if asked:
+        raise _Collective(f"{asked}: this process is one of {ranks} ranks that mpiexec or srun started: its -n decides "
+                          f"the ranks and hosts; drop {asked.split()[0]}, or start the job with the layout you want")
+
+
+class _Collective(MagmaError):
+    collective = True  # every rank raises it: rank 0 says it, none waits for another
 
 
 HYDRA_LAUNCH_FAILED = 255  # hydra's exit when it cannot start or reach a host's proxy
