@@ -84,8 +84,19 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     cfg = _load(config, overrides, draw_seed=False)
     code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
     if code is not None:
-        raise typer.Exit(code)
+        _launched(code)
     return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
+
+
+def _launched(code: int) -> NoReturn:
+    """End as the job ended; a job a killed rank ended says how to go on (hydra prints only a banner)."""
+    from .commands.run_dir import killed_job_message
+    from .distributed.launcher import KILLING, JobEnded
+    from .distributed.leftovers import take_run_folder
+    folder = take_run_folder()
+    if code - 128 in KILLING:
+        raise JobEnded(killed_job_message(code - 128, folder), code)
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -18,12 +18,14 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from .. import __version__
 from ..distributed.comm import on_root
+from ..distributed.leftovers import record_run_folder
 from ..errors import MagmaError, ModelFileError
 from ..files import write_json
 from ..training.advice import resume_command
@@ -157,6 +159,7 @@ class FolderLock:
             except BaseException:
                 self.__exit__()
                 raise
+            record_run_folder(self.folder)  # for the launcher of --processes, if the job ends killed
             return self
         raise MagmaError(f"{self.path}: another process keeps taking this lock; try again")
 
@@ -315,6 +318,27 @@ def _no_model(folder: Path) -> str:
                 f"CONFIG --out {shlex.quote(str(folder))} --resume")
     return (f"{folder}: no {MODEL} in this folder; expected a model file or a run folder written by "
             "`magmadnn train` or `magmadnn tune`")
+
+
+CAUSES = {signal.SIGKILL: "killed (SIGKILL: the out-of-memory killer, a scheduler, or kill -9)",
+          signal.SIGSEGV: "ended by SIGSEGV (a crash)", signal.SIGBUS: "ended by SIGBUS (a crash, or /dev/shm full)",
+          signal.SIGABRT: "aborted (SIGABRT)"}
+
+
+def killed_job_message(signum: int, folder: Path | None) -> str:
+    """What the launcher of --processes says when a rank was killed, which ended the whole job: how to
+    go on from what the run folder (`folder`: the one its rank 0 claimed) holds."""
+    from ..training.checkpoint import listing  # noqa: PLC0415 (only after a killed job)
+    from .trial_log import resume_command as search_resume  # noqa: PLC0415
+    head = f"a rank was {CAUSES.get(signum, f'ended by signal {signum}')}, which ends every rank of the job"
+    if folder is None:
+        return f"{head}, before it claimed its folder: nothing was written; run the command again"
+    if classify(folder) == "search":
+        return f"{head}; the finished trials are journaled in {folder}. Continue with: {search_resume(folder)}"
+    if checkpoints := listing(folder / "checkpoints"):
+        return f"{head}; the newest checkpoint: {checkpoints[-1]}. Continue with: {resume_command(folder)}"
+    return (f"{head}; {folder} holds no checkpoint yet: train again with --out {shlex.quote(str(folder))} "
+            "--overwrite")
 
 
 def _folds(folder: Path) -> int | None:

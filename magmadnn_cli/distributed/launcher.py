@@ -19,6 +19,7 @@ from ..errors import MagmaError
 from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, relay_text
 from .comm import launched_ranks, local_ranks
 from .hosts import Layout, is_open_mpi, mpiexec_command, resolve_layout
+from .leftovers import RUN_RECORD, record_path, segments, sweep
 
 GUARD = "MAGMADNN_LAUNCHED"
 TERMINAL = "MAGMADNN_TERMINAL"  # "1": the launcher's output is a terminal (the ranks' may be a pty all the same)
@@ -162,6 +163,16 @@ class _Collective(MagmaError):
 
 
 HYDRA_LAUNCH_FAILED = 255  # hydra's exit when it cannot start or reach a host's proxy
+KILLING = {signal.SIGABRT, signal.SIGBUS, signal.SIGKILL, signal.SIGSEGV}  # hydra exits with the signal's number
+                                                                         # (returned as 128 + it, as a shell says)
+
+
+class JobEnded(MagmaError):
+    """The job ended as a killed rank ended it (exit 128 + the signal)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
 
 
 class LaunchFailed(MagmaError):
@@ -172,17 +183,19 @@ def launch(layout: Layout, argv: list[str]) -> int:
     """Run `magmadnn <argv>` as `layout` says; returns the job's exit code. Stop signals (SIGINT,
     SIGTERM, SIGUSR1) sent to this launcher are passed on to mpiexec (Open MPI's as their carriers,
     `signals.CARRIERS`), which passes them to every rank, so they write a checkpoint and stop; the
-    launcher waits for the job to end (`_wait`): it never leaves ranks behind. The ranks get `argv`
-    whole, so the resume hint repeats the layout as it was given."""
+    launcher waits for the job to end (`_wait`): it never leaves ranks behind, nor the shared memory
+    of ranks that were killed (`leftovers`). A rank killed by a signal gives 128 + it. The ranks get
+    `argv` whole, so the resume hint repeats the layout as it was given."""
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     carriers = CARRIERS if is_open_mpi(version) else {}  # its mpirun kills on SIGINT/SIGTERM: see signals
-    env = dict(os.environ, **{GUARD: "1", TERMINAL: "1" if sys.stdout.isatty() else "0"},
+    env = dict(os.environ, **{GUARD: "1", TERMINAL: "1" if sys.stdout.isatty() else "0", RUN_RECORD: str(record_path())},
                **({RELAY_VARIABLE: relay_text(carriers)} if carriers else {}))
     piped = {name: subprocess.PIPE if _is_pipe(getattr(sys, name)) else None for name in ("stdout", "stderr")}
     for stream in (sys.stdout, sys.stderr):  # what this process printed goes before the job's output
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    before = segments()
     # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
     job = subprocess.Popen(mpiexec_command(mpiexec, version, layout, argv), env=env, start_new_session=True,
                            preexec_fn=_die_with_parent(carriers.get(signal.SIGTERM, signal.SIGTERM))
@@ -196,9 +209,13 @@ def launch(layout: Layout, argv: list[str]) -> int:
         job.send_signal(carriers.get(signum, signum))
 
     previous = {sig: signal.signal(sig, forward) for sig in SIGNALS}
+    code = None
     try:
-        return _wait(job)
+        code = _wait(job)
+        return 128 + code if code in KILLING else code
     finally:
+        if code != 0:  # killed ranks never unlinked their shared memory
+            sweep(before)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for relay in relays:

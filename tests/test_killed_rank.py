@@ -1,0 +1,51 @@
+"""A rank killed by SIGKILL (the out-of-memory killer, a scheduler, kill -9) ends the whole job under
+hydra, which prints only its own banner. The launcher of `--processes N` then says what happened,
+names the newest checkpoint and the command that continues the run, and removes the shared-memory
+segments the killed ranks could not (each leaked 2 MB of /dev/shm, which is RAM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import find_mpiexec, job_processes, project, wait_until_gone
+
+SHM = Path("/dev/shm")
+
+
+def _segments() -> set[str]:
+    return {p.name for p in SHM.iterdir() if p.name.startswith("mpich_shm_")} if SHM.is_dir() else set()
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec in this environment")
+def test_a_killed_rank_is_said_with_the_resume_command_and_leaves_no_shared_memory(tmp_path):
+    config, out = project(tmp_path), tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    before = _segments()
+    job = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q",
+                            "--processes", "2", "--set", "training.epochs=5000",
+                            "--set", "training.checkpoint.every_steps=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while job.poll() is None and not list((out / "checkpoints").glob("step*.npz")):
+        assert time.monotonic() < deadline, "no checkpoint in 120 s"
+        time.sleep(0.02)
+    assert job.poll() is None, job.communicate()
+    processes = job_processes(job.pid)
+    ranks = sorted(pid for pid in processes - {job.pid}
+                   if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    os.kill(ranks[-1], signal.SIGKILL)
+    _, err = job.communicate(timeout=60)
+    said = " ".join(err.split())
+    assert job.returncode == 137, err
+    assert "a rank was killed (SIGKILL" in said and "the newest checkpoint: " in said, said
+    assert f"--resume {out}" in said and "--processes 2" in said, said
+    assert not wait_until_gone(processes), "a process of the job outlived it"
+    assert not _segments() - before, "shared-memory segments of the job were left in /dev/shm"
