@@ -83,20 +83,10 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     check_srun_step()
     cfg = _load(config, overrides, draw_seed=False)
     code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
-    if code is not None:
-        _launched(code)
+    if code is not None:  # the job ended: as it ended (one a killed rank ended says how to go on)
+        from .commands.run_dir import killed_job
+        raise killed_job(code) or typer.Exit(code)
     return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
-
-
-def _launched(code: int) -> NoReturn:
-    """End as the job ended; a job a killed rank ended says how to go on (hydra prints only a banner)."""
-    from .commands.run_dir import killed_job_message
-    from .distributed.launcher import KILLING, JobEnded
-    from .distributed.leftovers import take_run_folder
-    folder = take_run_folder()
-    if code - 128 in KILLING:
-        raise JobEnded(killed_job_message(code - 128, folder), code)
-    raise typer.Exit(code)
 
 
 @app.command()

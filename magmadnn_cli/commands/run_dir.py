@@ -25,7 +25,8 @@ from typing import Any, Iterator, Literal
 
 from .. import __version__
 from ..distributed.comm import on_root
-from ..distributed.leftovers import record_run_folder
+from ..distributed.launcher import KILLING, JobEnded
+from ..distributed.leftovers import record_run_folder, take_run_folder
 from ..errors import MagmaError, ModelFileError
 from ..files import write_json
 from ..training.advice import resume_command
@@ -323,6 +324,13 @@ def _no_model(folder: Path) -> str:
 CAUSES = {signal.SIGKILL: "killed (SIGKILL: the out-of-memory killer, a scheduler, or kill -9)",
           signal.SIGSEGV: "ended by SIGSEGV (a crash)", signal.SIGBUS: "ended by SIGBUS (a crash, or /dev/shm full)",
           signal.SIGABRT: "aborted (SIGABRT)"}
+
+
+def killed_job(code: int) -> MagmaError | None:
+    """After a --processes job ended with `code`: for one a killed rank ended (128 + the signal), the
+    error that says how to go on from the folder its rank 0 claimed; else None."""
+    folder = take_run_folder()  # read, and removed, whatever the ending
+    return JobEnded(killed_job_message(code - 128, folder), code) if code - 128 in KILLING else None
 
 
 def killed_job_message(signum: int, folder: Path | None) -> str:
