@@ -87,8 +87,11 @@ def _ended(job: subprocess.Popen, processes: set[int], within: float) -> str:
 
 
 def test_a_stopped_rank_ends_the_job_after_the_timeout_naming_it(tmp_path):
+    from magmadnn_cli.distributed.leftovers import segments
+    before = segments()
     job, processes = _start(tmp_path, "distributed.timeout=3")
     err = _ended(job, processes, within=15)
+    assert not segments() - before, "the aborted job left shared memory in /dev/shm"  # 2 MB of RAM a job
     assert f"rank 1 on {socket.gethostname()}" in err and "stopped answering" in err, err
     assert "distributed.timeout (3 s)" in err, err
     assert f"last checkpoint: {tmp_path / 'run' / 'checkpoints' / 'step00000010.npz'}" in err, err

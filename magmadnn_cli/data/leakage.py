@@ -45,10 +45,10 @@ def _rescaled(x: np.ndarray, y: np.ndarray, sample: int = 64) -> np.ndarray:
 
 def _affine(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     x, t = x.astype(np.float64), y.astype(np.float64)
-    spread, t_spread = x.std(axis=0), t.std()
-    if not x.shape[1] or t_spread == 0:
-        return np.zeros(x.shape[1], dtype=bool)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # values whose squares overflow are no copy of anything: r is NaN
+        spread, t_spread = x.std(axis=0), t.std()
+        if not x.shape[1] or not t_spread > 0:
+            return np.zeros(x.shape[1], dtype=bool)
         r = ((x - x.mean(axis=0)) * (t - t.mean())[:, None]).mean(axis=0) / (spread * t_spread)
     return np.isfinite(r) & (spread > 0) & (np.abs(r) > 1 - 1e-9)
 

@@ -1,7 +1,8 @@
 """What a job that did not end cleanly leaves, for the launcher of `--processes N` to deal with: the
 run folder its rank 0 claimed (written to a record file the launcher names, so the launcher can say
 how to continue the run), and the MPI shared-memory segments in /dev/shm that killed ranks never
-unlinked (MPICH removes its segments at MPI_Finalize: a SIGKILLed job left 2 MB of RAM each time)."""
+unlinked (MPICH removes its segments at MPI_Finalize: a SIGKILLed job left 2 MB of RAM each time).
+A rank that aborts the job unlinks the segments it maps first (`unlink_own_segments`)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,18 @@ def sweep(before: set[str]) -> list[str]:
         with contextlib.suppress(OSError):
             (SHM / name).unlink()
     return left
+
+
+def unlink_own_segments() -> None:
+    """Before MPI_Abort (which skips MPI_Finalize, where MPICH unlinks them): unlink the segments this
+    process maps. The other ranks keep their mappings; only the names go, so nothing is left."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            names = {line.split("/dev/shm/", 1)[1].split()[0] for line in maps if "/dev/shm/" in line}
+        for name in names:
+            if name.startswith(SEGMENTS):
+                with contextlib.suppress(OSError):
+                    (SHM / name).unlink()
 
 
 def _in_use() -> set[str]:

@@ -20,6 +20,7 @@ from ..errors import MagmaError
 from .comm import Communicator, launched_ranks, wait_until_read
 from .environment import first_line, mpi_library_text, transport
 from .launcher import share_node_cores
+from .leftovers import unlink_own_segments
 from .nccl import NcclReducer, load_nccl
 from .watchdog import Waits, watching
 
@@ -191,6 +192,7 @@ class MPICommunicator(Communicator):
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
             wait_until_read(stream)
+        unlink_own_segments()  # MPI_Abort skips MPI_Finalize, which would unlink them
         self.comm.Abort(code)
 
     # -- reduction strategies (each sums `buf` over ranks, in place, identically on every rank) --

@@ -27,6 +27,7 @@ from mpi4py import MPI
 
 from ..signals import WATCHED, meant
 from .comm import wait_until_read
+from .leftovers import unlink_own_segments
 
 PING, PONG = 1, 2  # tags on the watchdog's own communicator
 ANSWER = 2.0  # seconds a rank's watchdog has to answer a ping
@@ -146,6 +147,7 @@ class Watchdog(threading.Thread):
         wait_until_read(sys.stderr)  # the launcher drops what it has not read once the job aborts
         # COMM_WORLD's abort ends the job; MPICH ends only this process on any other communicator (our
         # Dup), and a rank on another host, stopped or stuck, would run on forever
+        unlink_own_segments()  # MPI_Abort skips MPI_Finalize, which would unlink them
         with contextlib.suppress(MPI.Exception):
             MPI.COMM_WORLD.Abort(128 + self.signals[-1] if self.signals else TIMED_OUT)
         # MPI_Abort returns when the launcher cannot be reached (a host cut off by the network); a rank
