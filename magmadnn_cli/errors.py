@@ -10,6 +10,12 @@ class MagmaError(Exception):
     collective = False  # True when every rank raises it at the same point (no MPI abort needed)
 
 
+class EveryRankError(MagmaError):
+    """A refusal every rank of a job raises at the same point: rank 0 says it, none waits for another."""
+
+    collective = True
+
+
 class ShapeError(MagmaError):
     """A layer, op or loss received an array of the wrong shape."""
 

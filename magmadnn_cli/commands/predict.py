@@ -86,19 +86,21 @@ def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, in
     refused = [n for n in masks if strict or _strategy(saved, n) == "error"]
     if refused:
         name = min(refused, key=lambda n: raw.row(raw.first(masks[n])))
-        why = (f"the model was trained with missing cells refused (data.missing_values: error), so it takes complete "
-               f"rows only: fill the cell" if _strategy(saved, name) == "error" else
+        why = ("the model was trained with missing cells refused (data.missing_values: error), so it takes complete "
+               "rows only: fill the cell" if _strategy(saved, name) == "error" else
                f"--strict refuses them (without --strict it is filled as in training: {_fill_of(saved, name)})")
         raise DataError(f"{table.source}: column {name!r}, data row {raw.row(raw.first(masks[name]))}: a missing "
                         f"cell; {why}")
     return {name: int(mask.sum()) for name, mask in masks.items()}
 
 
-def filled_note(filled: dict[str, int], saved: SavedModel, source: str) -> str | None:
-    if not filled:
-        return None
-    return (f"{source}: missing cells filled as in training: "
-            f"{', '.join(f'{name} ({n}: {_fill_of(saved, name)})' for name, n in filled.items())} (--strict refuses them)")
+def _tally_notes(tally: dict[str, Any], saved: SavedModel, source: str) -> list[str]:
+    """What encoding the rows did unasked: categories unseen in training zeroed, missing cells filled."""
+    filled = tally["filled"]
+    note = (f"{source}: missing cells filled as in training: "
+            f"{', '.join(f'{name} ({n}: {_fill_of(saved, name)})' for name, n in filled.items())} (--strict refuses "
+            "them)") if filled else None
+    return [n for n in (unseen_note(tally["unseen"], source), note) if n]
 
 
 def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:
@@ -179,8 +181,7 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
         tally: dict[str, dict[str, int]] = {"unseen": {}, "filled": {}}
         x = _inputs(table, saved, strict, tally)
         if warn:
-            for note in (*table.notes, unseen_note(tally["unseen"], str(data_path)),
-                         filled_note(tally["filled"], saved, str(data_path)),
+            for note in (*table.notes, *_tally_notes(tally, saved, str(data_path)),
                          training_file_note(saved, model_path, data_path)):
                 if note:
                     warn(note)
@@ -255,9 +256,8 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
             write_rows(sys.stdout.buffer, None, columns, chunks)
         else:
             atomic_write(out, lambda f: write_rows(f, out, columns, chunks))
-        for note in (unseen_note(tally["unseen"], str(data_path)), filled_note(tally["filled"], saved, str(data_path))):
-            if note and warn:
-                warn(note)
+        for note in _tally_notes(tally, saved, str(data_path)) if warn else []:
+            warn(note)
         return tally["rows"]
 
 
@@ -284,7 +284,7 @@ def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chu
 
 def _predicted_rows(table: Table, network: Any, saved: SavedModel, proba: bool, keep: tuple[str, ...],
                     strict: bool, tally: dict[str, Any], model_path: Path) -> np.ndarray:
-    """One chunk's output rows as text (kept columns first); counts rows and unseen categories."""
+    """One chunk's output rows as text (kept columns first); counts rows, unseen categories and filled cells."""
     x = _inputs(table, saved, strict, tally)
     tally["rows"] += len(x)
     outputs = _outputs(network, x, saved)

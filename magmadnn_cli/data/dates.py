@@ -73,9 +73,7 @@ FORMATS = ("%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y/%m/%d", "%d-%m-%Y", "%m-%d-%Y
            "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S", "%Y/%m/%d %H:%M:%S")
 
 
-def formats_of(values: np.ndarray, sample: int = 200) -> list[str]:
-    """The common date formats in which every one of these distinct text values (`sample` of them,
-    spread over all: sorted values start alike) is a date: the data.date_format candidates for a
-    column that is not ISO 8601."""
-    values = values[::max(1, -(-len(values) // sample))]
+def formats_of(values: np.ndarray) -> list[str]:
+    """The common date formats in which every one of these distinct text values is a date: the
+    data.date_format candidates for a column that is not ISO 8601."""
     return [f for f in FORMATS if all(parse(str(v), f) is not None for v in values)] if len(values) else []

@@ -233,12 +233,13 @@ SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after 
 def _looks_like(values: np.ndarray) -> str:
     """What mostly-distinct text values are, where they are dates in a common format or numbers
     written with currency or percent signs (neither read as such without help); '' otherwise."""
+    values = values[::max(1, -(-len(values) // 200))]  # 200 spread over the sorted values (sorted ones start alike)
     formats = dates.formats_of(values)
     if len(formats) == 1:
         return f"they read as dates in data.date_format: {formats[0]!r}"
     if formats:
         return f"they read as dates: set data.date_format ({' or '.join(map(repr, formats[:3]))})"
-    texts = [str(v).strip() for v in values[::max(1, -(-len(values) // 200))]]  # spread over the sorted values
+    texts = [str(v).strip() for v in values]
     signed = [t for t in texts if t[:1] in SIGNS or t[-1:] in SIGNS]
     if len(signed) * 2 >= len(texts) and all(is_number(t.strip(SIGNS + " ").replace(",", "")) for t in signed):
         signs = sorted({c for t in signed for c in (t[0], t[-1]) if c in SIGNS})

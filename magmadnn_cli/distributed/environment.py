@@ -14,7 +14,7 @@ import sys
 from typing import Any, Mapping
 
 from ..core import backend as B
-from ..errors import MagmaError
+from ..errors import EveryRankError, MagmaError
 from .comm import in_srun_step, launched_rank, launched_ranks
 from .hosts import slurm_tasks
 from .launcher import THREAD_VARS, locate_mpi_launcher, max_processes
@@ -66,16 +66,12 @@ def check_srun_step() -> None:
     fix = ("use `srun --mpi=pmi2` (`srun --mpi=list` shows this cluster's plugins), or start one task that "
            "launches the ranks itself: magmadnn ... --processes auto inside the allocation (docs/clusters.md)")
     if "PMIX_RANK" not in os.environ:
-        raise _Refused(f"srun started {tasks} tasks with no MPI plugin (--mpi=none, or the cluster's "
+        raise EveryRankError(f"srun started {tasks} tasks with no MPI plugin (--mpi=none, or the cluster's "
                        f"MpiDefault): each would train alone, into the same run folder; {fix}")
     library = mpi_library_text_without_init()
     if library.startswith("MPICH") and "pmix" not in library.lower():
-        raise _Refused(f"srun --mpi=pmix started this task, but the MPI that mpi4py loads ({first_line(library)}) "
+        raise EveryRankError(f"srun --mpi=pmix started this task, but the MPI that mpi4py loads ({first_line(library)}) "
                        f"was built without PMIx, so its MPI_Init would abort; {fix}")
-
-
-class _Refused(MagmaError):
-    collective = True  # every task of the step raises it: task 0 says it, none waits for another
 
 
 def mpi_library_text_without_init() -> str:

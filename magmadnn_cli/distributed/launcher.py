@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import MagmaError
+from ..errors import EveryRankError, MagmaError
 from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, relay_text
 from .comm import launched_ranks, local_ranks
 from .hosts import Layout, is_open_mpi, mpiexec_command, resolve_layout
@@ -154,12 +154,8 @@ def _check_external(ranks: int, processes: str | None, hostfile: Path | None, ho
     asked = (f"--processes {processes}" if processes not in (None, "auto") and processes != str(ranks) else
              "--hostfile" if hostfile is not None else "--hosts" if hosts is not None else None)
     if asked:
-        raise _Collective(f"{asked}: this process is one of {ranks} ranks that mpiexec or srun started: its -n decides "
+        raise EveryRankError(f"{asked}: this process is one of {ranks} ranks that mpiexec or srun started: its -n decides "
                           f"the ranks and hosts; drop {asked.split()[0]}, or start the job with the layout you want")
-
-
-class _Collective(MagmaError):
-    collective = True  # every rank raises it: rank 0 says it, none waits for another
 
 
 HYDRA_LAUNCH_FAILED = 255  # hydra's exit when it cannot start or reach a host's proxy
