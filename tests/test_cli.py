@@ -398,6 +398,14 @@ def test_quiet_still_says_where_the_results_were_written(capsys, blobs, tmp_path
     assert out.splitlines() == [f"wrote {tmp_path / 'r'}/model.npz, metrics.json, metrics.csv, config.yaml, checkpoints/"]
 
 
+def test_a_run_that_writes_no_checkpoint_does_not_name_the_checkpoints_folder(capsys, blobs, tmp_path):
+    code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "-q",
+                             "--set", "training.checkpoint.every_epochs=null")
+    assert code == 0, err
+    assert not list((tmp_path / "r").glob("checkpoints/*.npz"))
+    assert out.splitlines() == [f"wrote {tmp_path / 'r'}/model.npz, metrics.json, metrics.csv, config.yaml"]
+
+
 def test_arguments_given_in_each_others_place_are_named_with_the_right_command(capsys, blobs, tmp_path):
     """A newcomer's mix-ups: a config given as the model, a CSV given as the config, a spreadsheet."""
     data = blobs.parent / "blobs.csv"

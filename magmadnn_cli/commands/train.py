@@ -78,7 +78,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
                                                                              if k in SPLITS}))
             reporter.done(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
-                          + (", checkpoints/" if run.saver is not None else ""))
+                          + (", checkpoints/" if run.saver is not None and run.saver.last is not None else ""))
         comm.barrier()
     return RunResult(out_dir, metrics, history)
 
