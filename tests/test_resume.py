@@ -17,7 +17,7 @@ import pytest
 
 from magmadnn_cli.training.checkpoint import listing, prune
 
-from conftest import job_processes, wait_until_gone
+from conftest import job_processes, run_cli, wait_until_gone
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
@@ -154,6 +154,40 @@ def test_a_signal_checkpoints_mid_epoch_and_says_how_to_resume(project, sig):
     result = _run(config, "--resume", str(out))
     assert result.returncode == 0, result.stderr
     _assert_same_weights(out, project / "reference")
+
+
+def test_a_signal_with_on_signal_off_stops_at_once_and_names_the_newest_checkpoint(project):
+    """on_signal: false stops mid-step, writing nothing for the signal: the message says so, names
+    the newest checkpoint written before, and the resume it gives is exact."""
+    out = project / "at-once"
+    config = str(project / "r.yaml")
+    p = _start(config, "--out", str(out), "--set", "training.checkpoint.on_signal=false")
+    stderr = _kill_when(p, lambda: _newest_step(out / "checkpoints") >= 100, signal.SIGINT)
+    assert stderr is not None and p.returncode == 128 + signal.SIGINT, stderr
+    newest = listing(out / "checkpoints")[-1]
+    assert "stopped at once by SIGINT" in stderr and "on_signal is false" in stderr, stderr
+    assert str(newest) in stderr and f"--resume {out}" in stderr and "Traceback" not in stderr, stderr
+    result = _run(config, "--resume", str(out))
+    assert result.returncode == 0, result.stderr
+    _assert_same_weights(out, project / "reference")
+
+
+def test_a_signal_with_checkpoints_off_says_nothing_was_saved(project, capsys, monkeypatch):
+    from magmadnn_cli import signals
+    from magmadnn_cli.training.trainer import Trainer
+
+    def ctrl_c_in_epoch_two(self, *args):
+        if self.position.epoch == 2:
+            signals.record(signal.SIGINT)
+            raise KeyboardInterrupt
+        return real(self, *args)
+    real = Trainer._epoch
+    monkeypatch.setattr(Trainer, "_epoch", ctrl_c_in_epoch_two)
+    out = project / "no-checkpoints"
+    code, _, err = run_cli(capsys, "train", project / "r.yaml", "--out", out, "--set", "training.checkpoint=null")
+    assert code == 128 + signal.SIGINT, err
+    assert "stopped at once by SIGINT at epoch 2" in err and "checkpoints are off" in err, err
+    assert "nothing of the run was saved" in err and not (out / "model.npz").exists()
 
 
 @pytest.fixture(scope="module")

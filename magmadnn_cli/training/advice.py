@@ -40,6 +40,16 @@ def interrupted(signal_name: str, where: str, checkpoint: Path | None, ranks: in
             f"Continue with: {resume_command(checkpoint.parent.parent, ranks)}")
 
 
+def stopped_at_once(signal_name: str, where: str, checkpoint: Path | None, ranks: int, why: str) -> str:
+    """A signal that stopped training mid-step (`why`: on_signal off, or a second signal): nothing was
+    written for it; how to go on from the newest `checkpoint` written before (None: none)."""
+    head = f"stopped at once by {signal_name} at {where} ({why}), so no checkpoint was written for it"
+    if checkpoint is None:
+        return f"{head} and none was written before: nothing of the run was saved"
+    return (f"{head}; the newest, written before: {checkpoint}\n"
+            f"Continue with: {resume_command(checkpoint.parent.parent, ranks)}")
+
+
 def diverged(what: str, learning_rate: float, last_checkpoint: Path | None) -> str:
     """A diverged run's message: what became non-finite, and what to change."""
     keep = (f" The last good checkpoint is {last_checkpoint}: resume from it with --resume {last_checkpoint} and a "

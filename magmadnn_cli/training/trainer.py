@@ -13,6 +13,7 @@ what one process computes.
 from __future__ import annotations
 
 import math
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from ..data.prepare import Split
 from ..distributed.data_parallel import DataParallel
 from ..errors import DivergenceError, Interrupted
 from ..reporting import Reporter
+from .. import signals
 from ..signals import StopSignals
 from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
@@ -259,6 +261,8 @@ class Trainer:
                     elif prune is not None and prune(epoch, history.epochs[-1]):
                         history.stopped_early = history.pruned = True
                     self._checkpoint_if_due(epoch)
+            except KeyboardInterrupt:
+                raise self._stopped_at_once() from None
             finally:
                 self.reporter.stop()
         if stopper is not None:
@@ -295,6 +299,16 @@ class Trainer:
             name = self.signals.name or "a signal on another rank"
             raise Interrupted(advice.interrupted(name, where, cp.last if cp is not None else None, self.comm.size),
                               self.signals.received or 2)
+
+    def _stopped_at_once(self) -> Interrupted:
+        """A signal raised mid-step: with on_signal off, or a second one after the first (which means it)."""
+        signum = signals.received() or signal.SIGINT
+        why = ("a second signal" if self.signals.enabled else
+               "training.checkpoint.on_signal is false" if self.checkpointer is not None else "checkpoints are off")
+        where = f"epoch {self.position.epoch}, step {self.position.step}"
+        cp = self.checkpointer
+        return Interrupted(advice.stopped_at_once(signal.Signals(signum).name, where, cp.last if cp else None,
+                                                  self.comm.size, why), signum)
 
     def check_weights(self) -> None:
         """A non-finite gradient leaves non-finite weights: never checkpoint or save those."""
