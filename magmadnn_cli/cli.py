@@ -92,7 +92,8 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
 @app.command()
 def train(config: ConfigArg, set_: SetOpt = None,
           out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="run directory [default: runs/<name>]")] = None,
-          init_from: Annotated[Optional[Path], typer.Option("--init-from", help="start from this model's weights")] = None,
+          init_from: Annotated[Optional[Path], typer.Option(
+              "--init-from", help="start from these weights: a model file, a checkpoint, or a run folder")] = None,
           resume: Annotated[Optional[Path], typer.Option("--resume", "-r", help="continue exactly from a checkpoint, "
                             "or the newest one of a run directory", show_default=False)] = None,
           quiet: QuietOpt = False,

@@ -139,6 +139,7 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
     return None
 
 
+MODEL = "model.npz"  # the model file of a run folder (and of a search's)
 DATA_NAME = re.compile(r"(?i).*\.(csv|tsv|txt|data|parquet|pq|feather|arrow|jsonl|ndjson)(\.(gz|bz2|xz))?")
 
 

@@ -136,6 +136,31 @@ def test_init_from_warm_starts_and_checks_shapes(capsys, blobs, tmp_path):
     assert code == 2 and "dense_0/kernel" in err and "expected shape (4, 8); received (4, 16)" in err
 
 
+def test_init_from_takes_a_run_folder_or_a_checkpoint(capsys, blobs, tmp_path):
+    """A run folder gives its model's weights; a checkpoint (or a folder whose run stopped before its
+    model was written) gives the network weights the checkpoint holds."""
+    from magmadnn_cli.training.checkpoint import listing, read
+    _train(capsys, blobs, tmp_path / "a", "-q", "--set", "training.epochs=3")
+    model = load(tmp_path / "a" / "model.npz").weights
+    newest = listing(tmp_path / "a" / "checkpoints")[-1]
+    with np.load(newest, allow_pickle=False) as f:
+        in_checkpoint = {k.removeprefix("network/"): f[k] for k in f.files if k.startswith("network/")}
+    assert read(newest).meta["global_step"] > 0 and in_checkpoint.keys() == model.keys()
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "stopped" / "checkpoints").mkdir()
+    (tmp_path / "stopped" / "checkpoints" / newest.name).write_bytes(newest.read_bytes())
+    for source, want in [(tmp_path / "a", model), (newest, in_checkpoint), (tmp_path / "stopped", in_checkpoint)]:
+        out = tmp_path / f"from-{source.name}"
+        _train(capsys, blobs, out, "-q", "--init-from", source, "--set", "training.epochs=0")
+        got = load(out / "model.npz").weights
+        assert all(np.array_equal(got[k], want[k]) for k in want), source
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "x", "--init-from", tmp_path / "stopped" / "checkpoints" / "none")
+    assert code == 2 and "not found" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "y", "--init-from", tmp_path / "empty")
+    assert code == 2 and "no model.npz and no checkpoint in this folder" in err
+
+
 def test_output_width_must_match_the_classes(capsys, blobs, tmp_path):
     code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "--set", "model.layers.1.units=4")
     assert code == 2

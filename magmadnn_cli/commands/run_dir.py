@@ -28,12 +28,11 @@ from ..distributed.comm import on_root
 from ..distributed.launcher import KILLING, JobEnded
 from ..distributed.leftovers import record_run_folder, take_run_folder
 from ..errors import MagmaError, ModelFileError
-from ..files import write_json
+from ..files import MODEL, write_json
 from ..training.advice import resume_command
 
 MARKER = ".magmadnn"
 LOCK = ".magmadnn.lock"
-MODEL = "model.npz"
 Kind = Literal["run", "search"]
 # What earlier versions (before the marker existed) left in a folder of each kind
 OLD_LAYOUTS: dict[str, tuple[set[str], str]] = {

@@ -19,7 +19,7 @@ from ..core import backend as B
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess
 from ..errors import ConfigError, MagmaError
-from ..files import file_sha256, write_json, write_text
+from ..files import MODEL, file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
 from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_resume, restore
@@ -29,7 +29,7 @@ from ..training.trainer import History, Trainer
 from ..training.mlflow_tracking import STATE as MLFLOW_STATE
 from ..training.tracking import check_tracking, tracked
 from ..distributed.comm import on_root
-from .run_dir import MODEL, choose, classify, locked, version_note
+from .run_dir import choose, classify, locked, version_note
 
 
 @dataclass
@@ -239,7 +239,7 @@ def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer, row
 
 def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str, Any], data: Prepared, task: str,
                   metrics: dict[str, Any], history: History) -> None:
-    save_model(out_dir / "model.npz", network, config, data, task, {k: v for k, v in metrics.items() if not isinstance(v, dict)},
+    save_model(out_dir / MODEL, network, config, data, task, {k: v for k, v in metrics.items() if not isinstance(v, dict)},
                weights)
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "metrics.csv", history_csv(history))

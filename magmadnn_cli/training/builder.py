@@ -26,10 +26,9 @@ from ..nn.optimizers import OPTIMIZERS, Optimizer
 from ..reporting import Reporter
 from .async_trainer import AsyncTrainer
 from .batches import BatchSchedule
-from .checkpoint import Saver
+from .checkpoint import Saver, starting_weights
 from .convolutions import choose_convolutions
 from .early_stopping import EarlyStopper
-from .modelfile import load as load_model
 from .trainer import History, Plan, Trainer
 
 
@@ -108,9 +107,10 @@ def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: Mod
         network.class_weights = B.to_device(weights.astype(B.current().floatx))
     if init_from is not None:
         try:
-            network.load_state_dict(load_model(init_from).weights)
+            network.load_state_dict(starting_weights(init_from))
         except MagmaError as exc:
-            raise MagmaError(f"--init-from {init_from}: {exc}") from exc
+            said = str(exc).removeprefix(f"{init_from}: ")
+            raise MagmaError(f"--init-from {init_from}: {said}") from exc
     optimizer = build_optimizer(config, batch_schedule(config).steps(len(data.train.x), 1), network, len(data.train.x))
     check_memory(config, network, len(optimizer.slots), len(data.train.x))
     return network, optimizer

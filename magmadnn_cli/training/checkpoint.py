@@ -34,7 +34,7 @@ from ..config.schema import Checkpointing, Config
 from ..data.prepare import Split
 from ..distributed import Communicator
 from ..errors import MagmaError, ShapeError
-from ..files import atomic_write, load_npz
+from ..files import MODEL, atomic_write, load_npz
 from .trainer import Trainer
 
 FORMAT = "magmadnn-checkpoint"
@@ -198,6 +198,25 @@ def read(path: Path) -> Checkpoint:
     return Checkpoint(path, meta, arrays)
 
 
+def starting_weights(path: Path) -> dict[str, np.ndarray]:
+    """--init-from's weights: a model file's, a checkpoint's network, or a run folder's (its model.npz,
+    else its newest checkpoint: a run stopped before its model was written still gives its weights)."""
+    from .modelfile import load  # noqa: PLC0415 (only for --init-from)
+    path = Path(path)
+    if path.is_dir() and (path / MODEL).is_file():
+        path = path / MODEL
+    elif path.is_dir():
+        found = listing(path / "checkpoints") or listing(path)
+        if not found:
+            raise MagmaError(f"{path}: no {MODEL} and no checkpoint in this folder; expected a model file, a "
+                             "checkpoint, or a run folder written by `magmadnn train`")
+        path = found[-1]
+    if path.is_file() and str(load_npz(path, "model file or checkpoint", keys=("format",)).get("format")) == FORMAT:
+        ckpt = read(path)
+        return unpack(ckpt.meta["state"], ckpt.arrays)["network"]
+    return load(path).weights
+
+
 def load_for_resume(path: Path, comm: Communicator) -> Checkpoint:
     """Rank 0 finds and reads the checkpoint, every rank gets it (node-local disks are fine)."""
     ckpt = read(locate(path)) if comm.is_root else None
@@ -236,7 +255,7 @@ def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str
     if problems:
         raise MagmaError(f"--resume {ckpt.path}: the config does not match the checkpoint, so training "
                          "cannot continue exactly:\n  " + "\n  ".join(problems) +
-                         "\nUse --init-from MODEL.npz to start a new training from saved weights instead.")
+                         f"\nTo start a new training from its weights instead: --init-from {ckpt.path}")
     ignore = ("name", "training.epochs", "training.checkpoint", "distributed", "data", "device", "memory")
     return [d for d in differences(saved, current, None) if not any(d.startswith(i) for i in ignore)]
 
