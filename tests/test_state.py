@@ -203,3 +203,41 @@ def test_resuming_after_adding_a_schedule_reports_the_change(capsys, blobs, tmp_
     code, _, err = run_cli(capsys, "train", blobs, "--resume", run, "-q", "--set", "training.epochs=4",
                            "--set", "optimizer.schedule={type: cosine}")
     assert code == 0 and "schedule changed" in err and "Traceback" not in err, err
+
+
+def _history(run) -> list[list[str]]:
+    """metrics.csv's rows without the time column."""
+    rows = [line.split(",") for line in (run / "metrics.csv").read_text().splitlines()]
+    keep = [i for i, name in enumerate(rows[0]) if name != "time"]
+    return [[row[i] for i in keep] for row in rows]
+
+
+def _as_format_2(path) -> None:
+    """Rewrite a checkpoint as format 2 wrote it: the history's epochs inside the meta JSON."""
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    lines = arrays.pop("trainer/history_epochs").tobytes().split(b"\n")
+    meta = json.loads(str(arrays["meta"]))
+    meta["state"]["trainer"]["history"]["epochs"] = [json.loads(line) for line in lines]
+    arrays.update(meta=np.array(json.dumps(meta)), format_version=np.array(2))
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("written_by", ["this", "format 2"])
+def test_a_resumed_run_continues_the_metrics_history_exactly(capsys, blobs, tmp_path, monkeypatch, written_by):
+    """Each epoch is encoded once, whatever the checkpoints (their cost must not grow with the
+    epochs run); a resumed run, also from a format-2 checkpoint, has the uninterrupted run's history."""
+    from magmadnn_cli.training import trainer as trainer_module
+    encoded = []
+    real_dumps = trainer_module.json.dumps
+    monkeypatch.setattr(trainer_module.json, "dumps", lambda v, *a, **k: encoded.append(v) or real_dumps(v, *a, **k))
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "whole", "-q", "--set", "training.epochs=6")
+    assert code == 0, err
+    assert [e["epoch"] for e in encoded if isinstance(e, dict) and "epoch" in e] == [1, 2, 3, 4, 5, 6]
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "cut", "-q", "--set", "training.epochs=3")
+    assert code == 0, err
+    if written_by == "format 2":
+        _as_format_2(checkpoint.listing(tmp_path / "cut" / "checkpoints")[-1])
+    code, _, err = run_cli(capsys, "train", blobs, "--resume", tmp_path / "cut", "-q", "--set", "training.epochs=6")
+    assert code == 0, err
+    assert _history(tmp_path / "cut") == _history(tmp_path / "whole") and len(_history(tmp_path / "whole")) == 7

@@ -38,7 +38,8 @@ from ..files import MODEL, atomic_write, load_npz
 from .trainer import Trainer
 
 FORMAT = "magmadnn-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the history's epochs as JSON lines (trainer/history_epochs); 2 is read too
+READABLE_FROM = 2
 NAME = re.compile(r"^step(\d+)\.npz$")
 
 # Config fields a resumed run must share with the checkpoint (anything else may change, e.g. epochs).
@@ -178,7 +179,7 @@ def read(path: Path) -> Checkpoint:
         if version > FORMAT_VERSION:
             raise MagmaError(f"{path}: this checkpoint's format is newer than this magmadnn understands; "
                              "upgrade magmadnn")
-        if version < FORMAT_VERSION:
+        if version < READABLE_FROM:
             raise MagmaError(f"{path}: a checkpoint of an older magmadnn (format {version}), which cannot be "
                              "resumed exactly by this one; start a new training from the run's weights with "
                              "--init-from RUN_DIR/model.npz")

@@ -12,6 +12,7 @@ what one process computes.
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
@@ -95,17 +96,31 @@ class Trainer:
         self.history = History()
         self.stopper: EarlyStopper | None = None
         self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
+        self._encoded: list[Any] = [None, []]  # (history epochs, their JSON lines so far): _epoch_lines
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where training stands (epoch, step, running sums) and the metrics history."""
-        return {"position": asdict(self.position), "history": asdict(self.history),
-                "conv_algorithms": self.conv_algorithms}
+        history = {k: v for k, v in vars(self.history).items() if k != "epochs"}
+        return {"position": asdict(self.position), "history": history, "conv_algorithms": self.conv_algorithms,
+                "history_epochs": self._epoch_lines()}
+
+    def _epoch_lines(self) -> np.ndarray:
+        """The history's epochs as JSON lines (bytes): each epoch encoded once, when first
+        checkpointed, so a checkpoint's cost does not grow with the epochs run (it did: 17 ms each
+        after 1500 epochs, encoding them all again)."""
+        epochs, encoded = self.history.epochs, self._encoded
+        if encoded[0] is not epochs:  # a new or restored history
+            encoded[:] = [epochs, []]
+        encoded[1].extend(json.dumps(e).encode() for e in epochs[len(encoded[1]):])
+        return np.frombuffer(b"\n".join(encoded[1]), np.uint8)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = Position(**state["position"])
-        self.history = History(**state["history"])
+        lines = state.get("history_epochs")  # format 3; format 2 kept the epochs in "history"
+        epochs = [json.loads(line) for line in lines.tobytes().split(b"\n") if line] if lines is not None else []
+        self.history = History(**{"epochs": epochs, **state["history"]})
         self.conv_algorithms = state.get("conv_algorithms")
 
     def state_dicts(self) -> dict[str, dict[str, Any]]:
