@@ -20,6 +20,7 @@ from ..nn.layers import build_layers
 from .modelfile import SavedModel
 
 OPSET = 17
+DATE_INPUT = "a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time, no time zone (NaN: missing)"
 
 
 class Graph:
@@ -77,7 +78,8 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int = OPSET)
                                 producer_name="magmadnn", producer_version=__version__)
     model.ir_version = 8
     meta = {"labels": ",".join(map(str, saved.classes)), "columns": ",".join(saved.features),
-            "magmadnn_version": __version__, "task": saved.task}
+            "magmadnn_version": __version__, "task": saved.task,
+            "inputs": "; ".join(f"{i.name}: {i.doc_string}" for i in g.inputs)}
     g.helper.set_model_props(model, meta)
     g.onnx.checker.check_model(model, full_check=True)
     return model
@@ -99,9 +101,11 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
     imputed and given their missing indicators."""
     float_ = g.onnx.TensorProto.FLOAT
     if file_columns is None:  # arrays or images: (N, C, H, W) / (N, ...), each sample in the model's shape
-        g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", *saved.sample_shape]))
+        g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", *saved.sample_shape],
+                                                        f"float32 samples, each of shape {tuple(saved.sample_shape)}"))
         return g.op("Flatten", "features", axis=1)
-    g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", len(file_columns)]))
+    g.inputs.append(g.helper.make_tensor_value_info("features", float_, ["N", len(file_columns)],
+                                                    f"float32 columns {', '.join(file_columns)} (NaN: missing)"))
     where = {name: i for i, name in enumerate(file_columns)}
     if not saved.encoder.columns:  # numbers as read: only the columns the model uses
         used = [where[name] for name in saved.features]
@@ -130,7 +134,8 @@ def _column(g: Graph, column: Column) -> str:
     if column.kind == "date":
         return _date(g, column)
     text = column.kind != "number"
-    g.inputs.append(g.helper.make_tensor_value_info(column.name, tensor.STRING if text else tensor.FLOAT, ["N", 1]))
+    g.inputs.append(g.helper.make_tensor_value_info(column.name, tensor.STRING if text else tensor.FLOAT, ["N", 1],
+                                                    "the cell's text" if text else "float32 (NaN: missing)"))
     if not text:
         missing = g.op("IsNaN", column.name)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), column.name)
@@ -146,7 +151,7 @@ def _column(g: Graph, column: Column) -> str:
 def _date(g: Graph, column: Column) -> str:
     """A date column from a float64 input of seconds since 1970-01-01 (wall-clock time; NaN missing):
     year, month, day, weekday, day of year (and hour), by Hinnant's days-to-civil arithmetic."""
-    g.inputs.append(g.helper.make_tensor_value_info(column.name, g.onnx.TensorProto.DOUBLE, ["N", 1]))
+    g.inputs.append(g.helper.make_tensor_value_info(column.name, g.onnx.TensorProto.DOUBLE, ["N", 1], DATE_INPUT))
     c = lambda value: g.const(float(value), "k", np.float64)  # noqa: E731
     floor_div = lambda a, b: g.op("Floor", g.op("Div", a, c(b)))  # noqa: E731
     missing = g.op("IsNaN", column.name)
