@@ -4,6 +4,7 @@ width checks, model-file safety, plain (non-TTY) output."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -149,11 +150,20 @@ def test_init_from_takes_a_run_folder_or_a_checkpoint(capsys, blobs, tmp_path):
     (tmp_path / "stopped").mkdir()
     (tmp_path / "stopped" / "checkpoints").mkdir()
     (tmp_path / "stopped" / "checkpoints" / newest.name).write_bytes(newest.read_bytes())
-    for source, want in [(tmp_path / "a", model), (newest, in_checkpoint), (tmp_path / "stopped", in_checkpoint)]:
+    sources = [(tmp_path / "a", tmp_path / "a" / "model.npz", model), (newest, newest, in_checkpoint),
+               (tmp_path / "stopped", tmp_path / "stopped" / "checkpoints" / newest.name, in_checkpoint)]
+    for source, file, want in sources:
         out = tmp_path / f"from-{source.name}"
-        _train(capsys, blobs, out, "-q", "--init-from", source, "--set", "training.epochs=0")
+        said = _train(capsys, blobs, out, "--init-from", source, "--set", "training.epochs=0")
         got = load(out / "model.npz").weights
         assert all(np.array_equal(got[k], want[k]) for k in want), source
+        assert f"starting from the weights of {file}" in " ".join(said.split())
+        recorded = json.loads((out / "metrics.json").read_text())["init_from"]
+        assert recorded == {"path": str(file), "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+        assert f"--init-from {file}" in (out / "config.yaml").read_text().splitlines()[0]
+    _train(capsys, blobs, tmp_path / "cut", "-q", "--init-from", newest, "--set", "training.epochs=1")
+    _train(capsys, blobs, tmp_path / "cut", "-q", "--resume", tmp_path / "cut", "--set", "training.epochs=2")
+    assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["init_from"]["path"] == str(newest)
     code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "x", "--init-from", tmp_path / "stopped" / "checkpoints" / "none")
     assert code == 2 and "not found" in err
     (tmp_path / "empty").mkdir()

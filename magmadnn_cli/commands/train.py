@@ -7,6 +7,7 @@ import io
 import math
 import os
 import secrets
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from ..errors import ConfigError, MagmaError
 from ..files import MODEL, file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
-from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_resume, restore
+from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_resume, restore, starting_file
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
@@ -61,6 +62,9 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if moved:  # said once the run's checks have passed: a refused run claims no folder
             reporter.info(moved)
+        if init_from is not None:
+            run.trainer.origin = weights_origin(init_from)
+            reporter.info(f"starting from the weights of {run.trainer.origin['path']}")
         if tip := idle_cores_tip(run):
             reporter.info(tip)
         if ckpt is not None:
@@ -161,7 +165,14 @@ def final_metrics(run: Run, history: History, seconds: float) -> dict[str, Any]:
             "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
             "parameters": run.network.num_parameters, "data_sha256": file_sha256(run.config.data.train),
             **run.trainer.parallel.summary(), **({"distributed": record} if (record := how_it_runs(run)) else {}),
-            **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}), **final}
+            **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}),
+            **({"init_from": run.trainer.origin} if run.trainer.origin else {}), **final}
+
+
+def weights_origin(init_from: Path) -> dict[str, str]:
+    """What --init-from read (metrics.json's `init_from`): the file's absolute path and sha256."""
+    path = starting_file(init_from).resolve()
+    return {"path": str(path), "sha256": file_sha256(path) or ""}
 
 
 def how_it_runs(run: Run) -> dict[str, Any]:
@@ -244,6 +255,8 @@ def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "metrics.csv", history_csv(history))
     record = f"# trained with {in_words(metrics['distributed'])}\n" if "distributed" in metrics else ""
+    if origin := metrics.get("init_from"):
+        record += f"# started from the weights of {origin['path']}: train again with --init-from {shlex.quote(origin['path'])}\n"
     write_text(out_dir / "config.yaml", record + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 

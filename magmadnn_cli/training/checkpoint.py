@@ -199,19 +199,25 @@ def read(path: Path) -> Checkpoint:
     return Checkpoint(path, meta, arrays)
 
 
-def starting_weights(path: Path) -> dict[str, np.ndarray]:
-    """--init-from's weights: a model file's, a checkpoint's network, or a run folder's (its model.npz,
-    else its newest checkpoint: a run stopped before its model was written still gives its weights)."""
-    from .modelfile import load  # noqa: PLC0415 (only for --init-from)
+def starting_file(path: Path) -> Path:
+    """The file --init-from reads: `path`, or a run folder's model.npz, else its newest checkpoint
+    (a run stopped before its model was written still gives its weights)."""
     path = Path(path)
-    if path.is_dir() and (path / MODEL).is_file():
-        path = path / MODEL
-    elif path.is_dir():
-        found = listing(path / "checkpoints") or listing(path)
-        if not found:
-            raise MagmaError(f"{path}: no {MODEL} and no checkpoint in this folder; expected a model file, a "
-                             "checkpoint, or a run folder written by `magmadnn train`")
-        path = found[-1]
+    if not path.is_dir():
+        return path
+    if (path / MODEL).is_file():
+        return path / MODEL
+    found = listing(path / "checkpoints") or listing(path)
+    if not found:
+        raise MagmaError(f"{path}: no {MODEL} and no checkpoint in this folder; expected a model file, a "
+                         "checkpoint, or a run folder written by `magmadnn train`")
+    return found[-1]
+
+
+def starting_weights(path: Path) -> dict[str, np.ndarray]:
+    """--init-from's weights: a model file's, or the network's of a checkpoint (`starting_file`)."""
+    from .modelfile import load  # noqa: PLC0415 (only for --init-from)
+    path = starting_file(path)
     if path.is_file() and str(load_npz(path, "model file or checkpoint", keys=("format",)).get("format")) == FORMAT:
         ckpt = read(path)
         return unpack(ckpt.meta["state"], ckpt.arrays)["network"]

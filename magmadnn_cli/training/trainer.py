@@ -96,6 +96,7 @@ class Trainer:
         self.history = History()
         self.stopper: EarlyStopper | None = None
         self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
+        self.origin: dict[str, str] | None = None  # the weights it started from (--init-from): path, sha256
         self._encoded: list[Any] = [None, []]  # (history epochs, their JSON lines so far): _epoch_lines
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
 
@@ -104,7 +105,7 @@ class Trainer:
         """Where training stands (epoch, step, running sums) and the metrics history."""
         history = {k: v for k, v in vars(self.history).items() if k != "epochs"}
         return {"position": asdict(self.position), "history": history, "conv_algorithms": self.conv_algorithms,
-                "history_epochs": self._epoch_lines()}
+                "history_epochs": self._epoch_lines(), "origin": self.origin}
 
     def _epoch_lines(self) -> np.ndarray:
         """The history's epochs as JSON lines (bytes): each epoch encoded once, when first
@@ -122,6 +123,7 @@ class Trainer:
         epochs = [json.loads(line) for line in lines.tobytes().split(b"\n") if line] if lines is not None else []
         self.history = History(**{"epochs": epochs, **state["history"]})
         self.conv_algorithms = state.get("conv_algorithms")
+        self.origin = state.get("origin")
 
     def state_dicts(self) -> dict[str, dict[str, Any]]:
         """Every stateful object of a training, by owner: what a checkpoint holds."""
