@@ -120,3 +120,34 @@ def test_the_search_plots_legend_names_only_what_the_search_holds(capsys, blobs,
     assert legend(tmp_path / "t") == ["finished", "pruned (stopped early)"]
     trials.write_text(trials.read_text().replace(",ok,", ",pruned,"))
     assert legend(tmp_path / "t") == ["pruned (stopped early)"]
+
+
+def test_a_run_that_has_not_ended_is_drawn_from_its_newest_checkpoint(capsys, blobs, tmp_path, monkeypatch):
+    """Stopped in epoch 4 (Ctrl-C with on_signal off): no metrics.csv, but the checkpoint after epoch 3
+    holds three epochs, which are drawn, the lowest validation loss marked."""
+    import signal
+
+    from magmadnn_cli import signals
+    from magmadnn_cli.commands.plot import _figure
+    from magmadnn_cli.training.trainer import Trainer
+
+    def ctrl_c_in_epoch_four(self, *args):
+        if self.position.epoch == 4:
+            signals.record(signal.SIGINT)
+            raise KeyboardInterrupt
+        return real(self, *args)
+    real = Trainer._epoch
+    monkeypatch.setattr(Trainer, "_epoch", ctrl_c_in_epoch_four)
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.checkpoint.on_signal=false")
+    assert code == 130 and not (run / "metrics.csv").exists(), err
+    monkeypatch.undo()
+    figure, name = _figure(run)
+    loss = figure.axes[0]
+    assert name == "curves.png" and "not ended: the epochs of step" in figure._suptitle.get_text()
+    train_line, validation_line, best_line = loss.lines
+    assert list(train_line.get_xdata()) == [1, 2, 3]
+    lowest = int(np.argmin(validation_line.get_ydata())) + 1
+    assert list(best_line.get_xdata()) == [lowest, lowest] and f"lowest validation loss ({lowest})" in best_line.get_label()
+    code, _, err = run_cli(capsys, "plot", run)
+    assert code == 0 and _not_blank(_image(run / "curves.png"))

@@ -54,9 +54,11 @@ def _figure(folder: Path) -> tuple[Any, str]:
         return _learning_curves(folder), "curves.png"
     if kind == "search" or (folder / "trials.csv").is_file():
         return _search_scatter(folder), "objective.png"
+    if kind == "run" and (checkpoints := _checkpoints(folder)):
+        return _learning_curves(folder, _checkpointed_rows(checkpoints[-1])), "curves.png"
     if kind == "run":
-        raise MagmaError(f"{folder}: no metrics.csv yet; a run writes it when it ends (this one has not ended, "
-                         "or was interrupted)")
+        raise MagmaError(f"{folder}: no metrics.csv and no checkpoint yet: a run writes metrics.csv when it ends, "
+                         "and a checkpoint after each epoch (training.checkpoint)")
     raise MagmaError(f"{folder}: not a magmadnn run (metrics.csv) or search (trials.csv) folder")
 
 
@@ -83,36 +85,60 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
-def _learning_curves(folder: Path) -> Any:
-    rows = _rows(folder / "metrics.csv")
+def _checkpoints(folder: Path) -> list[Path]:
+    from ..training.checkpoint import listing  # noqa: PLC0415 (only for a run that has not ended)
+    return listing(folder / "checkpoints")
+
+
+def _checkpointed_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
+    """The epochs a checkpoint holds (a run that has not ended, or was stopped), and a title note."""
+    from ..training.checkpoint import read, unpack  # noqa: PLC0415
+    from ..training.trainer import epochs_of  # noqa: PLC0415
+    ckpt = read(path)
+    try:
+        rows = epochs_of(unpack(ckpt.meta["state"], ckpt.arrays)["trainer"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MagmaError(f"{path}: corrupt checkpoint ({type(exc).__name__}: {exc})") from exc
+    return rows, f" (not ended: the epochs of {path.name})"
+
+
+def _learning_curves(folder: Path, checkpointed: tuple[list[dict[str, Any]], str] | None = None) -> Any:
+    rows, note = checkpointed or (_rows(folder / "metrics.csv"), "")
     if not rows:
         raise MagmaError(f"{folder / 'metrics.csv'}: no epochs to plot")
     epochs = [int(_number(r["epoch"])) for r in rows]
     metrics = [k for k in rows[0] if k in ("loss", "accuracy")]
-    best = _best_epoch(folder)
+    best, why = _best_epoch(folder, rows)
+    marker = "." if len(rows) <= 100 else None  # thousands of dots would draw a band
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        ax.plot(epochs, [_number(r.get(metric)) for r in rows], label=f"train {metric}", marker=".")
+        ax.plot(epochs, [_number(r.get(metric)) for r in rows], label=f"train {metric}", marker=marker)
         if f"val_{metric}" in rows[0]:
-            ax.plot(epochs, [_number(r.get(f"val_{metric}")) for r in rows], label=f"validation {metric}", marker=".")
+            ax.plot(epochs, [_number(r.get(f"val_{metric}")) for r in rows], label=f"validation {metric}",
+                    marker=marker)
         if best is not None:
-            ax.axvline(best, color="grey", linestyle="--", label=f"best epoch ({best})")
+            ax.axvline(best, color="grey", linestyle="--", label=f"{why} ({best})")
         ax.set_xlabel("epoch")
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend()
-    figure.suptitle(f"{folder.name}: learning curves")
+    figure.suptitle(f"{folder.name}: learning curves{note}")
     figure.tight_layout()
     return figure
 
 
-def _best_epoch(folder: Path) -> int | None:
+def _best_epoch(folder: Path, rows: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """Early stopping's best epoch (metrics.json), else the epoch of the lowest validation loss."""
     try:
         value = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("best_epoch")
     except (OSError, ValueError, AttributeError):
-        return None
-    return int(value) if isinstance(value, int) else None
+        value = None
+    if isinstance(value, int):
+        return value, "best epoch"
+    losses = [(_number(r.get("val_loss")), int(_number(r["epoch"]))) for r in rows]
+    losses = [pair for pair in losses if not math.isnan(pair[0])]
+    return (min(losses)[1], "lowest validation loss") if losses else (None, "")
 
 
 def _cross_validation(folder: Path) -> Any:

@@ -47,6 +47,17 @@ class History:
     best_epoch: int | None = None
 
 
+def epochs_of(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history's epochs in a trainer's state: JSON lines (checkpoint format 3), or a list (format 2)."""
+    lines = state.get("history_epochs")
+    if lines is None:
+        return list(state["history"].get("epochs", []))
+    epochs = [json.loads(line) for line in lines.tobytes().split(b"\n") if line]
+    if not all(isinstance(e, dict) for e in epochs):
+        raise ValueError("the history's epochs are not JSON objects")
+    return epochs
+
+
 @dataclass
 class Position:
     """Where training stands: the epoch in progress, the steps of it done, and its running sums."""
@@ -119,9 +130,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = Position(**state["position"])
-        lines = state.get("history_epochs")  # format 3; format 2 kept the epochs in "history"
-        epochs = [json.loads(line) for line in lines.tobytes().split(b"\n") if line] if lines is not None else []
-        self.history = History(**{"epochs": epochs, **state["history"]})
+        self.history = History(**{**state["history"], "epochs": epochs_of(state)})
         self.conv_algorithms = state.get("conv_algorithms")
         self.origin = state.get("origin")
 
