@@ -432,13 +432,16 @@ def test_a_regression_search_ranks_by_val_loss_by_default(capsys, blobs, tmp_pat
     blobs.write_text(blobs.read_text() + "search: {space: {optimizer.learning_rate: [0.001, 0.05]}}\n")
     code, out, err = run_cli(capsys, "validate", blobs, *sets)
     assert code == 0 and yaml.safe_load(out)["search"]["objective"] == "val_loss", err
-    code, out, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q", "--set", "training.epochs=3", *sets)
+    code, out, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "--set", "training.epochs=3", *sets)
     assert code == 0, err
     rows = list(csv.DictReader((tmp_path / "t" / "trials.csv").open()))
     losses = {r["trial"]: float(r["val_loss"]) for r in rows}
     assert all(float(r["objective"]) == losses[r["trial"]] for r in rows)
     best = min(losses, key=losses.get)
-    assert f"best: trial {best} " in " ".join((out + err).split())
+    said = " ".join((out + err).split())
+    assert f"best: trial {best} " in said
+    assert "accuracy" not in said and "accuracy" not in rows[0], "a regression has no accuracy to show"
+    assert "ties: trial order" in said
 
 
 @pytest.mark.parametrize("change,says", [

@@ -75,6 +75,9 @@ def tie_break(search: SearchConfig, best: dict[str, Any], finished: list[dict[st
     if not tied:
         return None
     second, wins = second_key(search)
+    if all(r.get(second) is None for r in (best, *tied)):  # regression: no accuracy to compare
+        return (f"tie-break: {len(tied) + 1} trials share the best objective {value:.4g}; chosen by trial order: "
+                f"trial {best['trial']}")
     others = sorted(tied, key=lambda r: rank_key(search, r))[:5]
     shown = ", ".join(f"trial {r['trial']}: {_value(r.get(second))}" for r in others)
     more = f" (+{len(tied) - len(others)} more)" if len(tied) > len(others) else ""

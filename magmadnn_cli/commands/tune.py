@@ -135,7 +135,7 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
     check_measurable(config)
     trials = Trials(config.search)
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
-    wanted = out_dir or Path("runs") / f"{config.name}-tune"
+    wanted = out_dir or Path("runs") / (config.name if config.name.endswith("tune") else f"{config.name}-tune")
     if resume and out_dir is None:
         wanted = on_root(comm, lambda: newest_version(wanted, "search"))
     chosen = on_root(comm, lambda: choose(wanted, "search", out_dir is not None, overwrite, continuing=resume))
@@ -299,7 +299,8 @@ def _worker(comm: Any, base: dict, out_dir: Path, search: SearchConfig) -> None:
 
 def write_results(results: list[dict], base: dict, out_dir: Path, search: SearchConfig, reporter: Reporter) -> None:
     params = list(dict.fromkeys(k for r in results for k in r if k.startswith("param:")))
-    columns = ["trial", "status", *params, "val_accuracy", "val_loss", *(["cv_std_accuracy"] if search.folds else []),
+    measured = [m for m in ("val_accuracy", "val_loss") if any(r.get(m) is not None for r in results)] or ["val_loss"]
+    columns = ["trial", "status", *params, *measured, *(["cv_std_accuracy"] if search.folds else []),
                "objective", "epochs", "time_s", "reason"]
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
@@ -341,13 +342,15 @@ def trials_table(results: list[dict], search: SearchConfig, top: int = 10) -> An
     status = {"ok": 0, "pruned": 1}
     ranked = sorted(results, key=lambda r: (status.get(r["status"], 2), rank_key(search, r)))[:top]
     params = list(dict.fromkeys(k for r in ranked for k in r if k.startswith("param:")))
-    columns = ["trial", "status", *short_names([p.removeprefix("param:") for p in params]), "objective", second,
+    seconds = [second] if any(r.get(second) is not None for r in results) else []  # regression: no accuracy
+    columns = ["trial", "status", *short_names([p.removeprefix("param:") for p in params]), "objective", *seconds,
                "epochs", "time s"]
     rows = [[str(r["trial"]), r["status"], *[_short(r.get(p)) for p in params], f"{objective_value(search, r):.4g}",
-             _short(r.get(second)) if r.get(second) is not None else "", str(r.get("epochs", "")), f"{r['time_s']:.3g}"]
-            for r in ranked]
+             *[_short(r.get(key)) if r.get(key) is not None else "" for key in seconds],
+             str(r.get("epochs", "")), f"{r['time_s']:.3g}"] for r in ranked]
+    ties = f"{wins} {second}, then trial order" if seconds else "trial order"
     return grid(f"top {len(ranked)} of {len(results)} trials ({search.objective}, {objective_direction(search)}; "
-                f"ties: {wins} {second}, then trial order)", columns, rows, left=len(columns))
+                f"ties: {ties})", columns, rows, left=len(columns))
 
 
 def _short(value: Any) -> str:
