@@ -186,24 +186,27 @@ def make_reporter(quiet: bool = False, rank: int = 0, live: bool | None = None) 
 METRICS = ("loss", "accuracy", "macro_f1", "mcc", "mse", "rmse", "mae", "r2")  # the tables' order
 
 
-def shown(value: float) -> str:
-    """A metric for a table: 4 decimals; whole and grouped from 10,000 on (a house price's MSE); 4
-    significant digits below 0.001 (a loss in standard units), not 0.0000."""
-    if abs(value) >= 1e4:
+def shown(value: float, whole: bool | None = None) -> str:
+    """A metric for a table: 4 decimals; whole and grouped from 10,000 on (a house price's MSE), or
+    when `whole` (a column holding such values: one style down the column); 4 significant digits
+    below 0.001 (a loss in standard units), not 0.0000."""
+    if whole if whole is not None else abs(value) >= 1e4:
         return f"{value:,.0f}"
     return f"{value:.3e}" if 0 < abs(value) < 1e-3 else f"{value:.4f}"
 
 
-def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
-    """A table with one row per split (train / validation / test) and one column per metric."""
+def metrics_table(title: str, rows: dict[str, dict[str, Any]], caption: str | None = None) -> Table:
+    """A table with one row per split (train / validation / test) and one column per metric, each
+    column in one number style."""
     columns = sorted({k for values in rows.values() for k, v in values.items() if isinstance(v, (int, float))},
                      key=lambda k: METRICS.index(k) if k in METRICS else 99)
-    table = Table(title=Text(title))
+    whole = {c: any(abs(values.get(c, 0)) >= 1e4 for values in rows.values()) for c in columns}
+    table = Table(title=Text(title), caption=Text(caption) if caption else None)
     table.add_column("split")
     for c in columns:
         table.add_column(c, justify="right")
     for split, values in rows.items():
-        table.add_row(split, *(shown(values[c]) if c in values else "" for c in columns))
+        table.add_row(split, *(shown(values[c], whole[c]) if c in values else "" for c in columns))
     return table
 
 

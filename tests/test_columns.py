@@ -495,3 +495,27 @@ def test_a_category_column_of_signed_numbers_or_dates_says_how_to_read_it(tmp_pa
     data = prepare(_cfg(tmp_path, _mostly_unique_csv(cells), validation_split=0), "classification", 0)
     said = [n for n in data.notes if "column 'when' is read as" in n]
     assert len(said) == 1 and hint in said[0], data.notes
+
+
+def test_the_final_table_keeps_one_number_style_per_column_and_names_the_losss_units(capsys, tmp_path):
+    """A newcomer saw rmse 342.2284 above 33,739 in one column, and a loss of 0.1164 beside an mse of
+    1,138,322,432 with nothing saying the loss is on the standardized target."""
+    from rich.console import Console
+
+    from magmadnn_cli.reporting import metrics_table
+    console = Console(width=120, record=True)
+    console.print(metrics_table("t", {"train": {"loss": 0.1164, "rmse": 342.2284},
+                                      "validation": {"loss": 0.2, "rmse": 33_739.4}}, caption="units"))
+    text = console.export_text()
+    assert "342 " in text and "33,739" in text and "342.2284" not in text and "0.1164" in text, text
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(100, 2))
+    text = "a,b,label\n" + "".join(f"{a:.4f},{b:.4f},{250_000 + 40_000 * a:.2f}\n" for a, b in x)
+    (tmp_path / "train.csv").write_text(text)
+    (tmp_path / "c.yaml").write_text("name: r\ndata: {train: train.csv, target: label}\nloss: mse\n"
+                                     "model: {layers: [{type: dense, units: 1}]}\noptimizer: {type: adam}\ntraining: {epochs: 2}\n")
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run")
+    assert code == 0 and "loss: on the standardized target (data.target_normalize)" in " ".join(out.split()), err
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "raw",
+                             "--set", "data.target_normalize=none")
+    assert code == 0 and "standardized target" not in out, out

@@ -80,7 +80,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             write_outputs(out_dir, pin_conv_algorithms(run.config, run.network), run.network, weights, run.data, run.task,
                           metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
-                                                                             if k in SPLITS}))
+                                                                             if k in SPLITS}, _units(run.data)))
             reporter.done(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
                           + (", checkpoints/" if run.saver is not None and run.saver.last is not None else ""))
         comm.barrier()
@@ -167,6 +167,13 @@ def final_metrics(run: Run, history: History, seconds: float) -> dict[str, Any]:
             **run.trainer.parallel.summary(), **({"distributed": record} if (record := how_it_runs(run)) else {}),
             **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}),
             **({"init_from": run.trainer.origin} if run.trainer.origin else {}), **final}
+
+
+def _units(data: Prepared) -> str | None:
+    """The final table's caption when the loss and the other metrics are in different units."""
+    if not data.targets.active:
+        return None
+    return "loss: on the standardized target (data.target_normalize), as trained; mse, rmse, mae: in the target's units"
 
 
 def weights_origin(init_from: Path) -> dict[str, str]:
