@@ -253,9 +253,9 @@ def test_summary_counts_the_inputs_the_trained_model_has(capsys, tmp_path):
         params = sum(f[k].size for k in f.files if k.startswith("weights/"))
     code, out, _ = run_cli(capsys, "summary", config)
     assert code == 0
-    assert f"input ({inputs},)" in out and inputs < 40 + 2 + 1  # some codes are only in the 12 validation rows
+    assert f"each sample's input is {inputs} numbers" in out and inputs < 40 + 2 + 1  # some codes are only in the 12 validation rows
     assert f"{params:,}" in out.split("total")[1]
-    caption = f"inputs: code {inputs - 3} (category), kind 2 (category); 1 number column(s), 1 each"
+    caption = f"inputs: code {inputs - 3} (category), kind 2 (category); 1 number column, 1 each"
     assert caption in out, out  # where the width comes from
     code, out, _ = run_cli(capsys, "summary", run)  # the saved model's own encoder says the same
     assert code == 0 and caption in out, out
@@ -271,7 +271,7 @@ def test_summary_of_a_saved_model_needs_neither_config_nor_data(capsys, blobs, t
     for source in (run, run / "model.npz"):
         code, out, err = run_cli(capsys, "summary", source)
         assert code == 0, err
-        assert "input (4,)" in out and "dense_0" in out and f"{params:,}" in out.split("total")[1]
+        assert "each sample's input is 4 numbers" in out and "dense_0" in out and f"{params:,}" in out.split("total")[1]
     code, _, err = run_cli(capsys, "summary", run, "--set", "training.epochs=3")
     assert code == 2 and "--set" in err and "config" in err, err
     np.savez(tmp_path / "other.npz", a=np.zeros(3))

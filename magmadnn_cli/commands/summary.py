@@ -41,7 +41,7 @@ def summarize(config: Config, inputs: tuple[tuple[int, ...], ColumnEncoder | Non
     from its data); its caption lists the inputs wider than a number column, and conv algorithms."""
     known = inputs is not None
     shape, encoder = inputs if known else sample_inputs(config.data, task_of(config), config.seed or 0)
-    title = f"{config.name}: input {shape}"
+    title = f"{config.name}: each sample's input is {_values(shape)}"
     if not known and config.seed is None and not (config.data.shape or config.data.synthetic):
         title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
     rows = []
@@ -74,7 +74,12 @@ def _inputs_caption(encoder: ColumnEncoder | None, shown: int = 12) -> str:
     plain = len(columns) - len(wide)
     listed = ", ".join(f"{c.name} {c.width} ({c.kind}{' + missing indicator' if c.indicator else ''})"
                        for c in wide[:shown]) + (f", ... ({len(wide) - shown} more)" if len(wide) > shown else "")
-    return f"inputs: {listed}" + (f"; {plain} number column(s), 1 each" if plain else "")
+    return f"inputs: {listed}" + (f"; {plain} number column{'s' * (plain != 1)}, 1 each" if plain else "")
+
+
+def _values(shape: tuple[int, ...]) -> str:
+    """'5 numbers', or an image's '(1, 28, 28) numbers': never a bare (210,) a reader takes for rows."""
+    return f"{shape[0]:,} number{'s' * (shape[0] != 1)}" if len(shape) == 1 else f"{shape} numbers"
 
 
 def _short(layer: Any) -> str:
