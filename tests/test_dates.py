@@ -90,8 +90,9 @@ def test_a_declared_format_and_a_cell_that_is_no_date(capsys, tmp_path):
     assert "when.yearday)" in out + err  # no times in the cells: no hour feature
     (tmp_path / "new.csv").write_text("when,noise\n28/11/2026,0\n2026-11-28,0\n")
     code, _, err = run_cli(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "new.csv"))
-    assert code == 2 and "column 'when', data row 2: '2026-11-28' is not a date; expected a date in " \
-        "data.date_format '%d/%m/%Y'" in err, err
+    assert code == 2 and "column 'when', data row 2: '2026-11-28' is not a date; expected a date written " \
+        "'%d/%m/%Y'; the model reads this column as dates so (as it was trained): fix the cell" in err, err
+
 
 
 def test_typed_date_columns_of_parquet_read_as_dates(capsys, tmp_path):

@@ -292,6 +292,8 @@ def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
     (tmp_path / "new.csv").write_text("f1,f2,f3,f4\n1,2,3,4\n1,2,x,4\n")
     code, _, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "-o", tmp_path / "p.csv")
     assert code == 2 and "new.csv: column 'f3', data row 2: 'x' is not a number" in err
+    assert "the model reads this column as numbers (as it was trained): fix the cell" in err, err
+    assert "data.columns" not in err  # a saved model's column types are not the user's to change
     assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob(".p.csv.*"))
     (tmp_path / "lab.csv").write_text("f1,f2,f3,f4,label\n1,2,3,4,zebra\n")
     code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "lab.csv")

@@ -90,6 +90,7 @@ class ColumnEncoder:
     optional missing indicators). `unseen` decides what an unknown category does."""
     columns: list[Column]
     unseen: str = "ignore"
+    saved: bool = False  # a saved model's (from_json): its bad cells can only be fixed, not retyped
 
     @property
     def width(self) -> int:
@@ -131,7 +132,7 @@ class ColumnEncoder:
             return x, {}
         parts, unseen = [], {}
         for j, col in enumerate(self.columns):
-            block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error")
+            block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error", self.saved)
             parts.append(block)
             if count:
                 unseen[col.name] = count
@@ -142,24 +143,25 @@ class ColumnEncoder:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ColumnEncoder":
-        return cls([Column(**c) for c in data["columns"]], data.get("unseen", "ignore"))
+        return cls([Column(**c) for c in data["columns"]], data.get("unseen", "ignore"), saved=True)
 
 
-def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool) -> tuple[np.ndarray, int]:
+def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool,
+            saved: bool) -> tuple[np.ndarray, int]:
     if col.kind == "constant":
         return np.zeros((len(raw.x), 0), dtype), 0
     if col.kind == "number":
-        values = raw.x[:, j] if j not in raw.text else numbers_in(raw, j, col.name, source)
+        values = raw.x[:, j] if j not in raw.text else numbers_in(raw, j, col.name, source, saved)
         missing = np.isnan(values)
         block = np.where(missing, np.dtype(dtype).type(col.fill), values)[:, None].astype(dtype, copy=False)
         return _with_indicator(block, missing, col.indicator), 0
     cells = raw.cells(j)
     missing = is_missing(cells)
     if col.kind == "date":
-        values = dates_in(np.where(missing, col.fill, cells), raw, col, source)
+        values = dates_in(np.where(missing, col.fill, cells), raw, col, source, saved)
         return _with_indicator(dates.features(values, col.time_of_day, np.dtype(dtype)), missing, col.indicator), 0
     if col.kind == "boolean":
-        flags = booleans_in(np.where(missing, str(col.fill), cells), raw, col.name, source)
+        flags = booleans_in(np.where(missing, str(col.fill), cells), raw, col.name, source, saved)
         return _with_indicator(flags[:, None].astype(dtype), missing, col.indicator), 0
     cells = np.where(missing, str(col.fill), canonical(cells))
     index = {c: i for i, c in enumerate(col.categories)}
@@ -196,7 +198,10 @@ def shortest(text: str) -> str:
     return np.format_float_positional(np.float32(value), trim="-") if np.isfinite(value) else text
 
 
-def numbers_in(raw: RawColumns, j: int, name: str, source: str) -> np.ndarray:
+SAVED_FIX = "; the model reads this column as {} (as it was trained): fix the cell"
+
+
+def numbers_in(raw: RawColumns, j: int, name: str, source: str, saved: bool = False) -> np.ndarray:
     cells = raw.text[j]
     missing = is_missing(cells)
     values = np.full(len(cells), np.nan)
@@ -205,21 +210,25 @@ def numbers_in(raw: RawColumns, j: int, name: str, source: str) -> np.ndarray:
     except ValueError:
         texts = [u for u in np.unique(cells[~missing]) if not is_number(str(u))]
         bad = raw.first(np.isin(cells, texts) & ~missing)
-        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number "
-                        f"(the column holds numbers: typed so, or so in the training rows); fix the cell, or type "
-                        f"the column category (data.columns.{name}: category)") from None
+        fix = SAVED_FIX.format("numbers") if saved else (
+            f" (the column holds numbers: typed so, or so in the training rows); fix the cell, or type the column "
+            f"category (data.columns.{name}: category)")
+        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number"
+                        + fix) from None
     return values
 
 
-def dates_in(cells: np.ndarray, raw: RawColumns, col: Column, source: str) -> np.ndarray:
+def dates_in(cells: np.ndarray, raw: RawColumns, col: Column, source: str, saved: bool = False) -> np.ndarray:
     """A date column's cells as seconds since 1970; a cell that holds no date is named."""
     values = dates.seconds(cells, col.date_format)
     if np.isnan(values).any():
         bad = raw.first(np.isnan(values))
-        expected = f"a date in data.date_format {col.date_format!r}" if col.date_format else \
-            "an ISO 8601 date or date-time, e.g. 2024-03-15 or 2024-03-15T14:30 (data.date_format reads others)"
+        expected = f"a date written {col.date_format!r}" if col.date_format and saved else \
+            f"a date in data.date_format {col.date_format!r}" if col.date_format else \
+            "an ISO 8601 date or date-time, e.g. 2024-03-15 or 2024-03-15T14:30"
+        fix = SAVED_FIX.format("dates so") if saved else " (data.date_format reads others)" * (not col.date_format)
         raise DataError(f"{source}: column {col.name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a date; "
-                        f"expected {expected}")
+                        f"expected {expected}{fix}")
     return values
 
 
@@ -231,11 +240,12 @@ def is_number(text: str) -> bool:
     return True
 
 
-def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str) -> np.ndarray:
+def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str, saved: bool = False) -> np.ndarray:
     lowered = np.char.lower(np.char.strip(cells.astype(str)))
     true, false = np.isin(lowered, TRUE), np.isin(lowered, FALSE)
     if not (true | false).all():
         bad = raw.first(~(true | false))
+        fix = SAVED_FIX.format("booleans") if saved else "; type the column category instead"
         raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a boolean "
-                        "(true/false, yes/no, t/f, y/n, 1/0); type the column category instead")
+                        f"(true/false, yes/no, t/f, y/n, 1/0){fix}")
     return true
