@@ -19,7 +19,8 @@ def export(model_path: Path, out: Path, overwrite: bool = False, opset: int = OP
     """Write the ONNX file atomically (an existing file is replaced only with `overwrite`); returns
     what was written: inputs, outputs, size and seconds."""
     if opset < OPSET:
-        raise MagmaError(f"--opset {opset}: the graph needs ONNX opset {OPSET} or newer (LayerNormalization)")
+        raise MagmaError(f"--opset {opset}: magmadnn writes its graphs in ONNX opset {OPSET} or newer (every op in "
+                         f"its opset-{OPSET} form; onnxruntime 1.12 and later run them): give --opset {OPSET} or more")
     model_path = model_file(model_path)
     check_output_file(out, (model_path,), overwrite)
     saved = load(model_path)
