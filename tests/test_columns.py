@@ -462,6 +462,16 @@ def test_a_number_column_of_distinct_consecutive_whole_numbers_is_named_as_a_lik
     assert not any("whole number" in n for n in quiet.notes)
 
 
+@pytest.mark.parametrize("name,said", [("Year", None), ("t", "(or a year per row: then keep it)")])
+def test_a_yearly_series_is_not_taken_for_an_id(tmp_path, name, said):
+    rng = np.random.default_rng(0)
+    rows = [f"{1961 + i},{rng.normal():.3f},{'xy'[i % 2]}" for i in range(60)]
+    data = prepare(_cfg(tmp_path, f"{name},size,label\n" + "\n".join(rows) + "\n", validation_split=0),
+                   "classification", 0)
+    notes = [n for n in data.notes if "whole number" in n]
+    assert notes == [] if said is None else (len(notes) == 1 and said in notes[0]), notes
+
+
 def _disguised(copy, task: str) -> str:
     rng = np.random.default_rng(0)
     rows = []

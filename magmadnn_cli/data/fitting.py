@@ -222,9 +222,12 @@ def _row_number(name: str, values: np.ndarray, rows: int = 20) -> str:
     low, high = float(values.min()), float(values.max())
     if not n - 1 <= high - low < 2 * n or not (values == np.round(values)).all() or len(np.unique(values)) < n:
         return ""
+    years = 1700 <= low and high <= 2100
+    if years and "year" in name.lower():  # a yearly series: the year is a real input
+        return ""
     return (f"column {name!r} holds a different whole number in every training row ({low:.0f} to {high:.0f}): an "
-            f"ID or a row number? As a number it is an input the network learns from; data.columns.{name}: ignore "
-            "leaves it out")
+            f"ID or a row number{' (or a year per row: then keep it)' if years else ''}? As a number it is an input "
+            f"the network learns from; data.columns.{name}: ignore leaves it out")
 
 
 SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after it
