@@ -188,19 +188,24 @@ def test_a_cross_validation_folder_holds_no_model_and_says_how_to_train_one(comm
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
 def test_an_interrupted_run_folder_says_so_with_the_resume_command(command, capsys, tmp_path):
-    """What a run stopped before its end leaves: its marker and checkpoints, no model file yet."""
+    """What a run stopped before its end leaves: its marker, checkpoints and the config.yaml it wrote
+    as it started, no model file yet (a folder of an older magmadnn: no config.yaml either)."""
     config = project(tmp_path, SHORT)
     run = tmp_path / "run"
     assert run_cli(capsys, "train", config, "--out", run, "-q")[0] == 0
-    for name in ("model.npz", "metrics.json", "metrics.csv", "config.yaml"):
+    for name in ("model.npz", "metrics.json", "metrics.csv"):
         (run / name).unlink()
     code, out, err = run_cli(capsys, command, run, tmp_path / "blobs.csv")
     assert code == 2 and "Traceback" not in out + err
     said = _flat(err)
     assert f"{run}: the run was interrupted before its model was written" in said, err
-    assert f"magmadnn train CONFIG --resume {run}" in said
-    code, _, err = run_cli(capsys, "train", config, "--resume", run, "-q")  # that command, with the config
+    assert f"magmadnn train {run / 'config.yaml'} --resume {run}" in said and "CONFIG" not in said, said
+    code, _, err = run_cli(capsys, "train", run / "config.yaml", "--resume", run, "-q")  # that command
     assert code == 0 and (run / "model.npz").exists(), err
+    for name in ("model.npz", "metrics.json", "metrics.csv", "config.yaml"):
+        (run / name).unlink()
+    code, _, err = run_cli(capsys, command, run, tmp_path / "blobs.csv")
+    assert code == 2 and f"magmadnn train CONFIG --resume {run}" in _flat(err), err
 
 
 def test_a_folder_that_is_no_run_says_what_it_expected(capsys, tmp_path):

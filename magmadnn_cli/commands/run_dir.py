@@ -305,14 +305,15 @@ def _no_model(folder: Path) -> str:
     if kind in ("run", "search") and pid is not None:
         return f"{folder}: a magmadnn (PID {pid}) is writing this {kind} now; its {MODEL} is written when it ends"
     if kind == "run" and (checkpoints := listing(folder / "checkpoints")):
+        unknown = "" if (folder / "config.yaml").is_file() else " (CONFIG: the config it was trained with)"
         return (f"{folder}: the run was interrupted before its model was written (newest checkpoint: "
-                f"{checkpoints[-1].name}); continue it with: {resume_command(folder)} (CONFIG: the config it was "
-                "trained with)")
+                f"{checkpoints[-1].name}); continue it with: {resume_command(folder)}{unknown}")
     if kind == "run" and (folds := _folds(folder)) is not None:
         return _cross_validation_note(folder, folds)
     if kind == "run":
+        config = shlex.quote(str(folder / "config.yaml")) if (folder / "config.yaml").is_file() else "CONFIG"
         return (f"{folder}: the run stopped before its model was written, and left no checkpoint to resume from; "
-                f"train it again: magmadnn train CONFIG --out {shlex.quote(str(folder))} --overwrite")
+                f"train it again: magmadnn train {config} --out {shlex.quote(str(folder))} --overwrite")
     if kind == "search":
         return (f"{folder}: the search stopped before it wrote its best model; continue it with: magmadnn tune "
                 f"CONFIG --out {shlex.quote(str(folder))} --resume")

@@ -71,6 +71,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             _resume(ckpt, run, reporter)
         elif comm.is_root:
             replace_earlier_run(out_dir, reporter)
+            write_config(out_dir, run.config)  # at once: a run stopped before its end can be resumed from it
         with comm.watched(config.distributed.timeout, lambda: run.saver.last if run.saver is not None else None):
             history = run.fit(prune)
         run.trainer.check_weights()
@@ -264,7 +265,12 @@ def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str
     record = f"# trained with {in_words(metrics['distributed'])}\n" if "distributed" in metrics else ""
     if origin := metrics.get("init_from"):
         record += f"# started from the weights of {origin['path']}: train again with --init-from {shlex.quote(origin['path'])}\n"
-    write_text(out_dir / "config.yaml", record + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_config(out_dir, config, record)
+
+
+def write_config(out_dir: Path, config: Config, header: str = "") -> None:
+    """The resolved config (seed drawn, paths absolute), which trains again from any directory."""
+    write_text(out_dir / "config.yaml", header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 
 def history_csv(history: History) -> str:

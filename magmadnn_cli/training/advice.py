@@ -17,8 +17,8 @@ def resume_command(run_dir: Path, ranks: int = 1) -> str:
     (--processes, --hostfile, --hosts) is kept as the user gave it; a data-parallel run that another
     launcher started (mpiexec -n N, srun) gets `--processes N`."""
     args = sys.argv[1:]
-    if not args or args[0] != "train":
-        args = ["train", "CONFIG"]
+    if not args or args[0] != "train":  # said by another command: the config the run wrote as it started
+        args = ["train", str(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else "CONFIG"]
     kept, skip = [], False
     for arg in args:
         if skip:

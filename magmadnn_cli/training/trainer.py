@@ -107,7 +107,7 @@ class Trainer:
         self.history = History()
         self.stopper: EarlyStopper | None = None
         self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
-        self.origin: dict[str, str] | None = None  # the weights it started from (--init-from): path, sha256
+        self.origin: dict[str, str] | None = None  # the weights file it started from: path, sha256
         self._encoded: list[Any] = [None, []]  # (history epochs, their JSON lines so far): _epoch_lines
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
 
