@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import re
 
 import numpy as np
 import pytest
@@ -110,14 +111,18 @@ def test_the_search_plots_legend_names_only_what_the_search_holds(capsys, blobs,
     from magmadnn_cli.commands.plot import _search_scatter
     blobs.write_text(blobs.read_text().replace("epochs: 15", "epochs: 2") + "search: {method: grid, space: "
                      "{optimizer.learning_rate: [0.01, 0.02, 0.05]}}\n")
-    assert run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")[0] == 0
+    code, out, err = run_cli(capsys, "tune", blobs, "--out", tmp_path / "t", "-q")
+    assert code == 0, err
+    best = re.search(r"best: trial (\d+)", out + err).group(1)
 
     def legend(folder):
         return [t.get_text() for t in _search_scatter(folder).axes[0].get_legend().get_texts()]
-    assert legend(tmp_path / "t") == ["finished"]
+    assert legend(tmp_path / "t") == ["finished", f"best (trial {best})"]  # the trial tune chose
+    assert _search_scatter(tmp_path / "t").axes[0].get_ylabel() == "val_accuracy (higher is better)"
     trials = tmp_path / "t" / "trials.csv"
-    trials.write_text(trials.read_text().replace("\n1,ok,", "\n1,pruned,"))
-    assert legend(tmp_path / "t") == ["finished", "pruned (stopped early)"]
+    other = next(t for t in ("0", "1", "2") if t != best)
+    trials.write_text(trials.read_text().replace(f"\n{other},ok,", f"\n{other},pruned,"))
+    assert legend(tmp_path / "t") == ["finished", "pruned (stopped early)", f"best (trial {best})"]
     trials.write_text(trials.read_text().replace(",ok,", ",pruned,"))
     assert legend(tmp_path / "t") == ["pruned (stopped early)"]
 

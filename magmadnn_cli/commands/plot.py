@@ -186,6 +186,7 @@ def _search_scatter(folder: Path) -> Any:
     params = [k for k in (rows[0] if rows else {}) if k.startswith("param:")]
     if not rows or not params:
         raise MagmaError(f"{folder / 'trials.csv'}: no finished trials with hyperparameters to plot")
+    best, ylabel = _best_trial(folder, rows)
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(params), figsize=(5 * len(params), 4), squeeze=False)
     for ax, param in zip(axes[0], params):
@@ -198,14 +199,41 @@ def _search_scatter(folder: Path) -> Any:
             if chosen:  # the legend names only what the search holds
                 ax.scatter([positions[i] for i in chosen], [_number(rows[i]["objective"]) for i in chosen],
                            marker=marker, label=label)
+        if best is not None:
+            ax.scatter([positions[best]], [_number(rows[best]["objective"])], marker="*", s=250, color="gold",
+                       edgecolors="black", zorder=3, label=f"best (trial {rows[best]['trial']})")
         if numeric and min(xs) > 0 and max(xs) / min(xs) > 50:
             ax.set_xscale("log")
         if not numeric:
             ax.set_xticks(range(len(set(labels))), sorted(set(labels)))
         ax.set_xlabel(param.removeprefix("param:"))
-        ax.set_ylabel("objective")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend()
     figure.suptitle(f"{folder.name}: objective by hyperparameter")
     figure.tight_layout()
     return figure
+
+
+def _best_trial(folder: Path, rows: list[dict[str, str]]) -> tuple[int | None, str]:
+    """The row of the trial the search chose (ranked by its journal, as `tune` ranked them) and the y
+    axis's label (the objective and its direction); (None, "objective") without a readable journal."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from ..config.schema import SearchConfig  # noqa: PLC0415
+    from .objective import objective_direction, objective_value, rank_key  # noqa: PLC0415
+    from .trial_log import NAME, read  # noqa: PLC0415
+    try:
+        base, done = read(folder / NAME)
+        search = SearchConfig.model_validate(base.get("search") or {})
+    except (MagmaError, ValidationError, AttributeError):
+        return None, "objective"
+    named = search.objective if isinstance(search.objective, str) else "objective (weighted)"
+    label = f"{named} ({'higher' if objective_direction(search) == 'maximize' else 'lower'} is better)"
+    try:
+        finished = [r for r in done if isinstance(r, dict) and r.get("status") == "ok"
+                    and not math.isnan(objective_value(search, r))]
+        best = str(min(finished, key=lambda r: rank_key(search, r))["trial"]) if finished else None
+    except (KeyError, TypeError, ValueError):  # a journal edited by hand: no mark rather than a wrong one
+        return None, label
+    return next((i for i, r in enumerate(rows) if r["trial"] == best and r["status"] == "ok"), None), label
