@@ -188,7 +188,7 @@ METRICS = ("loss", "accuracy", "macro_f1", "mcc", "mse", "rmse", "mae", "r2")  #
 
 def shown(value: float, whole: bool | None = None) -> str:
     """A metric for a table: 4 decimals; whole and grouped from 10,000 on (a house price's MSE), or
-    when `whole` (a column holding such values: one style down the column); 4 significant digits
+    when `whole` (a column of such values, none below 1: one style down the column); 4 significant digits
     below 0.001 (a loss in standard units), not 0.0000."""
     if whole if whole is not None else abs(value) >= 1e4:
         return f"{value:,.0f}"
@@ -200,7 +200,8 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]], caption: str | No
     column in one number style."""
     columns = sorted({k for values in rows.values() for k, v in values.items() if isinstance(v, (int, float))},
                      key=lambda k: METRICS.index(k) if k in METRICS else 99)
-    whole = {c: any(abs(values.get(c, 0)) >= 1e4 for values in rows.values()) for c in columns}
+    cells = {c: [abs(values[c]) for values in rows.values() if c in values] for c in columns}
+    whole = {c: max(v) >= 1e4 and min(v) >= 1 for c, v in cells.items()}  # else each cell in its own style
     table = Table(title=Text(title), caption=Text(caption) if caption else None)
     table.add_column("split")
     for c in columns:

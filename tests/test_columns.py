@@ -518,6 +518,8 @@ def test_the_final_table_keeps_one_number_style_per_column_and_names_the_losss_u
                                       "validation": {"loss": 0.2, "rmse": 33_739.4}}, caption="units"))
     text = console.export_text()
     assert "342 " in text and "33,739" in text and "342.2284" not in text and "0.1164" in text, text
+    console.print(metrics_table("t", {"train": {"r2": 0.9512}, "test": {"r2": -31_000.5}}))
+    assert "0.9512" in console.export_text(), "a column with values below 1 keeps each cell's own style"
     rng = np.random.default_rng(0)
     x = rng.normal(size=(100, 2))
     text = "a,b,label\n" + "".join(f"{a:.4f},{b:.4f},{250_000 + 40_000 * a:.2f}\n" for a, b in x)

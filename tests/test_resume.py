@@ -187,10 +187,7 @@ def test_a_signal_with_checkpoints_off_says_nothing_was_saved(project, capsys, m
     code, _, err = run_cli(capsys, "train", project / "r.yaml", "--out", out, "--set", "training.checkpoint=null")
     assert code == 128 + signal.SIGINT, err
     assert "stopped at once by SIGINT at epoch 2" in err and "checkpoints are off" in err, err
-    assert "nothing of the run was saved" in err and not (out / "model.npz").exists()
-    code, _, err = run_cli(capsys, "predict", out, project / "r.yaml")
-    assert code == 2 and f"train it again: magmadnn train {out / 'config.yaml'} --out {out} --overwrite" in \
-        " ".join(err.split()), err
+    assert "nothing of the run was saved" in err and not out.exists()  # nor a folder left holding nothing
 
 
 @pytest.fixture(scope="module")

@@ -79,8 +79,51 @@ def test_cross_validation_over_a_trained_run_is_refused_and_overwrite_leaves_no_
     code, _, err = run_cli(capsys, "train", config, "--folds", "3", "--out", out, "-q", "--overwrite")
     assert code == 0, err
     assert not (out / "model.npz").exists() and not list(out.glob("checkpoints/*.npz"))  # the replaced run's
+    assert "epoch" not in (out / "metrics.csv").read_text().splitlines()[0]  # the folds', not the replaced run's
     code, _, err = run_cli(capsys, "evaluate", out, tmp_path / "blobs.csv")
     assert code == 2 and "cross-validation" in err
+
+
+def test_a_run_that_fails_before_writing_anything_leaves_no_folder(capsys, tmp_path, monkeypatch):
+    """A run writes its config.yaml as it starts; one that then fails (diverged in its first epoch)
+    leaves no run folder for the next run to step around."""
+    config = project(tmp_path, SHORT)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "train", config, "--set", "optimizer.learning_rate=1e30", "--set",
+                           "model.layers.0.activation=linear")
+    assert code == 2 and "learning rate" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_resumed_runs_config_yaml_is_the_config_it_resumes_with(capsys, tmp_path, monkeypatch):
+    """Resumed with more epochs and stopped again: the command the folder then offers continues to
+    the new count (config.yaml was the first start's, 2 epochs: that command was refused)."""
+    import signal
+
+    from magmadnn_cli import signals
+    from magmadnn_cli.training.trainer import Trainer
+    config = project(tmp_path, SHORT)
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", config, "--out", run, "-q")[0] == 0
+
+    def ctrl_c_in_epoch_three(self, *args):
+        if self.position.epoch == 3:
+            signals.record(signal.SIGINT)
+            raise KeyboardInterrupt
+        return real(self, *args)
+    real = Trainer._epoch
+    monkeypatch.setattr(Trainer, "_epoch", ctrl_c_in_epoch_three)
+    code, _, err = run_cli(capsys, "train", config, "--resume", run, "-q", "--set", "training.epochs=4",
+                           "--set", "training.checkpoint.on_signal=false")
+    assert code == 130, err
+    monkeypatch.undo()
+    (run / "model.npz").unlink()
+    code, _, err = run_cli(capsys, "predict", run, tmp_path / "blobs.csv")
+    command = shlex.split(_flat(err).split("continue it with: ")[1])
+    assert command[:2] == ["magmadnn", "train"] and command[2] == str(run / "config.yaml"), err
+    code, _, err = run_cli(capsys, *command[1:], "-q")
+    assert code == 0, err
+    assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 4
 
 
 # -- nothing claims a folder before the run's checks have passed -----------------------------------

@@ -187,8 +187,10 @@ class FolderLock:
         self.held = False
         try:
             left = {p.name for p in self.folder.iterdir()}
-            if left <= {MARKER}:
-                (self.folder / MARKER).unlink(missing_ok=True)
+            provisional = {"config.yaml"} if self.kind == "run" else set()  # a run writes it as it starts
+            if left <= {MARKER, *provisional}:
+                for name in left:
+                    (self.folder / name).unlink(missing_ok=True)
                 self._remove_created()
         except OSError:
             pass

@@ -71,7 +71,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             _resume(ckpt, run, reporter)
         elif comm.is_root:
             replace_earlier_run(out_dir, reporter)
-            write_config(out_dir, run.config)  # at once: a run stopped before its end can be resumed from it
+        if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
+            write_config(out_dir, run.config, {"init_from": run.trainer.origin})
         with comm.watched(config.distributed.timeout, lambda: run.saver.last if run.saver is not None else None):
             history = run.fit(prune)
         run.trainer.check_weights()
@@ -95,6 +96,8 @@ def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
     (out_dir / MODEL).unlink(missing_ok=True)
     removed = clear(out_dir / "checkpoints")  # with or without new ones
     (out_dir / MLFLOW_STATE).unlink(missing_ok=True)  # a later --resume must not continue its MLflow run
+    for name in ("metrics.json", "metrics.csv", "curves.png"):  # they describe the replaced run
+        (out_dir / name).unlink(missing_ok=True)
     gone = [MODEL] * had_model + [f"{removed} checkpoint(s)"] * bool(removed)
     if gone:
         reporter.info(f"removed {' and '.join(gone)} of the run this one replaces in {out_dir}")
@@ -262,14 +265,15 @@ def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str
                weights)
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "metrics.csv", history_csv(history))
-    record = f"# trained with {in_words(metrics['distributed'])}\n" if "distributed" in metrics else ""
-    if origin := metrics.get("init_from"):
-        record += f"# started from the weights of {origin['path']}: train again with --init-from {shlex.quote(origin['path'])}\n"
-    write_config(out_dir, config, record)
+    write_config(out_dir, config, metrics)
 
 
-def write_config(out_dir: Path, config: Config, header: str = "") -> None:
-    """The resolved config (seed drawn, paths absolute), which trains again from any directory."""
+def write_config(out_dir: Path, config: Config, record: dict[str, Any]) -> None:
+    """The resolved config (seed drawn, paths absolute), which trains again from any directory; its
+    first lines say how the run ran (`record`'s distributed layout) and the --init-from it needs."""
+    header = f"# trained with {in_words(record['distributed'])}\n" if record.get("distributed") else ""
+    if origin := record.get("init_from"):
+        header += f"# started from the weights of {origin['path']}: train again with --init-from {shlex.quote(origin['path'])}\n"
     write_text(out_dir / "config.yaml", header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 

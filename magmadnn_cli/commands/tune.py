@@ -135,7 +135,8 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
     check_measurable(config)
     trials = Trials(config.search)
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
-    wanted = out_dir or Path("runs") / (config.name if config.name.endswith("tune") else f"{config.name}-tune")
+    named = config.name == "tune" or config.name.endswith(("-tune", "_tune"))  # houses_tune: not houses_tune-tune
+    wanted = out_dir or Path("runs") / (config.name if named else f"{config.name}-tune")
     if resume and out_dir is None:
         wanted = on_root(comm, lambda: newest_version(wanted, "search"))
     chosen = on_root(comm, lambda: choose(wanted, "search", out_dir is not None, overwrite, continuing=resume))

@@ -333,8 +333,10 @@ class Trainer:
                "training.checkpoint.on_signal is false" if self.checkpointer is not None else "checkpoints are off")
         where = f"epoch {self.position.epoch}, step {self.position.step}"
         cp = self.checkpointer
-        return Interrupted(advice.stopped_at_once(signal.Signals(signum).name, where, cp.last if cp else None,
-                                                  self.comm.size, why), signum)
+        stopped = Interrupted(advice.stopped_at_once(signal.Signals(signum).name, where, cp.last if cp else None,
+                                                     self.comm.size, why), signum)
+        stopped.collective = self.comm.size == 1  # each rank stops where it is: under MPI, said and aborted
+        return stopped
 
     def check_weights(self) -> None:
         """A non-finite gradient leaves non-finite weights: never checkpoint or save those."""
