@@ -287,7 +287,7 @@ class Trainer:
                     elif prune is not None and prune(epoch, history.epochs[-1]):
                         history.stopped_early = history.pruned = True
                     self._checkpoint_if_due(epoch)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # (a search's trial: its runner's signals.check() raises it again)
                 raise self._stopped_at_once() from None
             finally:
                 self.reporter.stop()
