@@ -274,3 +274,20 @@ def assert_sigterm_to_the_launcher_stops_the_job(config, out, processes: int, ov
     assert launcher.returncode == 128 + sig, err
     assert f"stopped by {signal.Signals(sig).name}" in err and "--resume" in err
     assert not wait_until_gone(job), "a rank or mpiexec outlived the launcher"
+
+
+def ctrl_c_in_epoch(monkeypatch, epoch: int) -> None:
+    """Training gets a Ctrl-C as epoch `epoch` starts, as the signal handler delivers it (recorded,
+    then KeyboardInterrupt): a stop at once, where on_signal is off or checkpoints are."""
+    import signal
+
+    from magmadnn_cli import signals
+    from magmadnn_cli.training.trainer import Trainer
+    real = Trainer._epoch
+
+    def interrupted(self, *args):
+        if self.position.epoch == epoch:
+            signals.record(signal.SIGINT)
+            raise KeyboardInterrupt
+        return real(self, *args)
+    monkeypatch.setattr(Trainer, "_epoch", interrupted)

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import ctrl_c_in_epoch, run_cli
 
 pytest.importorskip("matplotlib")
 
@@ -130,19 +130,8 @@ def test_the_search_plots_legend_names_only_what_the_search_holds(capsys, blobs,
 def test_a_run_that_has_not_ended_is_drawn_from_its_newest_checkpoint(capsys, blobs, tmp_path, monkeypatch):
     """Stopped in epoch 4 (Ctrl-C with on_signal off): no metrics.csv, but the checkpoint after epoch 3
     holds three epochs, which are drawn, the lowest validation loss marked."""
-    import signal
-
-    from magmadnn_cli import signals
     from magmadnn_cli.commands.plot import _figure
-    from magmadnn_cli.training.trainer import Trainer
-
-    def ctrl_c_in_epoch_four(self, *args):
-        if self.position.epoch == 4:
-            signals.record(signal.SIGINT)
-            raise KeyboardInterrupt
-        return real(self, *args)
-    real = Trainer._epoch
-    monkeypatch.setattr(Trainer, "_epoch", ctrl_c_in_epoch_four)
+    ctrl_c_in_epoch(monkeypatch, 4)
     run = tmp_path / "run"
     code, _, err = run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.checkpoint.on_signal=false")
     assert code == 130 and not (run / "metrics.csv").exists(), err

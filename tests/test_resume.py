@@ -17,7 +17,7 @@ import pytest
 
 from magmadnn_cli.training.checkpoint import listing, prune
 
-from conftest import job_processes, run_cli, wait_until_gone
+from conftest import ctrl_c_in_epoch, job_processes, run_cli, wait_until_gone
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
@@ -173,16 +173,7 @@ def test_a_signal_with_on_signal_off_stops_at_once_and_names_the_newest_checkpoi
 
 
 def test_a_signal_with_checkpoints_off_says_nothing_was_saved(project, capsys, monkeypatch):
-    from magmadnn_cli import signals
-    from magmadnn_cli.training.trainer import Trainer
-
-    def ctrl_c_in_epoch_two(self, *args):
-        if self.position.epoch == 2:
-            signals.record(signal.SIGINT)
-            raise KeyboardInterrupt
-        return real(self, *args)
-    real = Trainer._epoch
-    monkeypatch.setattr(Trainer, "_epoch", ctrl_c_in_epoch_two)
+    ctrl_c_in_epoch(monkeypatch, 2)
     out = project / "no-checkpoints"
     code, _, err = run_cli(capsys, "train", project / "r.yaml", "--out", out, "--set", "training.checkpoint=null")
     assert code == 128 + signal.SIGINT, err

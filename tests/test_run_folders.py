@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import BLOBS_CONFIG, project, run_cli, snapshot
+from conftest import BLOBS_CONFIG, ctrl_c_in_epoch, project, run_cli, snapshot
 
 SHORT = BLOBS_CONFIG.replace("epochs: 15", "epochs: 2")
 SEARCH = "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n"
@@ -98,21 +98,10 @@ def test_a_run_that_fails_before_writing_anything_leaves_no_folder(capsys, tmp_p
 def test_a_resumed_runs_config_yaml_is_the_config_it_resumes_with(capsys, tmp_path, monkeypatch):
     """Resumed with more epochs and stopped again: the command the folder then offers continues to
     the new count (config.yaml was the first start's, 2 epochs: that command was refused)."""
-    import signal
-
-    from magmadnn_cli import signals
-    from magmadnn_cli.training.trainer import Trainer
     config = project(tmp_path, SHORT)
     run = tmp_path / "run"
     assert run_cli(capsys, "train", config, "--out", run, "-q")[0] == 0
-
-    def ctrl_c_in_epoch_three(self, *args):
-        if self.position.epoch == 3:
-            signals.record(signal.SIGINT)
-            raise KeyboardInterrupt
-        return real(self, *args)
-    real = Trainer._epoch
-    monkeypatch.setattr(Trainer, "_epoch", ctrl_c_in_epoch_three)
+    ctrl_c_in_epoch(monkeypatch, 3)
     code, _, err = run_cli(capsys, "train", config, "--resume", run, "-q", "--set", "training.epochs=4",
                            "--set", "training.checkpoint.on_signal=false")
     assert code == 130, err
