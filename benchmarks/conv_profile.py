@@ -11,6 +11,7 @@ import argparse
 import time
 from collections import defaultdict
 
+import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
 from magmadnn_cli.core import backend as B

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
+import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
 from magmadnn_cli.core import backend as B

@@ -33,6 +33,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
 from magmadnn_cli.distributed import get_communicator

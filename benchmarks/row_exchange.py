@@ -16,6 +16,7 @@ import argparse
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import magmadnn_cli  # noqa: E402,F401  then OpenBLAS's kernels (core/cpu_kernels.py), as a run picks them
 import numpy as np  # noqa: E402 (after the BLAS thread count)
 
 from magmadnn_cli.distributed.row_exchange import product_range  # noqa: E402

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
 HIDDEN, LAYERS, INPUTS, CLASSES = 528, 3, 784, 10

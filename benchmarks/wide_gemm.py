@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
 from magmadnn_cli.core import blas

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import magmadnn_cli  # noqa: F401  first: it chooses OpenBLAS's kernels before numpy loads them, as the ranks it starts do
 import numpy as np
 import pytest
 

@@ -83,6 +83,17 @@ def set_threads(count: int) -> bool:
     return True
 
 
+def kernel_name() -> str | None:
+    """The kernel set the BLAS loaded for this CPU (OpenBLAS's core name; None: not known)."""
+    lib = _library()
+    names = ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename")
+    fn = next((fn for name in names if (fn := getattr(lib, name, None)) is not None), None) if lib else None
+    if fn is None:
+        return None
+    fn.argtypes, fn.restype = [], ctypes.c_char_p
+    return fn().decode(errors="replace")
+
+
 @cache
 def get_threads() -> int | None:
     """The BLAS's thread count (None: not known, another numpy build); kept, as asking OpenBLAS costs

@@ -14,6 +14,8 @@ import sys
 from typing import Any, Mapping
 
 from ..core import backend as B
+from ..core import cpu_kernels
+from ..core.blas import kernel_name as blas_kernel
 from ..errors import EveryRankError, MagmaError
 from .comm import in_srun_step, launched_rank, launched_ranks
 from .hosts import slurm_tasks
@@ -129,7 +131,8 @@ def _blas() -> dict[str, Any]:
         name = f"{blas.get('name')} {blas.get('version')}"
     except (AttributeError, KeyError, TypeError):
         name = None
-    return {"numpy": np.__version__, "blas": name,
+    kernels = cpu_kernels.describe(os.environ, blas_kernel(), cpu_kernels.cpuinfo())
+    return {"numpy": np.__version__, "blas": name, "blas_kernels": kernels,
             "blas_threads": {v: os.environ[v] for v in THREAD_VARS if v in os.environ} or "the library's default"}
 
 
