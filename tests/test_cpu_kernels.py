@@ -39,9 +39,22 @@ def test_a_choice_of_the_users_is_kept():
     environ = {"OPENBLAS_CORETYPE": "SkylakeX"}
     assert cpu_kernels.choose(environ, ZEN4) is None and environ == {"OPENBLAS_CORETYPE": "SkylakeX"}
     environ = {}
-    assert cpu_kernels.choose(environ, ZEN4) == "Haswell" and environ == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert cpu_kernels.choose(environ, ZEN4) == "Haswell" and environ["OPENBLAS_CORETYPE"] == "Haswell"
     assert "faster float32 GEMMs on AMD family 0x19" in cpu_kernels.describe(environ, "Haswell", ZEN4)
     assert cpu_kernels.describe({}, "Zen", _block("AuthenticAMD", 25, "")) == "Zen (OpenBLAS's own choice for this CPU)"
+
+
+def test_a_rank_on_another_cpu_makes_its_own_choice():
+    """mpiexec passes the launching host's environment to every host's ranks: the value this tool set
+    on a Zen 4 host is not forced on an Intel host's ranks, and a Zen 4 rank chooses for itself."""
+    launcher = {}
+    cpu_kernels.choose(launcher, ZEN4)
+    intel = dict(launcher)
+    assert cpu_kernels.choose(intel, _block("GenuineIntel", 6, "avx512f")) is None and "OPENBLAS_CORETYPE" not in intel
+    zen4 = dict(launcher)
+    assert cpu_kernels.choose(zen4, ZEN4) == "Haswell" and zen4 == launcher
+    user = {**launcher, "OPENBLAS_CORETYPE": "Zen"}  # the user's own, even beside an earlier mark
+    assert cpu_kernels.choose(user, _block("GenuineIntel", 6, "avx512f")) is None and user["OPENBLAS_CORETYPE"] == "Zen"
 
 
 def _loaded(env: dict[str, str]) -> str:

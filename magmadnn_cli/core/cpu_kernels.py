@@ -6,8 +6,9 @@ SkylakeX's AVX-512 kernels; Zen 4 runs a 512-bit operation as two 256-bit halves
 (AVX2) kernels run float32 GEMMs 7-11% faster there, from the paper MLP's 100-row products to
 2048-square ones (`benchmarks/blas_kernels.py`; float64 within +-6%). float32 is the default, so
 on such a CPU the Haswell kernels are asked for, through OpenBLAS's own `OPENBLAS_CORETYPE`.
-A value the user set is kept, and so is any choice on another CPU. The variable reaches every rank a
-launcher starts, so all ranks run the same kernels (N ranks give one process's weights).
+A value the user set is kept, and so is OpenBLAS's choice on any other CPU. A launcher passes the
+environment on to every rank, on other hosts too: `MARK` says the value was this tool's, so a rank
+on another kind of CPU makes its own choice rather than inherit the launching host's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from typing import Mapping, MutableMapping
 
 VARIABLE = "OPENBLAS_CORETYPE"
+MARK = "MAGMADNN_OPENBLAS_CORETYPE"  # the value this tool set (absent: any OPENBLAS_CORETYPE is the user's)
 ZEN4 = "AMD family 0x19 with AVX-512"
 
 
@@ -39,13 +41,17 @@ def preferred(cpuinfo: str) -> tuple[str, str] | None:
 
 def choose(environ: MutableMapping[str, str], cpuinfo: str) -> str | None:
     """Set `OPENBLAS_CORETYPE` in `environ` where this CPU is better served than by OpenBLAS's own
-    choice and the user set none; returns the core type set (None: nothing set)."""
-    if VARIABLE in environ:
+    choice and the user set none (a value this tool set on another host is replaced by this CPU's
+    choice, or removed); returns the core type set (None: nothing set)."""
+    ours = environ.get(MARK)
+    if VARIABLE in environ and environ[VARIABLE] != ours:
         return None
+    environ.pop(VARIABLE, None)
+    environ.pop(MARK, None)
     choice = preferred(cpuinfo)
     if choice is None:
         return None
-    environ[VARIABLE] = choice[0]
+    environ[VARIABLE] = environ[MARK] = choice[0]
     return choice[0]
 
 
