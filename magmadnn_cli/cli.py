@@ -201,12 +201,13 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
            output: Annotated[Path, typer.Option("--output", "-o", help="the .onnx file to write")],
            overwrite: OverwriteFileOpt = False,
-           opset: Annotated[int, typer.Option("--opset", help="ONNX opset (17 or newer)")] = 17) -> None:
+           opset: Annotated[Optional[int], typer.Option("--opset", help="ONNX opset (default: the lowest the model "
+                                                        "needs: 17, or 20 when it reads text columns)")] = None) -> None:
     """The model's whole inference path (its preprocessing included) as one ONNX graph: raw rows in,
     what `predict --proba` prints out (onnxruntime runs it)."""
     from .commands.export import export as run_export
     done = run_export(model, output, overwrite, opset)
-    err.print(f"wrote {output} ({done['bytes']:,} bytes, opset {opset}): inputs {', '.join(done['inputs'])}; "
+    err.print(f"wrote {output} ({done['bytes']:,} bytes, opset {done['opset']}): inputs {', '.join(done['inputs'])}; "
               f"outputs {', '.join(done['outputs'])}", markup=False, highlight=False)
 
 

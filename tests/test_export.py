@@ -116,6 +116,65 @@ def test_a_table_with_categories_booleans_and_missing_cells(capsys, tmp_path):
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "unseen.csv", None, "label", tmp_path / "run")
 
 
+def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_path):
+    """predict strips a text cell before matching it (' red ' is red, '  ' and ' NA ' are missing, ' yes'
+    is true): the exported graph took ' red ' for an unseen category (all zeros), probabilities 0.55 off."""
+    rows = MESSY.splitlines()
+    (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
+    (tmp_path / "c.yaml").write_text(
+        "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0, "
+        "columns: {member: boolean}}\nmodel:\n  layers:\n    - {type: dense, units: 8, activation: tanh}\n"
+        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, batch_size: 8}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    (tmp_path / "padded.csv").write_text(
+        rows[0] + "\n34, red , yes ,52000,\tOslo,a\n45,blue\u00a0,No , , Bergen ,b\n29,  ,  NA ,38000, ? ,b\n"
+        "41,\u3000green\u2003, TRUE,55000,\x1cBergen\x1f,a\n38, Red , y ,47000,Os lo,a\n")
+    _export_and_compare(capsys, tmp_path / "run", tmp_path / "padded.csv", None, "label", tmp_path)
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    header, body = _rows(tmp_path / "padded.csv", None)
+    spaced = session.run(["probabilities"], _feeds(session, header, body, "label"))[0]
+    header, body = _rows(tmp_path / "messy.csv", None)
+    plain = session.run(["probabilities"], _feeds(session, header, body[:1], "label"))[0]
+    np.testing.assert_allclose(spaced[0], plain[0], atol=1e-6)  # ' red ', ' yes ', '\tOslo' are row 1's cells
+
+
+def test_the_space_class_is_what_str_strip_removes():
+    import re
+    from magmadnn_cli.training.onnx_graph import SPACE
+    python = re.sub(r"\\x\{([0-9A-F]+)\}", lambda m: f"\\U{int(m.group(1), 16):08X}", SPACE)  # RE2's \x{..}
+    matched = {i for i in range(0x110000) if re.fullmatch(python, chr(i))}
+    assert matched == {i for i in range(0x110000) if chr(i).isspace()}
+
+
+def test_a_text_model_needs_opset_20(capsys, tmp_path):
+    rows = MESSY.splitlines()
+    (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
+    (tmp_path / "c.yaml").write_text(
+        "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0}\nmodel:\n  layers:\n"
+        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: {type: sgd, "
+        "learning_rate: 0.05}\ntraining: {epochs: 1, batch_size: 8}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx", "--opset", "18")
+    assert code == 2 and "give --opset 20 or more, or leave --opset out" in err and not (tmp_path / "m.onnx").exists()
+    code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")
+    assert code == 0 and "opset 20" in err and onnx.load(str(tmp_path / "m.onnx")).ir_version == 9
+
+
+def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):
+    """A category column of numbers (codes) compares cells as numbers ('2.0' is code 2): a cell that is
+    no number is an unseen code (all zeros) in predict; onnxruntime's Cast stopped the whole graph."""
+    lines = ["plan,x,label"] + [f"{1 + i % 3},{i % 7},{'ab'[i % 2]}" for i in range(60)]
+    (tmp_path / "codes.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "c.yaml").write_text(
+        "name: codes\nseed: 0\ndata: {train: codes.csv, target: label, validation_split: 0.0, "
+        "columns: {plan: category}}\nmodel:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\n"
+        "loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 2, batch_size: 8}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    (tmp_path / "new.csv").write_text("plan,x,label\n 2.0 ,3,a\ngold,3,a\n0x2,3,b\n1e0,4,b\n")
+    _export_and_compare(capsys, tmp_path / "run", tmp_path / "new.csv", None, "label", tmp_path)
+
+
 def test_every_layer_has_an_exporter():
     from magmadnn_cli.config.layers import LayerSpec
     from magmadnn_cli.training.onnx_graph import LAYERS

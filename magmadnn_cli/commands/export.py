@@ -11,29 +11,35 @@ from ..data.tables import ReadSpec, reader_for
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
 from ..training.modelfile import SavedModel, load
-from ..training.onnx_graph import OPSET
+from ..training.onnx_graph import OPSET, required_opset
 from .run_dir import model_file
 
 
-def export(model_path: Path, out: Path, overwrite: bool = False, opset: int = OPSET) -> dict[str, Any]:
-    """Write the ONNX file atomically (an existing file is replaced only with `overwrite`); returns
-    what was written: inputs, outputs, size and seconds."""
-    if opset < OPSET:
+def export(model_path: Path, out: Path, overwrite: bool = False, opset: int | None = None) -> dict[str, Any]:
+    """Write the ONNX file atomically (an existing file is replaced only with `overwrite`) in `opset`
+    (None: the lowest the model needs); returns what was written: inputs, outputs, opset, size and seconds."""
+    if opset is not None and opset < OPSET:
         raise MagmaError(f"--opset {opset}: magmadnn writes its graphs in ONNX opset {OPSET} or newer (every op in "
                          f"its opset-{OPSET} form; onnxruntime 1.12 and later run them): give --opset {OPSET} or more")
     model_path = model_file(model_path)
     check_output_file(out, (model_path,), overwrite)
     saved = load(model_path)
+    needed = required_opset(saved)
+    if opset is not None and opset < needed:
+        raise MagmaError(f"--opset {opset}: {model_path} reads text columns (categories or booleans), which its graph "
+                         f"matches without their surrounding spaces, as predict does, by RegexFullMatch (opset "
+                         f"{needed}; onnxruntime 1.17 and later): give --opset {needed} or more, or leave --opset out")
     started = time.perf_counter()
     try:
         from ..training.onnx_graph import build  # noqa: PLC0415 (onnx is optional)
     except ImportError as exc:
         raise MagmaError("export needs the onnx package: pip install 'magmadnn-cli[onnx]'") from exc
+    opset = opset or needed
     model = build(saved, file_columns(saved), opset)
     data = model.SerializeToString()
     atomic_write(out, lambda f: f.write(data))
     return {"inputs": [i.name for i in model.graph.input], "outputs": [o.name for o in model.graph.output],
-            "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}
+            "opset": opset, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}
 
 
 def file_columns(saved: SavedModel) -> list[str] | None:

@@ -1,5 +1,6 @@
-"""A model file's whole inference path as one ONNX graph (opset 17): raw rows in, what `predict`
-prints out. Preprocessing the model stored (imputation, missing indicators, one-hot categories,
+"""A model file's whole inference path as one ONNX graph (opset 17; 20 where it reads text cells, which
+it matches without their surrounding whitespace by RegexFullMatch, as `predict` strips them): raw rows
+in, what `predict` prints out. Preprocessing the model stored (imputation, missing indicators, one-hot categories,
 booleans, scaling, normalization, reshaping) runs inside the graph, then every layer, then the head
 (class probabilities and labels, or regression values in the data's units). `onnx` is imported here
 only, lazily, so the package works without it."""
@@ -19,7 +20,11 @@ from ..errors import MagmaError
 from ..nn.layers import build_layers
 from .modelfile import SavedModel
 
-OPSET = 17
+OPSET = 17  # the lowest opset of any graph
+TEXT_OPSET = 20  # a graph that reads text cells (categories, booleans): RegexFullMatch
+# what Python's str.strip() removes (str.isspace), as an RE2 character class
+SPACE = r"[\t-\r\x{1C}-\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]*"
+NUMBER = r"[\t-\r ]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[\t-\r ]*"  # what Cast reads as a number
 DATE_INPUT = "a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time, no time zone (NaN: missing)"
 
 
@@ -61,9 +66,15 @@ class Graph:
         self.outputs.append(self.helper.make_tensor_value_info(name, elem, shape))
 
 
-def build(saved: SavedModel, file_columns: list[str] | None, opset: int = OPSET) -> Any:
-    """The ONNX ModelProto of `saved`; `file_columns`: the training file's columns but the target, in
-    order (the `features` input's columns when every used column is a number), None for arrays."""
+def required_opset(saved: SavedModel) -> int:
+    """The lowest opset the graph of `saved` can be written in."""
+    return TEXT_OPSET if any(c.kind in ("category", "boolean") for c in saved.encoder.columns) else OPSET
+
+
+def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
+    """The ONNX ModelProto of `saved` (`opset` at least `required_opset`); `file_columns`: the
+    training file's columns but the target, in order (the `features` input's columns when every used
+    column is a number), None for arrays."""
     g = Graph()
     x = _inputs(g, saved, file_columns)
     x = g.op("Reshape", x, g.const([-1, *saved.sample_shape], "shape", np.int64))
@@ -73,10 +84,9 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int = OPSET)
         x = _layer(g, layer, x, saved)
     _head(g, saved, x)
     graph = g.helper.make_graph(g.nodes, "magmadnn", g.inputs, g.outputs, g.constants)
-    model = g.helper.make_model(graph, opset_imports=[g.helper.make_opsetid("", opset),
-                                                      g.helper.make_opsetid("ai.onnx.ml", 3)],
-                                producer_name="magmadnn", producer_version=__version__)
-    model.ir_version = 8
+    opsets = [g.helper.make_opsetid("", opset), g.helper.make_opsetid("ai.onnx.ml", 3)]
+    model = g.helper.make_model(graph, opset_imports=opsets, producer_name="magmadnn", producer_version=__version__)
+    model.ir_version = g.helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # what older runtimes read
     meta = {"labels": ",".join(map(str, saved.classes)), "columns": ",".join(saved.features),
             "magmadnn_version": __version__, "task": saved.task,
             "inputs": "; ".join(f"{i.name}: {i.doc_string}" for i in g.inputs)}
@@ -140,7 +150,7 @@ def _column(g: Graph, column: Column) -> str:
         missing = g.op("IsNaN", column.name)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), column.name)
     else:
-        missing = _is_one_of(g, _lowered(g, column.name), MISSING)
+        missing = _matches(g, _lowered(g, column.name), MISSING)
         filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
         block = _boolean(g, filled) if column.kind == "boolean" else _one_hot(g, filled, column.categories)
     if not column.indicator:
@@ -184,11 +194,16 @@ def _date(g: Graph, column: Column) -> str:
     return g.op("Cast", g.op("Concat", *parts, axis=1), to=g.onnx.TensorProto.FLOAT)
 
 
-def _is_one_of(g: Graph, cells: str, words: tuple[str, ...]) -> str:
-    """(N, 1) bool: the (lowercased) cell is one of `words`."""
-    codes = g.op("CategoryMapper", cells, domain="ai.onnx.ml", cats_strings=list(words),
-                 cats_int64s=list(range(len(words))), default_int64=-1)
-    return g.op("GreaterOrEqual", codes, g.const(0, "zero", np.int64))
+def _matches(g: Graph, cells: str, words: Any) -> str:
+    """(N, 1) bool: the cell, without the whitespace around it (as `predict` strips it), is one of `words`."""
+    either = "|".join(_literal(str(w)) for w in words)
+    return g.op("RegexFullMatch", cells, pattern=f"{SPACE}(?:{either}){SPACE}")
+
+
+def _literal(text: str) -> str:
+    """`text` as an RE2 pattern that matches exactly it: every character but ASCII letters and
+    digits spelled by its code point."""
+    return "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):X}}}" for c in text)
 
 
 def _lowered(g: Graph, cells: str) -> str:
@@ -199,21 +214,20 @@ def _lowered(g: Graph, cells: str) -> str:
 
 
 def _boolean(g: Graph, cells: str) -> str:
-    return g.op("Cast", _is_one_of(g, _lowered(g, cells), TRUE), to=g.onnx.TensorProto.FLOAT)
+    return g.op("Cast", _matches(g, _lowered(g, cells), TRUE), to=g.onnx.TensorProto.FLOAT)
 
 
 def _one_hot(g: Graph, cells: str, categories: list[str]) -> str:
     """The category's one-hot row; an unseen category is all zeros, as `predict` encodes it by default.
     Categories that are all numbers are compared as numbers (the cell '1.0' is the category '1', as
-    the readers spell codes); others by their text."""
+    the readers spell codes; a cell that is no number matches none); others by their text."""
+    float_ = g.onnx.TensorProto.FLOAT
     numbers = _as_numbers(categories)
     if numbers is not None:
-        values = g.op("Cast", cells, to=g.onnx.TensorProto.FLOAT)
-        return g.op("Cast", g.op("Equal", values, g.const([numbers], "categories")), to=g.onnx.TensorProto.FLOAT)
-    codes = g.op("CategoryMapper", cells, domain="ai.onnx.ml", cats_strings=[str(c) for c in categories],
-                 cats_int64s=list(range(len(categories))), default_int64=-1)
-    hot = g.op("Equal", codes, g.const([list(range(len(categories)))], "codes", np.int64))
-    return g.op("Cast", hot, to=g.onnx.TensorProto.FLOAT)
+        number = g.op("RegexFullMatch", cells, pattern=NUMBER)
+        values = g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=float_)
+        return g.op("Cast", g.op("Equal", values, g.const([numbers], "categories")), to=float_)
+    return g.op("Cast", g.op("Concat", *(_matches(g, cells, [c]) for c in categories), axis=1), to=float_)
 
 
 def _as_numbers(categories: list[str]) -> list[float] | None:
