@@ -353,6 +353,20 @@ def test_rows_without_a_target_are_left_out_and_named(tmp_path, capsys, task, la
     assert code == 0 and json.loads(out)["rows"] == 37 and "data rows 4, 18, 31" in err, err
 
 
+@pytest.mark.parametrize("targets,expected", [
+    (["stayed", "churned", "upgraded"] * 10, r"the target holds labels \('churned', 'stayed', 'upgraded'\), not "
+                                             r"numbers, but the loss is a regression loss: for classes use loss: cross_entropy"),
+    ([f"{i}.5" for i in range(28)] + ["unknown", "$52"], r"a regression target must be a number; data row 29 has "
+                                                         r"'unknown' \(2 such row\(s\) in all\): fix or drop those rows"),
+])
+def test_a_regression_on_text_targets_says_what_they_are(tmp_path, targets, expected):
+    """`loss: mse` on labels said 'regression targets must be numbers (could not convert string to float:
+    np.str_('stayed'))', after a config error had advised a linear output for that very loss."""
+    (tmp_path / "t.csv").write_text("x,y\n" + "".join(f"{i},{t}\n" for i, t in enumerate(targets)))
+    with pytest.raises(DataError, match=expected):
+        prepare(DataConfig(train=tmp_path / "t.csv", target="y", validation_split=0.0), "regression", 0)
+
+
 def test_a_file_with_no_targets_at_all_is_refused(tmp_path):
     (tmp_path / "t.csv").write_text("x,y\n1,\n2,NA\n")
     with pytest.raises(DataError, match=r"t\.csv: every row's target \(column 'y'\) is missing"):

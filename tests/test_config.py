@@ -53,7 +53,13 @@ def _replace(old: str, new: str) -> str:
      [r"c.yaml:11: model.layers.0.activation: invalid value", "received: 'rleu'", "did you mean 'relu'?"]),
     # loss vs output activation
     ("units: 3, activation: softmax", "units: 3, activation: relu",
-     ["loss cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu'"]),
+     ["c.yaml:13: loss: cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu'"]),
+    # whole-config checks at the key to fix, not the file's first line
+    ("units: 3, activation: softmax", "units: 3, activation: softmax, name: dense_0",
+     ["c.yaml:12: model.layers.1: model.layers.1 is named 'dense_0', like model.layers.0"]),
+    ("loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n",
+     "loss: mse\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n  class_weight: balanced\n",
+     ["c.yaml:16: training.class_weight: training.class_weight weighs classes"]),
     # missing required section
     ("loss: cross_entropy\n", "", ["loss: missing required key 'loss'"]),
     # a staleness bound without asynchronous SGD; asynchronous SGD with split layers
@@ -195,7 +201,8 @@ def test_the_readme_config_reference_shows_the_real_defaults():
 
 @pytest.mark.parametrize("override,where", [
     ("model.layers.0={type: dense}", "--set model.layers.0={type: dense}: model.layers.0.units: missing required key"),
-    ("loss=mse", "with --set loss=mse: (top level): loss mse is for regression"),
+    ("loss=mse", "--set loss=mse: loss: mse is a regression loss, but the final activation (model.layers.1.activation) "
+                 "is 'softmax', which gives class probabilities: for classes use loss: cross_entropy"),
     ("training.epochs=abc", "--set training.epochs=abc: training.epochs"),
     # a section's own check, set off by a --set inside a section the file does not have
     ("distributed.max_staleness=2", "--set distributed.max_staleness=2: distributed: max_staleness bounds"),

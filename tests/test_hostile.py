@@ -51,7 +51,7 @@ CASES = {
     "bad name": (lambda t: _config(t, BLOBS_CONFIG.replace("name: blobs", "name: ../../etc")), "train", "name"),
     "no layers": (lambda t: _config(t, BLOBS_CONFIG.split("model:")[0] + "model: {layers: []}\nloss: mse\noptimizer: sgd\n"), "train", "model.layers"),
     "splits leave no training rows": (lambda t: _config(t, BLOBS_CONFIG.replace("validation_split: 0.2", "validation_split: 0.6\n  test_split: 0.5")),
-                                      "train", "validation_split + test_split must be below 1"),
+                                      "train", "c.yaml:8: data.test_split: validation_split 0.6 + test_split 0.5 = 1.1 holds out every row"),
     "bad --set": (lambda t: _config(t), "train --set training.epochs", "expected dotted.key=value"),
     "config is a directory": (lambda t: (t / "d.yaml").mkdir() or t / "d.yaml", "train", "is a directory"),
     "binary config": (lambda t: (t / "c.yaml").write_bytes(b"\xff\xfe\x00\x01") or t / "c.yaml", "train", "c.yaml"),

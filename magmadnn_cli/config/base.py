@@ -6,11 +6,23 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ..errors import ConfigError
 
 UnitFloat = Annotated[float, Field(ge=0.0, lt=1.0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
+
+
+def problem_at(model: BaseModel, field: tuple[str | int, ...], message: str) -> ValidationError:
+    """A problem a model validator finds, located at `field` (a path inside `model`), where it is best
+    fixed: the message then names that key's line rather than the section's (or the file's first)."""
+    node: Any = model
+    for part in field:
+        node = node[part] if isinstance(part, int) else getattr(node, part, None)
+    detail = InitErrorDetails(type=PydanticCustomError("value_error", "{message}", {"message": message}),
+                              loc=field, input=node)
+    return ValidationError.from_exception_data(type(model).__name__, [detail])
 
 
 class Strict(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from .base import PositiveFloat, Strict, UnitFloat
+from .base import PositiveFloat, Strict, UnitFloat, problem_at
 
 ColumnKind = Literal["number", "category", "boolean", "date", "ignore"]
 MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
@@ -111,15 +111,20 @@ class DataConfig(Strict):
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
         if self.features and self.target in self.features:
-            raise ValueError(f"features: {self.target!r} is the target; list only the input columns")
+            raise problem_at(self, ("features",), f"{self.target!r} is the target; list only the input columns")
         if (self.train is None) == (self.synthetic is None):
             raise ValueError("give exactly one of data.train (a file) or data.synthetic")
         if self.validation_split + self.test_split >= 1.0:
-            raise ValueError("validation_split + test_split must be below 1")
+            held = self.validation_split + self.test_split
+            raise problem_at(self, ("test_split",) if self.test_split else ("validation_split",),
+                             f"validation_split {self.validation_split:g} + test_split {self.test_split:g} = "
+                             f"{held:g} holds out every row: keep their sum below 1 (e.g. 0.1 and 0.2)")
         if self.decimal is not None and self.decimal == self.thousands:
-            raise ValueError(f"decimal and thousands are both {self.decimal!r}; one mark cannot be both")
+            raise problem_at(self, ("thousands",), f"decimal and thousands are both {self.decimal!r}; one mark "
+                             "cannot be both")
         if self.target is not None and self.target in self.columns:
-            raise ValueError(f"columns: {self.target!r} is the target; column types are for features")
+            raise problem_at(self, ("columns", self.target), f"{self.target!r} is the target; column types are for "
+                             "features")
         return self
 
     def column_spec(self, name: str) -> ColumnSpec:

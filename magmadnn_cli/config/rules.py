@@ -49,11 +49,12 @@ def head_problem(layers: Sequence[Any], loss: str) -> str | None:
     where = f"model.layers.{head.index}.activation"
     required = LossSpec.declarations[loss].fuses
     if required and head.activation != required:
-        return f"loss {loss} needs a final {required} activation ({where}); received {head.activation!r}"
+        return f"{loss} needs a final {required} activation ({where}); received {head.activation!r}"
     if required and not head.fused:
         after = head.index + 1
         return (f"{where}: the {required} of the output must be on the last layer, but model.layers.{after} "
                 f"({layers[after].type}) comes after it; move that layer before model.layers.{head.index}")
     if LossSpec.declarations[loss].task == "regression" and head.activation in ("softmax", "log_softmax"):
-        return f"loss {loss} is for regression; the final activation ({where}) is {head.activation!r}: use linear"
+        return (f"{loss} is a regression loss, but the final activation ({where}) is {head.activation!r}, which "
+                f"gives class probabilities: for classes use loss: cross_entropy; for numbers make it linear")
     return None

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 
-from .base import PositiveFloat, Strict
+from .base import PositiveFloat, Strict, problem_at
 from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
 from .layers import SAFE_NAME, Layer, ModelConfig  # noqa: F401  (Layer re-exported: the model section)
 from .losses import Loss
@@ -89,8 +89,8 @@ class DistributedConfig(Strict):
     @model_validator(mode="after")
     def _split_fits(self) -> "DistributedConfig":
         if self.model_parallel > 1 and self.processes > 1 and self.processes % self.model_parallel:
-            raise ValueError(f"model_parallel: {self.model_parallel} does not divide processes: {self.processes}; "
-                             f"use a multiple of {self.model_parallel} processes")
+            raise problem_at(self, ("model_parallel",), f"model_parallel: {self.model_parallel} does not divide "
+                             f"processes: {self.processes}; use a multiple of {self.model_parallel} processes")
         return self
 
 
@@ -129,8 +129,8 @@ class SearchConfig(Strict):
     @model_validator(mode="after")
     def _direction_is_known(self) -> "SearchConfig":
         if isinstance(self.objective, dict) and len(self.objective) > 1 and self.direction == "auto":
-            raise ValueError(f"objective {dict(self.objective)} mixes several metrics: set search.direction to "
-                             "maximize or minimize (e.g. maximize for {val_accuracy: 1.0, time: -0.01})")
+            raise problem_at(self, ("objective",), f"objective {dict(self.objective)} mixes several metrics: set "
+                             "search.direction to maximize or minimize (e.g. maximize for {val_accuracy: 1.0, time: -0.01})")
         return self
 
 
@@ -196,16 +196,18 @@ class Config(Strict):
         seen: dict[str, str] = {}
         for where, name in layer_names(self.model.layers):
             if name in seen:
-                raise ValueError(f"{where} is named {name!r}, like {seen[name]}: weights are saved by layer name, "
-                                 "so names must be unique (rename one, or leave names out: <type>_<index> is the default)")
+                path = tuple(int(p) if p.isdigit() else p for p in where.split("."))
+                raise problem_at(self, path, f"{where} is named {name!r}, like {seen[name]}: weights are saved by "
+                                 "layer name, so names must be unique (rename one, or leave names out: <type>_<index> "
+                                 "is the default)")
             seen[name] = where
         return self
 
     @model_validator(mode="after")
     def _class_weight_needs_classes(self) -> "Config":
         if self.training.class_weight is not None and self.loss.task == "regression":
-            raise ValueError(f"training.class_weight weighs classes; loss {self.loss.type} is a regression loss: "
-                             "remove class_weight")
+            raise problem_at(self, ("training", "class_weight"), f"training.class_weight weighs classes; loss "
+                             f"{self.loss.type} is a regression loss: remove class_weight")
         return self
 
     @model_validator(mode="after")
@@ -219,7 +221,7 @@ class Config(Strict):
     def _loss_matches_output(self) -> "Config":
         problem = head_problem(self.model.layers, self.loss.type)
         if problem:
-            raise ValueError(problem)
+            raise problem_at(self, ("loss",), problem)
         return self
 
 

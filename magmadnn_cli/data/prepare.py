@@ -49,8 +49,8 @@ def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) ->
     if task == "regression":
         try:
             values = np.asarray(y, dtype=B.current().floatx)
-        except ValueError as exc:
-            raise DataError(f"{source}: regression targets must be numbers ({exc})") from exc
+        except ValueError:
+            raise DataError(_text_targets(y, source)) from None
         bad = ~np.isfinite(values.reshape(len(values), -1))
         if bad.any():
             row = int(np.argwhere(bad)[0][0])
@@ -343,3 +343,19 @@ def sample_inputs(cfg: DataConfig, task: str, seed: int) -> tuple[tuple[int, ...
         return tuple(table.x.shape[1:]), None
     encoder, _ = fit_encoder(table, _split(table, cfg, task, seed)[2]["train"], cfg)
     return (tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)), encoder
+
+
+def _text_targets(y: np.ndarray, source: str) -> str:
+    """Why a regression cannot take these targets: labels (mostly text: the task is classification)
+    or a few cells that are no number (named by row)."""
+    uniques, inverse = np.unique(np.asarray(y).astype(str).ravel(), return_inverse=True)
+    text = np.array([_number(u) is None for u in uniques])
+    rows = np.flatnonzero(text[inverse])
+    if len(rows) * 2 > len(inverse):
+        labels = ", ".join(repr(str(u)) for u in uniques[text][:5]) + (", ..." if text.sum() > 5 else "")
+        return (f"{source}: the target holds labels ({labels}), not numbers, but the loss is a regression loss: for "
+                f"classes use loss: cross_entropy with a softmax output of one unit per class (or "
+                f"binary_cross_entropy with one sigmoid unit for two)")
+    return (f"{source}: a regression target must be a number; data row {rows[0] + 1} has "
+            f"{str(uniques[inverse[rows[0]]])!r} ({len(rows)} such row(s) in all): fix or drop those rows")
+
