@@ -295,6 +295,13 @@ def test_predict_rows_with_bad_values_leave_no_output(capsys, tmp_path):
     assert "the model reads this column as numbers (as it was trained): fix the cell" in err, err
     assert "data.columns" not in err  # a saved model's column types are not the user's to change
     assert not (tmp_path / "p.csv").exists() and not list(tmp_path.glob(".p.csv.*"))
+    # every column's bad cells at once, first rows first; each column's every stray value
+    (tmp_path / "new.csv").write_text("f1,f2,f3,f4\n1,2,3,4\n1,2,3,4\n1,2,x,4\n1,2,3,4\n1,y,3,4\n1,-,3,4\n1,y,3,4\n")
+    code, _, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "-o", tmp_path / "p.csv")
+    assert code == 2 and "new.csv: 2 columns hold cells that cannot be read (each from its first row):\n  column " \
+        "'f3', data row 3: 'x' is not a number; the model" in err, err
+    assert "\n  column 'f2', data row 5: 'y' is not a number (3 such cells: 'y' (2: data rows 5, 7), '-' (1: data " \
+        "row 6)); the model" in err, err
     (tmp_path / "lab.csv").write_text("f1,f2,f3,f4,label\n1,2,3,4,zebra\n")
     code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "lab.csv")
     assert code == 2 and "labels 'zebra' do not occur in the training data" in err

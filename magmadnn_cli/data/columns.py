@@ -23,6 +23,23 @@ def is_missing(cells: np.ndarray) -> np.ndarray:
     return np.isin(np.char.lower(np.char.strip(cells.astype(str))), MISSING)
 
 
+class CellError(DataError):
+    """Cells of one column that its type cannot read, named from the first (`row`, 1-based): the
+    encoder reports every column's at once, in the order of their first rows."""
+
+    def __init__(self, source: str, name: str, row: int, what: str) -> None:
+        super().__init__(f"{source}: column {name!r}, data row {row}: {what}")
+        self.source, self.name, self.row, self.what = source, name, row, what
+
+    @staticmethod
+    def combined(errors: list["CellError"]) -> DataError:
+        if len(errors) == 1:
+            return errors[0]
+        lines = [f"  column {e.name!r}, data row {e.row}: {e.what}" for e in sorted(errors, key=lambda e: e.row)]
+        return DataError(f"{errors[0].source}: {len(errors)} columns hold cells that cannot be read (each from its "
+                         "first row):\n" + "\n".join(lines))
+
+
 @dataclass
 class RawColumns:
     """A table's feature cells before encoding: `x` holds the numbers (NaN where missing or text),
@@ -130,12 +147,18 @@ class ColumnEncoder:
                 fills = np.array([self.columns[j].fill for j in kept], dtype=x.dtype)
                 x = np.where(missing, fills, x)
             return x, {}
-        parts, unseen = [], {}
+        parts, unseen, unreadable = [], {}, []
         for j, col in enumerate(self.columns):
-            block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error", self.saved)
+            try:
+                block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error", self.saved)
+            except CellError as exc:
+                unreadable.append(exc)
+                continue
             parts.append(block)
             if count:
                 unseen[col.name] = count
+        if unreadable:
+            raise CellError.combined(unreadable)
         return np.concatenate(parts, axis=1) if parts else np.zeros((len(x), 0), x.dtype), unseen
 
     def to_json(self) -> dict[str, Any]:
@@ -209,12 +232,13 @@ def numbers_in(raw: RawColumns, j: int, name: str, source: str, saved: bool = Fa
         values[~missing] = np.char.strip(cells[~missing].astype(str)).astype(np.float64)
     except ValueError:
         texts = [u for u in np.unique(cells[~missing]) if not is_number(str(u))]
-        bad = raw.first(np.isin(cells, texts) & ~missing)
+        stray = np.isin(cells, texts) & ~missing
+        bad = raw.first(stray)
         fix = SAVED_FIX.format("numbers") if saved else (
             f" (the column holds numbers: typed so, or so in the training rows); fix the cell, or type the column "
             f"category (data.columns.{name}: category)")
-        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number"
-                        + fix) from None
+        others = f" ({stray.sum()} such cells: {stray_cells(raw, cells, stray)})" if stray.sum() > 1 else ""
+        raise CellError(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a number{others}{fix}") from None
     return values
 
 
@@ -227,8 +251,7 @@ def dates_in(cells: np.ndarray, raw: RawColumns, col: Column, source: str, saved
             f"a date in data.date_format {col.date_format!r}" if col.date_format else \
             "an ISO 8601 date or date-time, e.g. 2024-03-15 or 2024-03-15T14:30"
         fix = SAVED_FIX.format("dates so") if saved else " (data.date_format reads others)" * (not col.date_format)
-        raise DataError(f"{source}: column {col.name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a date; "
-                        f"expected {expected}{fix}")
+        raise CellError(source, col.name, raw.row(bad), f"{str(cells[bad])!r} is not a date; expected {expected}{fix}")
     return values
 
 
@@ -246,6 +269,22 @@ def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str, save
     if not (true | false).all():
         bad = raw.first(~(true | false))
         fix = SAVED_FIX.format("booleans") if saved else "; type the column category instead"
-        raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a boolean "
-                        f"(true/false, yes/no, t/f, y/n, 1/0){fix}")
+        raise CellError(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a boolean (true/false, yes/no, t/f, "
+                        f"y/n, 1/0){fix}")
     return true
+
+
+def stray_cells(raw: RawColumns, cells: np.ndarray, mask: np.ndarray, most: int = 5) -> str:
+    """The distinct values of the cells in `mask`, in the order of their first rows in the file, each
+    with its count and first rows (at most `most` values): every fix a user needs, named at once."""
+    rows = np.flatnonzero(mask)
+    order = rows[np.argsort(raw.row_ids[rows], kind="stable")] if raw.row_ids is not None else rows
+    values, first, inverse, counts = np.unique(cells[order], return_index=True, return_inverse=True,
+                                               return_counts=True)
+    described = []
+    for k in np.argsort(first, kind="stable")[:most]:
+        at = [raw.row(int(i)) for i in order[inverse.ravel() == k][:3]]
+        where = ", ".join(map(str, at)) + (", ..." if counts[k] > 3 else "")
+        described.append(f"{str(values[k])!r} ({counts[k]}: data row{'s' if counts[k] > 1 else ''} {where})")
+    return ", ".join(described) + (f", and {len(values) - most} more value(s)" if len(values) > most else "")
+

@@ -14,7 +14,7 @@ from ..config.data import ColumnSpec, DataConfig
 from ..errors import DataError
 from . import dates
 from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in, canonical, dates_in, is_missing, \
-    is_number, numbers_in, shortest
+    is_number, numbers_in, shortest, stray_cells
 
 
 def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
@@ -180,10 +180,10 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
         return _category_unless_identifier(name, source, total, values)
     if count == total:
         return "number"
-    bad = raw.first(present & ~numeric)
-    raise DataError(f"{source}: column {name!r}, data row {raw.row(bad)}: {str(cells[bad])!r} is not a number, while "
-                    f"{count} of its {total} present cells in the training rows are; fix the cell (or leave it blank: "
-                    f"a missing cell), or read the column's values as categories (data.columns.{name}: category)")
+    raise DataError(f"{source}: column {name!r}: {total - count} of its {total} present cells in the training rows "
+                    f"are not numbers, while {count} are: {stray_cells(raw, cells, present & ~numeric)}; fix those "
+                    f"cells (or leave them blank: missing cells), or read the column's values as categories "
+                    f"(data.columns.{name}: category)")
 
 
 def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:

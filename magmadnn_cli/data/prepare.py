@@ -127,6 +127,22 @@ def case_variants(classes: list[Any], shown: int = 6) -> str:
             + (", ..." if more else "") + "} merges them")
 
 
+def rare_classes(classes: list[Any], labels: np.ndarray, parts: dict[str, np.ndarray], fewest: int = 5) -> str:
+    """A sentence naming the classes with fewer than `fewest` rows in the data and where their rows
+    went: too few to learn, and a split with none of them scores without them; '' if none."""
+    codes = labels.reshape(-1).astype(np.int64)
+    counts = np.bincount(codes, minlength=len(classes))
+    rare = [k for k in np.argsort(counts, kind="stable") if counts[k] < fewest]
+    if not rare:
+        return ""
+    shares = lambda k: ", ".join(f"{name} {int((codes[parts[name]] == k).sum())}"  # noqa: E731
+                                 for name in ("train", "validation", "test") if len(parts.get(name, ())))
+    named = "; ".join(f"{str(classes[k])!r}: {counts[k]} row{'' if counts[k] == 1 else 's'} ({shares(k)})" for k in rare[:6])
+    return (f"classes with fewer than {fewest} rows, too few to learn or to score (a split without one leaves it out "
+            f"of that split's macro averages): {named}{'; ...' if len(rare) > 6 else ''}; collect more rows, merge "
+            "each into another class (data.label_map), or drop its rows")
+
+
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     if task == "regression":
         return []
@@ -294,7 +310,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     cfg = cfg.model_copy(update=table.settled)  # the validation and test files are written alike
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
-    notes = table.notes + notes + [n for n in [case_variants(classes)] if n]
+    rare = rare_classes(classes, labels, parts) if task != "regression" and fold is None else ""
+    notes = table.notes + notes + [n for n in [case_variants(classes), rare] if n]
     if table.x.ndim == 2 and cfg.shape is None:
         notes += target_copies(table.raw.rows(parts["train"]), table.features, labels[parts["train"]], task, cfg.target)
     x, _ = encode_features(table, encoder)
