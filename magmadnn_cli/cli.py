@@ -17,7 +17,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from . import signals
-from .errors import Interrupted, MagmaError
+from .errors import DataError, Interrupted, MagmaError
 from .reporting import QuietOnClosedPipe, SafeConsole
 
 app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -332,7 +332,13 @@ def summary(source: Annotated[Path, typer.Argument(help="YAML config file, or mo
                                                     show_default=False)], set_: SetOpt = None) -> None:
     """Layers, output shapes, parameter counts and FLOPs per sample, of a config or a saved model."""
     from .commands.summary import is_saved_model, summarize, summarize_saved
-    out.print(summarize_saved(source, set_) if is_saved_model(source) else summarize(_load(source, set_)))
+    if is_saved_model(source):
+        out.print(summarize_saved(source, set_))
+        return
+    table, problem = summarize(_load(source, set_))
+    out.print(table)
+    if problem:  # the table helps to fix it; train and validate refuse the config
+        raise DataError(problem)
 
 
 for _command in app.registered_commands:  # the command list: a docstring's first paragraph, re-wrapped

@@ -237,6 +237,16 @@ def test_summary_lists_layers_parameters_and_flops(capsys, blobs):
     assert "total" in out
 
 
+def test_summary_shows_a_config_whose_output_does_not_fit_and_refuses_it_as_validate_does(capsys, blobs):
+    """summary printed a 2-unit output for 3 classes and exited 0; validate and train refuse it."""
+    code, out, err = run_cli(capsys, "summary", blobs, "--set", "model.layers.1.units=2")
+    assert code == 2 and "dense_1" in out and "(2,)" in out  # the table, to fix it by
+    expected = "--set model.layers.1.units=2: model.layers.1.units: the output layer has 2 units; expected 3"
+    assert expected in err, err
+    code, _, err = run_cli(capsys, "validate", blobs, "--set", "model.layers.1.units=2")
+    assert code == 2 and expected in err, err
+
+
 def test_summary_counts_the_inputs_the_trained_model_has(capsys, tmp_path):
     """Category columns are one-hot encoded on the training rows only: summary's input width and
     parameter count are those of the model `train` writes (a newcomer saw 446 inputs in summary and

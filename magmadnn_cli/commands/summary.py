@@ -12,12 +12,11 @@ from typing import Any
 
 from ..config.schema import Config
 from ..errors import ConfigError
-from ..data.columns import ColumnEncoder
-from ..data.prepare import sample_inputs
+from ..data.prepare import SampleInputs, sample_inputs
 from ..core.graph.convolution import candidates, rule
 from ..nn.layers import Conv2D, all_layers, build_layers
 from ..reporting import grid
-from ..training.builder import task_of
+from ..training.builder import output_width_problem, task_of
 
 
 def is_saved_model(path: Path) -> bool:
@@ -33,14 +32,16 @@ def summarize_saved(path: Path, overrides: list[str] | None) -> Any:
         raise ConfigError(f"--set changes a config; {path} is a saved model, summarized as it was trained "
                           "(summarize its config.yaml to try changes)")
     saved = load(model_file(path))
-    return summarize(saved.config, (tuple(saved.sample_shape), saved.encoder))
+    return summarize(saved.config, SampleInputs(tuple(saved.sample_shape), saved.encoder))[0]
 
 
-def summarize(config: Config, inputs: tuple[tuple[int, ...], ColumnEncoder | None] | None = None) -> Any:
-    """The table for a config (`inputs`: the input shape and its column encoder, where known; else
-    from its data); its caption lists the inputs wider than a number column, and conv algorithms."""
+def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, str | None]:
+    """The table for a config (`inputs`: what the network takes, where known; else read from its
+    data), its caption listing the inputs wider than a number column and conv algorithms; and why
+    the output does not fit the data's classes or targets (None: it does, or they are not known)."""
     known = inputs is not None
-    shape, encoder = inputs if known else sample_inputs(config.data, task_of(config), config.seed or 0)
+    inputs = inputs or sample_inputs(config.data, task_of(config), config.seed or 0)
+    shape, encoder = inputs.shape, inputs.encoder
     title = f"{config.name}: each sample's input is {_values(shape)}"
     if not known and config.seed is None and not (config.data.shape or config.data.synthetic):
         title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
@@ -59,9 +60,11 @@ def summarize(config: Config, inputs: tuple[tuple[int, ...], ColumnEncoder | Non
     convs = [f"{layer.name}: {_algorithm(layer)}" for layer in all_layers(layers) if isinstance(layer, Conv2D)]
     caption = "\n".join(c for c in (_inputs_caption(encoder), "conv algorithm: " + "; ".join(convs) if convs else "")
                          if c) or None
+    problem = None if inputs.classes is None else \
+        output_width_problem(config, shape[-1] if shape else 1, inputs.classes, inputs.source, inputs.targets)
     if not convs:
-        return grid(title, header[:-1], [row[:-1] for row in rows], left=2, caption=caption)
-    return grid(title, header, rows, left=2, caption=caption)
+        return grid(title, header[:-1], [row[:-1] for row in rows], left=2, caption=caption), problem
+    return grid(title, header, rows, left=2, caption=caption), problem
 
 
 def _inputs_caption(encoder: ColumnEncoder | None, shown: int = 12) -> str:

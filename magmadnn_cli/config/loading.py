@@ -94,6 +94,7 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), d
                          None if key in origins else path.resolve().parent)
     if config.seed is None and draw_seed:
         config = config.model_copy(update={"seed": secrets.randbelow(2**31)})
+    config._source = (path, lines, origins)
     return config
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, PrivateAttr, field_validator, model_validator
 
 from .base import PositiveFloat, Strict, problem_at
 from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
@@ -179,6 +179,13 @@ class Config(Strict):
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     search: SearchConfig | None = None
     tracking: Tracking | None = Field(None, description="TensorBoard event files and/or an MLflow run")
+    _source: Any = PrivateAttr(None)  # (file, lines, --set origins) when loaded from a file: see `where`
+
+    def where(self, *key: str | int) -> str | None:
+        """'file:line' (or the --set) that gave `key`, for a problem found after loading (the data's
+        output width, say); None for a config built in code."""
+        from .messages import where  # noqa: PLC0415 (messages reads this module's models)
+        return where(key, *self._source) if self._source is not None else None
 
     @model_validator(mode="before")
     @classmethod

@@ -344,22 +344,38 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
     """The per-sample input shape `prepare` gives (see `sample_inputs`)."""
-    return sample_inputs(cfg, task, seed)[0]
+    return sample_inputs(cfg, task, seed).shape
 
 
-def sample_inputs(cfg: DataConfig, task: str, seed: int) -> tuple[tuple[int, ...], ColumnEncoder | None]:
-    """The per-sample input shape `prepare` gives, and the column encoder behind it (None for arrays):
-    columns encoded as fitted on the training rows of the same split (a category seen only in
-    held-out rows adds no input)."""
+@dataclass
+class SampleInputs:
+    """What a network built for this data takes and must give, found without encoding every row:
+    each sample's input shape, the column encoder behind it (None for arrays), and where the data
+    were read: the classes and target columns (None when not read: arrays of a declared shape,
+    synthetic data)."""
+    shape: tuple[int, ...]
+    encoder: ColumnEncoder | None = None
+    classes: list[Any] | None = None
+    targets: int = 1
+    source: str = ""
+
+
+def sample_inputs(cfg: DataConfig, task: str, seed: int) -> SampleInputs:
+    """The per-sample input shape `prepare` gives, and the column encoder behind it: columns encoded
+    as fitted on the training rows of the same split (a category seen only in held-out rows adds no
+    input); with the classes and target columns the output must match."""
     if cfg.shape:
-        return tuple(cfg.shape), None
+        return SampleInputs(tuple(cfg.shape))
     if cfg.synthetic is not None:
-        return (cfg.synthetic.features,), None
+        return SampleInputs((cfg.synthetic.features,))
     table = _read(cfg, seed)
+    classes, labels, parts = _split(table, cfg, task, seed)
+    targets = int(labels.shape[1]) if labels.ndim == 2 and task == "regression" else 1
     if table.x.ndim > 2:
-        return tuple(table.x.shape[1:]), None
-    encoder, _ = fit_encoder(table, _split(table, cfg, task, seed)[2]["train"], cfg)
-    return (tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)), encoder
+        return SampleInputs(tuple(table.x.shape[1:]), None, classes, targets, table.source)
+    encoder, _ = fit_encoder(table, parts["train"], cfg)
+    shape = tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)
+    return SampleInputs(shape, encoder, classes, targets, table.source)
 
 
 def _text_targets(y: np.ndarray, source: str) -> str:

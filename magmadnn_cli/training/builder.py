@@ -184,13 +184,19 @@ def build_optimizer(config: Config, steps_per_epoch: int, network: Network | Non
 
 
 def check_output_width(config: Config, network: Network, classes: list[Any], source: str, targets: int = 1) -> None:
-    """The output must have one unit per class (cross-entropy), one unit (binary) or one per target
-    column (regression)."""
     units = network.output_shape[-1] if network.output_shape else 1
+    problem = output_width_problem(config, units, classes, source, targets)
+    if problem:
+        raise DataError(problem)
+
+
+def output_width_problem(config: Config, units: int, classes: list[Any], source: str, targets: int = 1) -> str | None:
+    """Why the output's `units` do not fit the data (None when they do): one unit per class
+    (cross-entropy), one unit (binary) or one per target column (regression)."""
     task = task_of(config)
     expected = {"classification": len(classes), "binary": 1}.get(task, targets)
     if units == expected:
-        return
+        return None
     head = output_head(config.model.layers, config.loss.type)
     layers = config.model.layers
     index = max((i for i, layer in enumerate(layers) if layer.width_field), default=head.index)
@@ -200,8 +206,9 @@ def check_output_width(config: Config, network: Network, classes: list[Any], sou
            "binary": f"binary_cross_entropy: {', '.join(map(str, classes[:12]))}"}.get(
         task, f"{source} has {targets} regression target column(s)")
     twins = case_variants(classes) if task == "classification" else ""
-    raise DataError(f"{where}: the output layer has {units} units; expected {expected} ({why})"
-                    + (f"; {twins}" if twins else ""))
+    place = config.where("model", "layers", index, *([field] if field else []))
+    return (f"{place + ': ' if place else ''}{where}: the output layer has {units} units; expected {expected} "
+            f"({why})" + (f"; {twins}" if twins else ""))
 
 
 def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:
