@@ -230,6 +230,7 @@ def test_resume_refuses_another_architecture_naming_the_fields(project):
     assert "model.layers.0.units: checkpoint 32, config 8" in result.stderr
     assert "optimizer.type: checkpoint 'adam', config 'sgd'" in result.stderr
     assert "--init-from" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == "" and result.stderr.startswith("error: --resume"), result.stderr  # the refusal alone
     other_data = _run(config, "--resume", str(out), "--set", "data.synthetic.samples=1400")
     assert other_data.returncode == 2 and "training data" in other_data.stderr
     model = _run(config, "--resume", str(out / "model.npz"))

@@ -23,7 +23,8 @@ from ..errors import ConfigError, MagmaError
 from ..files import MODEL, file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
-from ..training.checkpoint import Checkpoint, check_compatible, clear, load_for_resume, restore, starting_file
+from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, clear, load_for_resume, restore, \
+    starting_file
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
@@ -56,6 +57,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     if config.seed is None:  # drawn once for all ranks, or the resumed run's
         seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
         config = config.model_copy(update={"seed": seed})
+    if ckpt is not None:
+        check_config_matches(ckpt, config)  # before the run's header and data notes: the refusal alone
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
     with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter:

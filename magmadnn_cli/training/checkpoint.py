@@ -251,6 +251,18 @@ def differences(saved: dict[str, Any], current: dict[str, Any], fields: tuple[st
             for k in keys if old.get(k, missing) != new.get(k, missing)]
 
 
+def check_config_matches(ckpt: Checkpoint, config: Config) -> None:
+    """Refuse a checkpoint of another architecture or batch (before the data are read: said alone)."""
+    _refuse(ckpt, differences(ckpt.meta["config"], config.model_dump(mode="json"), MUST_MATCH))
+
+
+def _refuse(ckpt: Checkpoint, problems: list[str]) -> None:
+    if problems:
+        raise MagmaError(f"--resume {ckpt.path}: the config does not match the checkpoint, so training "
+                         "cannot continue exactly:\n  " + "\n  ".join(problems) +
+                         f"\nTo start a new training from its weights instead: --init-from {ckpt.path}")
+
+
 def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str]:
     """Refuse a checkpoint of another architecture, data set or batch; return notes on what changed
     harmlessly (e.g. epochs, learning rate)."""
@@ -259,10 +271,7 @@ def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str
     if ckpt.meta["data"] != rows_digest(train):
         problems.append("the training data (after data.* splitting and normalization) differs from the "
                         "checkpoint's")
-    if problems:
-        raise MagmaError(f"--resume {ckpt.path}: the config does not match the checkpoint, so training "
-                         "cannot continue exactly:\n  " + "\n  ".join(problems) +
-                         f"\nTo start a new training from its weights instead: --init-from {ckpt.path}")
+    _refuse(ckpt, problems)
     ignore = ("name", "training.epochs", "training.checkpoint", "distributed", "data", "device", "memory")
     return [d for d in differences(saved, current, None) if not any(d.startswith(i) for i in ignore)]
 
