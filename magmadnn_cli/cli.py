@@ -199,7 +199,8 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 
 @app.command()
 def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
-           output: Annotated[Path, typer.Option("--output", "-o", help="the .onnx file to write")],
+           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="the .onnx file to write [default: "
+                                                          "model.onnx beside the model file]", show_default=False)] = None,
            overwrite: OverwriteFileOpt = False,
            opset: Annotated[Optional[int], typer.Option("--opset", help="ONNX opset (default: the lowest the model "
                                                         "needs: 17, or 20 when it reads text columns)")] = None) -> None:
@@ -207,7 +208,7 @@ def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn 
     what `predict --proba` prints out (onnxruntime runs it)."""
     from .commands.export import export as run_export
     done = run_export(model, output, overwrite, opset)
-    err.print(f"wrote {output} ({done['bytes']:,} bytes, opset {done['opset']}): inputs {', '.join(done['inputs'])}; "
+    err.print(f"wrote {done['path']} ({done['bytes']:,} bytes, opset {done['opset']}): inputs {', '.join(done['inputs'])}; "
               f"outputs {', '.join(done['outputs'])}", markup=False, highlight=False)
 
 

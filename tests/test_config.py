@@ -60,6 +60,9 @@ def _replace(old: str, new: str) -> str:
     ("loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n",
      "loss: mse\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n  class_weight: balanced\n",
      ["c.yaml:16: training.class_weight: training.class_weight weighs classes"]),
+    # several targets
+    ("  target: label", "  target: [label, f1]",
+     ["c.yaml:6: data.target: a table's target is one column; received a list of 2: train a model per column"]),
     # missing required section
     ("loss: cross_entropy\n", "", ["loss: missing required key 'loss'"]),
     # a staleness bound without asynchronous SGD; asynchronous SGD with split layers

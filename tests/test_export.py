@@ -159,6 +159,11 @@ def test_a_text_model_needs_opset_20(capsys, tmp_path):
     assert code == 2 and "give --opset 20 or more, or leave --opset out" in err and not (tmp_path / "m.onnx").exists()
     code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")
     assert code == 0 and "opset 20" in err and onnx.load(str(tmp_path / "m.onnx")).ir_version == 9
+    code, _, err = run_cli(capsys, "export", tmp_path / "run")  # no -o: beside the model file
+    assert code == 0 and f"wrote {tmp_path / 'run' / 'model.onnx'} (" in err, err
+    assert onnx.load(str(tmp_path / "run" / "model.onnx")).graph.input[1].name == "colour"
+    code, _, err = run_cli(capsys, "export", tmp_path / "run")
+    assert code == 2 and "--overwrite" in err, err
 
 
 def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):

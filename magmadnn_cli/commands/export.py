@@ -15,13 +15,15 @@ from ..training.onnx_graph import OPSET, required_opset
 from .run_dir import model_file
 
 
-def export(model_path: Path, out: Path, overwrite: bool = False, opset: int | None = None) -> dict[str, Any]:
-    """Write the ONNX file atomically (an existing file is replaced only with `overwrite`) in `opset`
-    (None: the lowest the model needs); returns what was written: inputs, outputs, opset, size and seconds."""
+def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: int | None = None) -> dict[str, Any]:
+    """Write the ONNX file atomically to `out` (None: model.onnx beside the model file; an existing file
+    is replaced only with `overwrite`) in `opset` (None: the lowest the model needs); returns what was
+    written: path, inputs, outputs, opset, size and seconds."""
     if opset is not None and opset < OPSET:
         raise MagmaError(f"--opset {opset}: magmadnn writes its graphs in ONNX opset {OPSET} or newer (every op in "
                          f"its opset-{OPSET} form; onnxruntime 1.12 and later run them): give --opset {OPSET} or more")
     model_path = model_file(model_path)
+    out = out or model_path.with_suffix(".onnx")
     check_output_file(out, (model_path,), overwrite)
     saved = load(model_path)
     needed = required_opset(saved)
@@ -38,7 +40,8 @@ def export(model_path: Path, out: Path, overwrite: bool = False, opset: int | No
     model = build(saved, file_columns(saved), opset)
     data = model.SerializeToString()
     atomic_write(out, lambda f: f.write(data))
-    return {"inputs": [i.name for i in model.graph.input], "outputs": [o.name for o in model.graph.output],
+    return {"path": str(out), "inputs": [i.name for i in model.graph.input],
+            "outputs": [o.name for o in model.graph.output],
             "opset": opset, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -86,6 +86,14 @@ class DataConfig(Strict):
                                     "'%d/%m/%Y' (default: ISO 8601, 2024-03-15 or 2024-03-15T14:30)")
     encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
     synthetic: SyntheticData | None = None
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _one_target(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            raise ValueError(f"a table's target is one column; received a list of {len(value)}: train "
+                             "a model per column, or give several regression targets as an NPZ file's 2-D y")
+        return value
 
     @field_validator("encoding")
     @classmethod
