@@ -395,6 +395,32 @@ def test_a_class_with_too_few_rows_is_named_with_where_its_rows_went(tmp_path):
     assert not any("fewer than 5" in n for n in balanced.notes)
 
 
+def test_missing_tokens_are_missing_cells_in_every_column_and_the_target(tmp_path, capsys):
+    """data.missing_tokens (pandas' na_values): a number column holding '-' and 'unknown' reads as
+    numbers with missing cells (it was refused: 'not a number'), a category column's 'UNKNOWN ' is
+    missing (not a category), a target 'unknown' row is left out; predict reads a new file so too."""
+    lines = ["width,colour,label"] + [f"{2 + i * 0.25:.2f},{'rgb'[i % 3]},{'ab'[i % 2]}" for i in range(40)]
+    lines[3], lines[8], lines[12], lines[20] = "-,r,b", "unknown,g,a", "3.5, UNKNOWN ,b", "4.0,b,unknown"
+    text = "\n".join(lines) + "\n"
+    with pytest.raises(DataError, match="'-' .*'unknown' .*go in data.missing_tokens"):
+        prepare(_cfg(tmp_path, text), "classification", 0)
+    data = prepare(_cfg(tmp_path, text, missing_tokens=["-", "Unknown"]), "classification", 0)
+    cols = _columns(data)
+    assert cols["width"].kind == "number" and cols["colour"].categories == ["b", "g", "r"]
+    assert len(data.train.x) == 39 and any("1 row(s) without a target" in n and "data rows 20" in n for n in data.notes)
+    widths = [float(line.split(",")[0]) for i, line in enumerate(lines) if i and i != 20  # row 20: no target
+              and not line.startswith(("-", "unknown"))]
+    assert len(widths) == 37 and cols["width"].fill == pytest.approx(np.median(widths))
+    config = tmp_path / "c.yaml"
+    config.write_text("name: t\nseed: 0\ndata: {train: m.csv, target: label, validation_split: 0.0, missing_tokens: "
+                      "['-', Unknown]}\nmodel:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\n"
+                      "loss: cross_entropy\noptimizer: {type: adam}\ntraining: {epochs: 1}\n")
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
+    (tmp_path / "new.csv").write_text("width,colour\n-,r\n3.0,unknown\n3.0,r\n")
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv", "--proba")
+    assert code == 0 and "width (1: median" in err and "colour (1: most frequent value" in err, err
+
+
 def test_a_file_with_no_targets_at_all_is_refused(tmp_path):
     (tmp_path / "t.csv").write_text("x,y\n1,\n2,NA\n")
     with pytest.raises(DataError, match=r"t\.csv: every row's target \(column 'y'\) is missing"):

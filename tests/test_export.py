@@ -123,13 +123,15 @@ def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_pa
     (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
     (tmp_path / "c.yaml").write_text(
         "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0, "
-        "columns: {member: boolean}}\nmodel:\n  layers:\n    - {type: dense, units: 8, activation: tanh}\n"
+        "columns: {member: boolean}, missing_tokens: [Unknown]}\nmodel:\n  layers:\n"
+        "    - {type: dense, units: 8, activation: tanh}\n"
         "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
         "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, batch_size: 8}\n")
     assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
     (tmp_path / "padded.csv").write_text(
         rows[0] + "\n34, red , yes ,52000,\tOslo,a\n45,blue\u00a0,No , , Bergen ,b\n29,  ,  NA ,38000, ? ,b\n"
-        "41,\u3000green\u2003, TRUE,55000,\x1cBergen\x1f,a\n38, Red , y ,47000,Os lo,a\n")
+        "41,\u3000green\u2003, TRUE,55000,\x1cBergen\x1f,a\n38, Red , y ,47000,Os lo,a\n"
+        "52, unknown ,UNKNOWN,72000,Unknown,b\n")  # data.missing_tokens, in any case
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "padded.csv", None, "label", tmp_path)
     session = ort.InferenceSession(str(tmp_path / "m.onnx"))
     header, body = _rows(tmp_path / "padded.csv", None)

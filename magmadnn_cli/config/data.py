@@ -51,6 +51,9 @@ class DataConfig(Strict):
     missing_values: MissingStrategy = Field(
         "auto", description="missing cells (blank, NA, N/A, NaN, null, None, ?): auto = median for numbers, "
                             "most frequent for categories and booleans; error refuses them")
+    missing_tokens: list[str] = Field(default_factory=list, description="more cell texts read as missing in "
+                                      "every column and the target, compared without case and surrounding spaces, "
+                                      "e.g. ['-', unknown] (pandas' na_values); stored with the model for predict")
     missing_indicator: bool = Field(False, description="add a 0/1 <name>_missing column for every column that "
                                     "has missing training cells")
     unseen_categories: Literal["ignore", "error"] = Field(

@@ -221,7 +221,8 @@ def batch_table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], targe
             x[:, j] = numbers[rows, 0]
     y = _texts(batch.column(target), target, path) if target else None
     kept = {k: _texts(batch.column(k), k, path) for k in spec.keep}
-    return Table(RawColumns(x, strings, np.arange(start, start + batch.num_rows)), y, wanted, str(path), kept)
+    return spec.blanked(Table(RawColumns(x, strings, np.arange(start, start + batch.num_rows)), y, wanted, str(path),
+                              kept))
 
 
 OPENERS = {"parquet": _parquet, "feather": _feather, "jsonl": _jsonl}

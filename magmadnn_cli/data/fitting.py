@@ -182,7 +182,8 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
         return "number"
     raise DataError(f"{source}: column {name!r}: {total - count} of its {total} present cells in the training rows "
                     f"are not numbers, while {count} are: {stray_cells(raw, cells, present & ~numeric)}; fix those "
-                    f"cells (or leave them blank: missing cells), or read the column's values as categories "
+                    f"cells (or leave them blank: missing cells; words that mark a missing cell, such as 'unknown' "
+                    f"or '-', go in data.missing_tokens), or read the column's values as categories "
                     f"(data.columns.{name}: category)")
 
 

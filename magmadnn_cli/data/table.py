@@ -57,6 +57,17 @@ class ReadSpec:
         fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header)
         return with_number_style(path, fmt, data.decimal if data else None, data.thousands if data else None)
 
+    def blanked(self, table: "Table") -> "Table":
+        """The table (one read or chunk) with its `data.missing_tokens` cells blank, in text columns and
+        the target: missing, as the readers' own tokens are (a number column holding '-' then reads as
+        numbers with missing cells)."""
+        tokens = [t.strip().lower() for t in self.data.missing_tokens] if self.data is not None else []
+        if tokens:
+            for j, cells in table.raw.text.items():
+                table.raw.text[j] = _blank(cells, tokens)
+            table.y = _blank(table.y, tokens) if table.y is not None and table.y.dtype.kind in "OUS" else table.y
+        return table
+
     def wanted(self, names: list[str]) -> list[str]:
         if self.features:
             return list(self.features)
@@ -71,6 +82,15 @@ class ReadSpec:
     def _declared(self) -> list[str]:
         """The columns data.columns types (the others have no declared type: no lookup per column)."""
         return list(self.data.columns) if self.data is not None else []
+
+
+def _blank(cells: np.ndarray, tokens: list[str]) -> np.ndarray:
+    hit = np.isin(np.char.lower(np.char.strip(cells.astype(str))), tokens)
+    if not hit.any():
+        return cells
+    cells = cells.copy()
+    cells[hit] = ""
+    return cells
 
 
 def _closest(name: str, names: list[str]) -> str:

@@ -73,8 +73,8 @@ def _line_chunks(path: Path, spec: ReadSpec, fmt: CsvFormat, names: list[str], w
         y = respelled_labels(y, fmt.decimal, fmt.thousands) if y is not None else None
         kept = parse_rows(lines, path, names, [position[k] for k in spec.keep], first_line, fmt, str) \
             if spec.keep else None
-        yield Table(RawColumns(x, strings, np.arange(done, done + len(x))), y, wanted, str(path),
-                    {k: kept[:, i] for i, k in enumerate(spec.keep)} if kept is not None else {})
+        yield spec.blanked(Table(RawColumns(x, strings, np.arange(done, done + len(x))), y, wanted, str(path),
+                                 {k: kept[:, i] for i, k in enumerate(spec.keep)} if kept is not None else {}))
         done += len(x)
 
 

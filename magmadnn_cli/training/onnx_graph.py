@@ -102,7 +102,8 @@ def _inputs(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> str:
     if all(c.kind in ("number", "constant") for c in columns):
         encoded = _number_matrix(g, saved, file_columns)
     else:
-        encoded = g.op("Concat", *(_column(g, c) for c in columns if c.kind != "constant"), axis=1)
+        tokens = (*MISSING, *(t.strip().lower() for t in saved.config.data.missing_tokens))
+        encoded = g.op("Concat", *(_column(g, c, tokens) for c in columns if c.kind != "constant"), axis=1)
     return _normalize(g, saved, encoded)
 
 
@@ -137,9 +138,9 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
     return g.op("Concat", *parts, axis=1)
 
 
-def _column(g: Graph, column: Column) -> str:
+def _column(g: Graph, column: Column, missing_tokens: tuple[str, ...]) -> str:
     """One column's encoded block from its own input: float32 numbers (NaN missing), or the raw
-    text of a category or boolean cell."""
+    text of a category or boolean cell (missing: one of `missing_tokens`, in lower case)."""
     tensor = g.onnx.TensorProto
     if column.kind == "date":
         return _date(g, column)
@@ -150,7 +151,7 @@ def _column(g: Graph, column: Column) -> str:
         missing = g.op("IsNaN", column.name)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), column.name)
     else:
-        missing = _matches(g, _lowered(g, column.name), MISSING)
+        missing = _matches(g, _lowered(g, column.name), missing_tokens)
         filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
         block = _boolean(g, filled) if column.kind == "boolean" else _one_hot(g, filled, column.categories)
     if not column.indicator:
