@@ -55,6 +55,8 @@ OversubscribeOpt = Annotated[bool, typer.Option("--oversubscribe", metavar="", h
 ProcessesOpt = Annotated[Optional[str], typer.Option("--processes", "-n", metavar="N|auto", show_default=False,
                          help="ranks, under mpiexec; auto: every slot of the hosts, the Slurm allocation, or the cores "
                          "here [default: distributed.processes]")]
+DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu")]
+ModelArg = Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")]
 HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="`host:slots` a line", show_default=False)]
 HostsOpt = Annotated[Optional[str], typer.Option("--hosts", metavar="H:SLOTS,...", help="as node01:4,node02:4")]
 
@@ -146,7 +148,7 @@ def _warn(message: str) -> None:
 
 
 @app.command()
-def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
+def evaluate(model: ModelArg,
              data: Annotated[Optional[Path], typer.Argument(help="CSV (with the target column), NPZ (x, y) or "
                                                             "images; or none, with --split", show_default=False)] = None,
              split: Annotated[Optional[str], typer.Option("--split", help="score the run's own held-out split: test, "
@@ -154,14 +156,9 @@ def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadn
                                                           show_default=False)] = None,
              as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the metrics as JSON")] = False,
              strict: StrictOpt = False,
-             device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
+             device: DeviceOpt = "auto") -> None:
     """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/RMSE/MAE/R2)."""
     from .commands.predict import evaluate as run_evaluate
-    if (data is None) == (split is None):
-        raise MagmaError("give a data file to score, or --split test|validation|train to score the run's own split "
-                         "(one of them)")
-    if split is not None and split not in ("test", "validation", "train"):
-        raise MagmaError(f"--split: expected test, validation or train; received {split!r}")
     report = run_evaluate(model, data, device, split, strict, _warn)
     if as_json:
         from .files import to_json
@@ -173,7 +170,7 @@ def evaluate(model: Annotated[Path, typer.Argument(help="model.npz from `magmadn
 
 
 @app.command()
-def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
+def predict(model: ModelArg,
             data: Annotated[Path, typer.Argument(help="CSV, Parquet, Feather or JSON Lines with the model's feature "
                                                  "columns (others are ignored), NPZ (x) or images; - for CSV on stdin")],
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write: .parquet, .feather, "
@@ -183,7 +180,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
             keep: Annotated[Optional[list[str]], typer.Option("--keep", "-k", help="copy this input column (e.g. an "
                             "ID) to the output, before the predictions (repeatable)", show_default=False)] = None,
             strict: StrictOpt = False,
-            device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto") -> None:
+            device: DeviceOpt = "auto") -> None:
     """Predictions from a saved model, one row per input row, in order (streams large files)."""
     from .commands.predict import predict as run_predict
     from .reporting import silence_stdout
@@ -198,7 +195,7 @@ def predict(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn
 
 
 @app.command()
-def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")],
+def export(model: ModelArg,
            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="the .onnx file to write [default: "
                                                           "model.onnx beside the model file]", show_default=False)] = None,
            overwrite: OverwriteFileOpt = False,
@@ -206,10 +203,8 @@ def export(model: Annotated[Path, typer.Argument(help="model.npz from `magmadnn 
                                                         "needs: 17, or 20 when it reads text columns)")] = None) -> None:
     """The model's whole inference path (its preprocessing included) as one ONNX graph: raw rows in,
     what `predict --proba` prints out (onnxruntime runs it)."""
-    from .commands.export import export as run_export
-    done = run_export(model, output, overwrite, opset)
-    err.print(f"wrote {done['path']} ({done['bytes']:,} bytes, opset {done['opset']}): inputs {', '.join(done['inputs'])}; "
-              f"outputs {', '.join(done['outputs'])}", markup=False, highlight=False)
+    from .commands.export import export as run_export, written
+    err.print(written(run_export(model, output, overwrite, opset)), markup=False, highlight=False)
 
 
 @app.command("lr-find")
@@ -298,7 +293,7 @@ def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning cur
 def bench(layers: Annotated[str, typer.Option(help="hidden-layer counts L to time, comma-separated")] = "1,2,3,4",
           samples: Annotated[int, typer.Option(min=1, help="MNIST-shaped training rows")] = 60000,
           epochs: Annotated[int, typer.Option(min=1, help="epochs per depth")] = 5,
-          device: Annotated[str, typer.Option(help="auto | cpu | gpu")] = "auto",
+          device: DeviceOpt = "auto",
           as_json: Annotated[bool, typer.Option("--json", metavar="", help="print a JSON list of per-depth records")] = False) -> None:
     """The MagmaDNN paper's benchmark: 784 -> L x 528 sigmoid -> 10, batch 100, SGD, whole epochs;
     ours beside the GEMM-only floor and PyTorch eager (when installed) on the same device."""
@@ -333,10 +328,7 @@ def summary(source: Annotated[Path, typer.Argument(help="YAML config file, or mo
                                                     show_default=False)], set_: SetOpt = None) -> None:
     """Layers, output shapes, parameter counts and FLOPs per sample, of a config or a saved model."""
     from .commands.summary import is_saved_model, summarize, summarize_saved
-    if is_saved_model(source):
-        out.print(summarize_saved(source, set_))
-        return
-    table, problem = summarize(_load(source, set_))
+    table, problem = summarize_saved(source, set_) if is_saved_model(source) else summarize(_load(source, set_))
     out.print(table)
     if problem:  # the table helps to fix it; train and validate refuse the config
         raise DataError(problem)

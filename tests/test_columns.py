@@ -369,8 +369,8 @@ def test_rows_without_a_target_are_left_out_and_named(tmp_path, capsys, task, la
 @pytest.mark.parametrize("targets,expected", [
     (["stayed", "churned", "upgraded"] * 10, r"the target holds labels \('churned', 'stayed', 'upgraded'\), not "
                                              r"numbers, but the loss is a regression loss: for classes use loss: cross_entropy"),
-    ([f"{i}.5" for i in range(28)] + ["unknown", "$52"], r"a regression target must be a number; data row 29 has "
-                                                         r"'unknown' \(2 such row\(s\) in all\): fix or drop those rows"),
+    (["", "NA"] + [f"{i}.5" for i in range(28)] + ["unknown", "$52"],  # rows without a target left out first
+     r"a regression target must be a number; data row 31 has 'unknown' \(2 such row\(s\) in all\): fix or drop"),
 ])
 def test_a_regression_on_text_targets_says_what_they_are(tmp_path, targets, expected):
     """`loss: mse` on labels said 'regression targets must be numbers (could not convert string to float:
@@ -419,6 +419,27 @@ def test_missing_tokens_are_missing_cells_in_every_column_and_the_target(tmp_pat
     (tmp_path / "new.csv").write_text("width,colour\n-,r\n3.0,unknown\n3.0,r\n")
     code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv", "--proba")
     assert code == 0 and "width (1: median" in err and "colour (1: most frequent value" in err, err
+
+
+def test_a_number_token_is_missing_in_a_number_column_whatever_else_the_file_or_chunk_holds(tmp_path, capsys):
+    """missing_tokens: [-999] blanked -999 only where the column also held text (it was a text column
+    then): the same row predicted differently by what else its file or chunk held."""
+    from magmadnn_cli.commands.predict import predict
+    lines = ["a,label"] + [f"{1 + (i % 7) * 0.5},{'ab'[i % 2]}" for i in range(40)]
+    lines[5] = "-999,b"
+    (tmp_path / "m.csv").write_text("\n".join(lines) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("name: t\nseed: 0\ndata: {train: m.csv, target: label, validation_split: 0.0, missing_tokens: "
+                      "[-999, '-']}\nmodel:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\n"
+                      "loss: cross_entropy\noptimizer: {type: adam}\ntraining: {epochs: 1}\n")
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
+    from magmadnn_cli.training.modelfile import load
+    fill = load(tmp_path / "run" / "model.npz").encoder.columns[0].fill
+    assert fill == np.median([float(line.split(",")[0]) for line in lines[1:] if not line.startswith("-999")])
+    (tmp_path / "n.csv").write_text("a\n-999\n" + f"{fill}\n" + "2\n" * 4 + "-\n-999.0\n")  # '-' in a later chunk
+    predict(tmp_path / "run", tmp_path / "n.csv", tmp_path / "p.csv", proba=True, chunk_rows=3)
+    rows = (tmp_path / "p.csv").read_text().splitlines()[1:]
+    assert rows[0] == rows[1] == rows[6] == rows[7] != rows[2], rows  # -999, '-' and -999.0 read as the fill
 
 
 def test_a_file_with_no_targets_at_all_is_refused(tmp_path):

@@ -56,10 +56,10 @@ def _replace(old: str, new: str) -> str:
      ["c.yaml:13: loss: cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu'"]),
     # whole-config checks at the key to fix, not the file's first line
     ("units: 3, activation: softmax", "units: 3, activation: softmax, name: dense_0",
-     ["c.yaml:12: model.layers.1: model.layers.1 is named 'dense_0', like model.layers.0"]),
+     ["c.yaml:12: model.layers.1: named 'dense_0', like model.layers.0: weights are saved by layer name"]),
     ("loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n",
      "loss: mse\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n  class_weight: balanced\n",
-     ["c.yaml:16: training.class_weight: training.class_weight weighs classes"]),
+     ["c.yaml:16: training.class_weight: class_weight weighs classes; loss mse is a regression loss"]),
     # several targets
     ("  target: label", "  target: [label, f1]",
      ["c.yaml:6: data.target: a table's target is one column; received a list of 2: train a model per column"]),

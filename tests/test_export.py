@@ -123,7 +123,7 @@ def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_pa
     (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
     (tmp_path / "c.yaml").write_text(
         "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0, "
-        "columns: {member: boolean}, missing_tokens: [Unknown]}\nmodel:\n  layers:\n"
+        "columns: {member: boolean}, missing_tokens: [Unknown, \u00dcnbekannt, -999]}\nmodel:\n  layers:\n"
         "    - {type: dense, units: 8, activation: tanh}\n"
         "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
         "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, batch_size: 8}\n")
@@ -131,7 +131,7 @@ def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_pa
     (tmp_path / "padded.csv").write_text(
         rows[0] + "\n34, red , yes ,52000,\tOslo,a\n45,blue\u00a0,No , , Bergen ,b\n29,  ,  NA ,38000, ? ,b\n"
         "41,\u3000green\u2003, TRUE,55000,\x1cBergen\x1f,a\n38, Red , y ,47000,Os lo,a\n"
-        "52, unknown ,UNKNOWN,72000,Unknown,b\n")  # data.missing_tokens, in any case
+        "52, unknown ,UNKNOWN,72000,Unknown,b\n60,\u00dcNBEKANNT,yes,-999,Oslo,a\n")  # missing_tokens, any case
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "padded.csv", None, "label", tmp_path)
     session = ort.InferenceSession(str(tmp_path / "m.onnx"))
     header, body = _rows(tmp_path / "padded.csv", None)
@@ -166,6 +166,8 @@ def test_a_text_model_needs_opset_20(capsys, tmp_path):
     assert onnx.load(str(tmp_path / "run" / "model.onnx")).graph.input[1].name == "colour"
     code, _, err = run_cli(capsys, "export", tmp_path / "run")
     assert code == 2 and "--overwrite" in err, err
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q", "--overwrite")[0] == 0
+    assert not (tmp_path / "run" / "model.onnx").exists()  # it described the replaced model
 
 
 def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):
@@ -178,7 +180,8 @@ def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):
         "columns: {plan: category}}\nmodel:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\n"
         "loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 2, batch_size: 8}\n")
     assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
-    (tmp_path / "new.csv").write_text("plan,x,label\n 2.0 ,3,a\ngold,3,a\n0x2,3,b\n1e0,4,b\n")
+    (tmp_path / "new.csv").write_text("plan,x,label\n 2.0 ,3,a\ngold,3,a\n0x2,3,b\n1e0,4,b\n1e999,4,b\n-1e-999,4,b\n"
+                                      f"{'9' * 50},4,a\n")  # beyond a double: onnxruntime's Cast stopped
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "new.csv", None, "label", tmp_path)
 
 

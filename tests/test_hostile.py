@@ -108,7 +108,8 @@ CASES = {
     "softmax before dropout": (lambda t: (_config(t, BLOBS_CONFIG.replace("activation: softmax}", "activation: softmax}\n"
                                                                           "    - {type: dropout, rate: 0.1}")),
                                           blobs_csv(t / "blobs.csv")),
-                               "train", "model.layers.1.activation: the softmax of the output must be on the last layer"),
+                               "train", "c.yaml:13: model.layers.2: the softmax of the output (model.layers.1.activation) must be on "
+                                        "the last layer, but this dropout layer comes after it"),
     "pool padding fills a window": (lambda t: _config(t, BLOBS_CONFIG.replace("    - {type: dense, units: 16",
                                                                               "    - {type: pool2d, pool_size: 2, padding: 2}\n"
                                                                               "    - {type: dense, units: 16")),

@@ -45,6 +45,12 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
             "opset": opset, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}
 
 
+def written(done: dict[str, Any]) -> str:
+    """What `export` says of the file it wrote."""
+    return (f"wrote {done['path']} ({done['bytes']:,} bytes, opset {done['opset']}): inputs {', '.join(done['inputs'])}; "
+            f"outputs {', '.join(done['outputs'])}")
+
+
 def file_columns(saved: SavedModel) -> list[str] | None:
     """The training file's columns but the target, in order (ignored ones too, so a file row goes in
     as it is); the model's own feature columns when the training file is gone; None for arrays and

@@ -162,6 +162,11 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
              strict: bool = False, warn: Warn | None = None) -> dict[str, Any]:
     """Metrics of a model (a file or a run folder) on a labelled file, or (`split`) on the held-out
     split of its own run."""
+    if (data_path is None) == (split is None):
+        raise MagmaError("give a data file to score, or --split test|validation|train to score the run's own split "
+                         "(one of them)")
+    if split is not None and split not in ("test", "validation", "train"):
+        raise MagmaError(f"--split: expected test, validation or train; received {split!r}")
     model_path = model_file(model_path)
     saved = load(model_path)
     with B.using(B.select(device, saved.config.precision)):
@@ -186,7 +191,7 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
                 if note:
                     warn(note)
         y = map_labels(table.y, saved.config.data.label_map)
-        data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path))))
+        data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path), table.raw)))
         source = str(data_path)
     rows = (lambda i: [int(r) + 1 for r in i]) if split is not None else (lambda i: [table.raw.row(int(r)) for r in i])
     with np.errstate(all="ignore"):  # non-finite outputs are refused by row, not left to numpy's warnings

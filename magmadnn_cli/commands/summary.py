@@ -24,15 +24,16 @@ def is_saved_model(path: Path) -> bool:
     return path.is_dir() or (path.is_file() and zipfile.is_zipfile(path))
 
 
-def summarize_saved(path: Path, overrides: list[str] | None) -> Any:
-    """The summary of a saved model: its config as trained, on the input it was trained on."""
+def summarize_saved(path: Path, overrides: list[str] | None) -> tuple[Any, None]:
+    """The summary of a saved model: its config as trained, on the input it was trained on (as
+    `summarize`: its output fits, as trained)."""
     from ..training.modelfile import load  # noqa: PLC0415 (only for a model)
     from .run_dir import model_file  # noqa: PLC0415
     if overrides:
         raise ConfigError(f"--set changes a config; {path} is a saved model, summarized as it was trained "
                           "(summarize its config.yaml to try changes)")
     saved = load(model_file(path))
-    return summarize(saved.config, SampleInputs(tuple(saved.sample_shape), saved.encoder))[0]
+    return summarize(saved.config, SampleInputs(tuple(saved.sample_shape), saved.encoder))
 
 
 def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, str | None]:

@@ -50,15 +50,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     comm = comm or SingleProcess()
     reporter = reporter or Reporter()
     started = time.perf_counter()
-    if init_from is not None and resume is not None:
-        raise MagmaError("--resume continues a training (weights, optimizer, position); --init-from starts a "
-                         "new one from a model's weights: give one of them")
-    ckpt = load_for_resume(resume, comm) if resume is not None else None
-    if config.seed is None:  # drawn once for all ranks, or the resumed run's
-        seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
-        config = config.model_copy(update={"seed": seed})
-    if ckpt is not None:
-        check_config_matches(ckpt, config)  # before the run's header and data notes: the refusal alone
+    config, ckpt = _starting_point(config, init_from, resume, comm)
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
     with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter:
@@ -92,6 +84,22 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     return RunResult(out_dir, metrics, history)
 
 
+def _starting_point(config: Config, init_from: Path | None, resume: Path | None,
+                    comm: Communicator) -> tuple[Config, Checkpoint | None]:
+    """The config with its seed (drawn once for all ranks, or the resumed run's) and the checkpoint
+    to resume, refused before anything is read or said if the config cannot continue it."""
+    if init_from is not None and resume is not None:
+        raise MagmaError("--resume continues a training (weights, optimizer, position); --init-from starts a "
+                         "new one from a model's weights: give one of them")
+    ckpt = load_for_resume(resume, comm) if resume is not None else None
+    if config.seed is None:
+        seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
+        config = config.model_copy(update={"seed": seed})
+    if ckpt is not None:
+        check_config_matches(ckpt, config)  # before the run's header and data notes: the refusal alone
+    return config, ckpt
+
+
 def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
     """A fresh run in a folder that held one (--overwrite) starts without its checkpoints and its
     model: until this run writes its own, the folder offers no model its metrics do not describe."""
@@ -99,7 +107,7 @@ def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
     (out_dir / MODEL).unlink(missing_ok=True)
     removed = clear(out_dir / "checkpoints")  # with or without new ones
     (out_dir / MLFLOW_STATE).unlink(missing_ok=True)  # a later --resume must not continue its MLflow run
-    for name in ("metrics.json", "metrics.csv", "curves.png"):  # they describe the replaced run
+    for name in ("metrics.json", "metrics.csv", "curves.png", "model.onnx"):  # they describe the replaced run
         (out_dir / name).unlink(missing_ok=True)
     gone = [MODEL] * had_model + [f"{removed} checkpoint(s)"] * bool(removed)
     if gone:

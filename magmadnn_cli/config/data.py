@@ -90,6 +90,14 @@ class DataConfig(Strict):
     encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")
     synthetic: SyntheticData | None = None
 
+    @field_validator("missing_tokens", mode="before")
+    @classmethod
+    def _tokens_as_text(cls, value: Any) -> Any:
+        """A number token as its text: YAML reads [-999, NA] as a number and a string."""
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+        return value
+
     @field_validator("target", mode="before")
     @classmethod
     def _one_target(cls, value: Any) -> Any:

@@ -43,18 +43,20 @@ def output_head(layers: Sequence[Any], loss: str | None) -> Head:
     return Head(index, activation, fused)
 
 
-def head_problem(layers: Sequence[Any], loss: str) -> str | None:
-    """Why this model's output cannot go with this loss (None when it can)."""
+def head_problem(layers: Sequence[Any], loss: str) -> tuple[tuple[str | int, ...], str] | None:
+    """Why this model's output cannot go with this loss, and the key where it is fixed (None when it can)."""
     head = output_head(layers, loss)
     where = f"model.layers.{head.index}.activation"
     required = LossSpec.declarations[loss].fuses
     if required and head.activation != required:
-        return f"{loss} needs a final {required} activation ({where}); received {head.activation!r}"
+        return ("loss",), f"{loss} needs a final {required} activation ({where}); received {head.activation!r}"
     if required and not head.fused:
         after = head.index + 1
-        return (f"{where}: the {required} of the output must be on the last layer, but model.layers.{after} "
-                f"({layers[after].type}) comes after it; move that layer before model.layers.{head.index}")
+        return ("model", "layers", after), (
+            f"the {required} of the output ({where}) must be on the last layer, but this {layers[after].type} "
+            f"layer comes after it; move it before model.layers.{head.index}")
     if LossSpec.declarations[loss].task == "regression" and head.activation in ("softmax", "log_softmax"):
-        return (f"{loss} is a regression loss, but the final activation ({where}) is {head.activation!r}, which "
-                f"gives class probabilities: for classes use loss: cross_entropy; for numbers make it linear")
+        return ("loss",), (f"{loss} is a regression loss, but the final activation ({where}) is {head.activation!r}, "
+                           "which gives class probabilities: for classes use loss: cross_entropy; for numbers make "
+                           "it linear")
     return None

@@ -89,8 +89,8 @@ class DistributedConfig(Strict):
     @model_validator(mode="after")
     def _split_fits(self) -> "DistributedConfig":
         if self.model_parallel > 1 and self.processes > 1 and self.processes % self.model_parallel:
-            raise problem_at(self, ("model_parallel",), f"model_parallel: {self.model_parallel} does not divide "
-                             f"processes: {self.processes}; use a multiple of {self.model_parallel} processes")
+            raise problem_at(self, ("model_parallel",), f"{self.model_parallel} does not divide processes: "
+                             f"{self.processes}; use a multiple of {self.model_parallel} processes")
         return self
 
 
@@ -181,6 +181,10 @@ class Config(Strict):
     tracking: Tracking | None = Field(None, description="TensorBoard event files and/or an MLflow run")
     _source: Any = PrivateAttr(None)  # (file, lines, --set origins) when loaded from a file: see `where`
 
+    def __eq__(self, other: object) -> bool:
+        """Equal by value: where a config was read from (`_source`) is not part of it."""
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
     def where(self, *key: str | int) -> str | None:
         """'file:line' (or the --set) that gave `key`, for a problem found after loading (the data's
         output width, say); None for a config built in code."""
@@ -204,16 +208,16 @@ class Config(Strict):
         for where, name in layer_names(self.model.layers):
             if name in seen:
                 path = tuple(int(p) if p.isdigit() else p for p in where.split("."))
-                raise problem_at(self, path, f"{where} is named {name!r}, like {seen[name]}: weights are saved by "
-                                 "layer name, so names must be unique (rename one, or leave names out: <type>_<index> "
-                                 "is the default)")
+                raise problem_at(self, path, f"named {name!r}, like {seen[name]}: weights are saved by layer name, "
+                                 "so names must be unique (rename one, or leave names out: <type>_<index> is the "
+                                 "default)")
             seen[name] = where
         return self
 
     @model_validator(mode="after")
     def _class_weight_needs_classes(self) -> "Config":
         if self.training.class_weight is not None and self.loss.task == "regression":
-            raise problem_at(self, ("training", "class_weight"), f"training.class_weight weighs classes; loss "
+            raise problem_at(self, ("training", "class_weight"), f"class_weight weighs classes; loss "
                              f"{self.loss.type} is a regression loss: remove class_weight")
         return self
 
@@ -228,7 +232,7 @@ class Config(Strict):
     def _loss_matches_output(self) -> "Config":
         problem = head_problem(self.model.layers, self.loss.type)
         if problem:
-            raise problem_at(self, ("loss",), problem)
+            raise problem_at(self, *problem)
         return self
 
 

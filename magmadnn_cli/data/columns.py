@@ -6,7 +6,7 @@ SimpleImputer + MissingIndicator + OneHotEncoder, Ludwig's per-feature preproces
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -18,9 +18,53 @@ TRUE = ("true", "yes", "t", "y", "1", "1.0")
 FALSE = ("false", "no", "f", "n", "0", "0.0")
 
 
-def is_missing(cells: np.ndarray) -> np.ndarray:
-    """Which text cells are missing values (blank, NA, N/A, NaN, null, None, nil, ?, #N/A)."""
-    return np.isin(np.char.lower(np.char.strip(cells.astype(str))), MISSING)
+def is_missing(cells: np.ndarray, words: Sequence[str] = MISSING) -> np.ndarray:
+    """Which text cells are missing values (blank, NA, N/A, NaN, null, None, nil, ?, #N/A; or `words`,
+    in lower case), compared without case and surrounding spaces."""
+    return np.isin(np.char.lower(np.char.strip(cells.astype(str))), words)
+
+
+@dataclass(frozen=True)
+class MissingTokens:
+    """A user's `data.missing_tokens`: the words (lower case) and the numbers among them (-999 is
+    missing as the number -999.0 too, in a column read as numbers)."""
+    words: tuple[str, ...] = ()
+    numbers: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, tokens: Sequence[str]) -> "MissingTokens":
+        words = tuple(dict.fromkeys(t.strip().lower() for t in tokens))
+        numbers = []
+        for word in words:
+            try:
+                numbers.append(float(word))
+            except ValueError:
+                continue
+        return cls(words, tuple(n for n in numbers if np.isfinite(n)))
+
+    def blank(self, cells: np.ndarray) -> np.ndarray:
+        """Text cells with the tokens (and numbers equal to a number token) as blank cells."""
+        uniques, inverse = np.unique(cells.astype(str), return_inverse=True)
+        hit = is_missing(uniques, self.words)
+        if self.numbers:
+            hit |= np.array([_number(u) in self.numbers for u in uniques], dtype=bool)
+        if not hit.any():
+            return cells
+        cells = cells.copy()
+        cells[hit[inverse.ravel()]] = ""
+        return cells
+
+    def nan(self, x: np.ndarray) -> None:
+        """Numbers equal to a number token as NaN (missing), in place."""
+        if self.numbers and x.size:
+            x[np.isin(x, np.array(self.numbers, dtype=x.dtype))] = np.nan
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 class CellError(DataError):
@@ -218,7 +262,8 @@ def shortest(text: str) -> str:
         value = float(text)
     except ValueError:
         return text
-    return np.format_float_positional(np.float32(value), trim="-") if np.isfinite(value) else text
+    with np.errstate(over="ignore"):  # beyond float32: 'inf', a code no category has
+        return np.format_float_positional(np.float32(value), trim="-") if np.isfinite(value) else text
 
 
 SAVED_FIX = "; the model reads this column as {} (as it was trained): fix the cell"
@@ -287,4 +332,3 @@ def stray_cells(raw: RawColumns, cells: np.ndarray, mask: np.ndarray, most: int 
         where = ", ".join(map(str, at)) + (", ..." if counts[k] > 3 else "")
         described.append(f"{str(values[k])!r} ({counts[k]}: data row{'s' if counts[k] > 1 else ''} {where})")
     return ", ".join(described) + (f", and {len(values) - most} more value(s)" if len(values) > most else "")
-

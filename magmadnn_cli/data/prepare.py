@@ -16,7 +16,7 @@ import numpy as np
 from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
-from .columns import ColumnEncoder
+from .columns import ColumnEncoder, RawColumns
 from .fitting import fit
 from .leakage import target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
@@ -45,12 +45,14 @@ class Prepared:
     settled: dict[str, Any] = field(default_factory=dict)  # data.* settings read off the training file
 
 
-def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str) -> np.ndarray:
+def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str,
+                   rows: RawColumns | None = None) -> np.ndarray:
+    """The targets as the loss takes them; `rows` numbers the rows in messages (their file's data rows)."""
     if task == "regression":
         try:
             values = np.asarray(y, dtype=B.current().floatx)
         except ValueError:
-            raise DataError(_text_targets(y, source)) from None
+            raise DataError(_text_targets(y, source, rows or RawColumns(np.empty((len(y), 0))))) from None
         bad = ~np.isfinite(values.reshape(len(values), -1))
         if bad.any():
             row = int(np.argwhere(bad)[0][0])
@@ -135,12 +137,17 @@ def rare_classes(classes: list[Any], labels: np.ndarray, parts: dict[str, np.nda
     rare = [k for k in np.argsort(counts, kind="stable") if counts[k] < fewest]
     if not rare:
         return ""
-    shares = lambda k: ", ".join(f"{name} {int((codes[parts[name]] == k).sum())}"  # noqa: E731
-                                 for name in ("train", "validation", "test") if len(parts.get(name, ())))
-    named = "; ".join(f"{str(classes[k])!r}: {counts[k]} row{'' if counts[k] == 1 else 's'} ({shares(k)})" for k in rare[:6])
+    named = "; ".join(f"{str(classes[k])!r}: {counts[k]} row{'' if counts[k] == 1 else 's'} "
+                      f"({_shares(codes, parts, k)})" for k in rare[:6])
     return (f"classes with fewer than {fewest} rows, too few to learn or to score (a split without one leaves it out "
             f"of that split's macro averages): {named}{'; ...' if len(rare) > 6 else ''}; collect more rows, merge "
             "each into another class (data.label_map), or drop its rows")
+
+
+def _shares(codes: np.ndarray, parts: dict[str, np.ndarray], k: int) -> str:
+    """How many rows of class `k` each split holds ('train 3, test 1')."""
+    return ", ".join(f"{name} {int((codes[parts[name]] == k).sum())}" for name in ("train", "validation", "test")
+                     if len(parts.get(name, ())))
 
 
 def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
@@ -289,7 +296,7 @@ def _split(table: Table, cfg: DataConfig, task: str, seed: int,
            fold: tuple[int, int] | None = None) -> tuple[list[Any], np.ndarray, dict[str, np.ndarray]]:
     """(the classes, the encoded targets, each split's rows): the seeded, stratified split."""
     classes = class_labels(table.y, task, table.source)
-    labels = encode_targets(table.y, task, classes, table.source)
+    labels = encode_targets(table.y, task, classes, table.source, table.raw)
     codes = labels.reshape(-1).astype(np.int64) if task != "regression" and cfg.stratify else None
     parts = split_rows(len(labels), cfg, seed, codes, fold)
     if len(parts["train"]) == 0:
@@ -333,7 +340,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
                 raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
             notes += other.notes + [n for n in [unseen_note(unseen, str(path))] if n]
             oy = map_labels(other.y, cfg.label_map)
-            splits[name] = Split(normalizer(ox), targets(encode_targets(oy, task, classes, str(path))))
+            splits[name] = Split(normalizer(ox), targets(encode_targets(oy, task, classes, str(path), other.raw)))
         elif len(parts[name]):
             splits[name] = Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
         else:
@@ -378,17 +385,17 @@ def sample_inputs(cfg: DataConfig, task: str, seed: int) -> SampleInputs:
     return SampleInputs(shape, encoder, classes, targets, table.source)
 
 
-def _text_targets(y: np.ndarray, source: str) -> str:
+def _text_targets(y: np.ndarray, source: str, rows: RawColumns) -> str:
     """Why a regression cannot take these targets: labels (mostly text: the task is classification)
     or a few cells that are no number (named by row)."""
     uniques, inverse = np.unique(np.asarray(y).astype(str).ravel(), return_inverse=True)
     text = np.array([_number(u) is None for u in uniques])
-    rows = np.flatnonzero(text[inverse])
-    if len(rows) * 2 > len(inverse):
+    bad = np.flatnonzero(text[inverse])
+    if len(bad) * 2 > len(inverse):
         labels = ", ".join(repr(str(u)) for u in uniques[text][:5]) + (", ..." if text.sum() > 5 else "")
         return (f"{source}: the target holds labels ({labels}), not numbers, but the loss is a regression loss: for "
                 f"classes use loss: cross_entropy with a softmax output of one unit per class (or "
                 f"binary_cross_entropy with one sigmoid unit for two)")
-    return (f"{source}: a regression target must be a number; data row {rows[0] + 1} has "
-            f"{str(uniques[inverse[rows[0]]])!r} ({len(rows)} such row(s) in all): fix or drop those rows")
-
+    first = int(bad[0])
+    return (f"{source}: a regression target must be a number; data row {rows.row(first)} has "
+            f"{str(uniques[inverse[first]])!r} ({len(bad)} such row(s) in all): fix or drop those rows")

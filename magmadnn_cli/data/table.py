@@ -14,7 +14,7 @@ import numpy as np
 from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
-from .columns import RawColumns, is_missing
+from .columns import MissingTokens, RawColumns, is_missing
 from .csv_reader import CsvFormat, ReadBound, detect, with_number_style
 
 
@@ -58,14 +58,15 @@ class ReadSpec:
         return with_number_style(path, fmt, data.decimal if data else None, data.thousands if data else None)
 
     def blanked(self, table: "Table") -> "Table":
-        """The table (one read or chunk) with its `data.missing_tokens` cells blank, in text columns and
-        the target: missing, as the readers' own tokens are (a number column holding '-' then reads as
-        numbers with missing cells)."""
-        tokens = [t.strip().lower() for t in self.data.missing_tokens] if self.data is not None else []
-        if tokens:
+        """The table (one read or chunk) with its `data.missing_tokens` as missing cells: blank in text
+        columns and the target, NaN where a number column holds a number token (so a number column
+        holding '-' or -999 reads as numbers with missing cells)."""
+        tokens = MissingTokens.of(self.data.missing_tokens) if self.data is not None else MissingTokens()
+        if tokens.words:
             for j, cells in table.raw.text.items():
-                table.raw.text[j] = _blank(cells, tokens)
-            table.y = _blank(table.y, tokens) if table.y is not None and table.y.dtype.kind in "OUS" else table.y
+                table.raw.text[j] = tokens.blank(cells)
+            tokens.nan(table.raw.x)
+            table.y = tokens.blank(table.y) if table.y is not None and table.y.dtype.kind in "OUS" else table.y
         return table
 
     def wanted(self, names: list[str]) -> list[str]:
@@ -82,15 +83,6 @@ class ReadSpec:
     def _declared(self) -> list[str]:
         """The columns data.columns types (the others have no declared type: no lookup per column)."""
         return list(self.data.columns) if self.data is not None else []
-
-
-def _blank(cells: np.ndarray, tokens: list[str]) -> np.ndarray:
-    hit = np.isin(np.char.lower(np.char.strip(cells.astype(str))), tokens)
-    if not hit.any():
-        return cells
-    cells = cells.copy()
-    cells[hit] = ""
-    return cells
 
 
 def _closest(name: str, names: list[str]) -> str:
