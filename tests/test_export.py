@@ -98,17 +98,24 @@ age,colour,member,income,city,label
 """
 
 
-def test_a_table_with_categories_booleans_and_missing_cells(capsys, tmp_path):
+def _messy_run(capsys, tmp_path: Path, data: str = "", hidden: str = "") -> Path:
+    """A model trained on MESSY x 12 rows (categories, a boolean, missing cells; `data`: more data.*
+    settings, `hidden`: layers before the output); returns its run folder."""
     rows = MESSY.splitlines()
     (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
     (tmp_path / "c.yaml").write_text(
         "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0, "
-        "columns: {member: boolean}}\nmodel:\n  layers:\n    - {type: dense, units: 8, activation: tanh}\n"
-        "    - {type: layer_norm}\n    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
+        f"columns: {{member: boolean}}{data}}}\nmodel:\n  layers:\n    - {{type: dense, units: 8, activation: tanh}}\n"
+        f"{hidden}    - {{type: dense, units: 2, activation: softmax}}\nloss: cross_entropy\n"
         "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, batch_size: 8}\n")
     code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
     assert code == 0, err
-    session_inputs = None
+    return tmp_path / "run"
+
+
+def test_a_table_with_categories_booleans_and_missing_cells(capsys, tmp_path):
+    rows = MESSY.splitlines()
+    _messy_run(capsys, tmp_path, hidden="    - {type: layer_norm}\n")
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "messy.csv", None, "label", tmp_path)
     session_inputs = [i.name for i in ort.InferenceSession(str(tmp_path / "m.onnx")).get_inputs()]
     assert session_inputs == ["age", "colour", "member", "income", "city"]
@@ -120,14 +127,7 @@ def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_pa
     """predict strips a text cell before matching it (' red ' is red, '  ' and ' NA ' are missing, ' yes'
     is true): the exported graph took ' red ' for an unseen category (all zeros), probabilities 0.55 off."""
     rows = MESSY.splitlines()
-    (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
-    (tmp_path / "c.yaml").write_text(
-        "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0, "
-        "columns: {member: boolean}, missing_tokens: [Unknown, \u00dcnbekannt, -999]}\nmodel:\n  layers:\n"
-        "    - {type: dense, units: 8, activation: tanh}\n"
-        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
-        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, batch_size: 8}\n")
-    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    _messy_run(capsys, tmp_path, data=", missing_tokens: [Unknown, \u00dcnbekannt, -999]")
     (tmp_path / "padded.csv").write_text(
         rows[0] + "\n34, red , yes ,52000,\tOslo,a\n45,blue\u00a0,No , , Bergen ,b\n29,  ,  NA ,38000, ? ,b\n"
         "41,\u3000green\u2003, TRUE,55000,\x1cBergen\x1f,a\n38, Red , y ,47000,Os lo,a\n"
@@ -150,13 +150,7 @@ def test_the_space_class_is_what_str_strip_removes():
 
 
 def test_a_text_model_needs_opset_20(capsys, tmp_path):
-    rows = MESSY.splitlines()
-    (tmp_path / "messy.csv").write_text("\n".join([rows[0], *(rows[1:] * 12)]) + "\n")
-    (tmp_path / "c.yaml").write_text(
-        "name: messy\nseed: 0\ndata: {train: messy.csv, target: label, validation_split: 0.0}\nmodel:\n  layers:\n"
-        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: {type: sgd, "
-        "learning_rate: 0.05}\ntraining: {epochs: 1, batch_size: 8}\n")
-    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    _messy_run(capsys, tmp_path)
     code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx", "--opset", "18")
     assert code == 2 and "give --opset 20 or more, or leave --opset out" in err and not (tmp_path / "m.onnx").exists()
     code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")

@@ -191,9 +191,9 @@ def test_data_paths_expand_home_and_variables(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("layers,expected", [
     ("[{type: dense, units: 8, name: h}, {type: dense, units: 3, activation: softmax, name: h}]",
-     "model.layers.1 is named 'h', like model.layers.0"),
+     "model.layers.1: named 'h', like model.layers.0"),
     ("[{type: dense, units: 8, name: dense_1}, {type: dense, units: 3, activation: softmax}]",
-     "model.layers.1 is named 'dense_1', like model.layers.0"),
+     "model.layers.1: named 'dense_1', like model.layers.0"),
     ("[{type: dense, units: 8, name: 'a/b'}, {type: dense, units: 3, activation: softmax}]", "model.layers.0.name"),
 ])
 def test_layer_names_are_unique_and_safe(layers, expected, capsys, tmp_path):
