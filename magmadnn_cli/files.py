@@ -26,24 +26,26 @@ def umask() -> int:
     return mask
 
 
-def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool = False) -> None:
-    """A file output (`--output`) may replace an existing regular file only with --overwrite, and
-    never a link, a device, a folder or one of the command's own inputs."""
+def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool = False, given: bool = True) -> None:
+    """A file output (`--output`, or the default one where not `given`) may replace an existing
+    regular file only with --overwrite, and never a link, a device, a folder or one of the command's
+    own inputs."""
     if out.is_symlink():
         raise MagmaError(f"--output {out}: is a symbolic link; it is not replaced (give the real path)")
     if out.exists() and not out.is_file():
         kind = "a folder" if out.is_dir() else "not a regular file (a device, pipe or socket)"
         raise MagmaError(f"--output {out}: is {kind}; give a file path")
-    for given in inputs:
+    for source in inputs:
         try:
-            same = out.exists() and given.exists() and os.path.samefile(out, given)
+            same = out.exists() and source.exists() and os.path.samefile(out, source)
         except OSError:
             same = False
         if same:
-            raise MagmaError(f"--output {out}: is the command's own input {given}; writing it would destroy it")
+            raise MagmaError(f"--output {out}: is the command's own input {source}; writing it would destroy it")
     if out.exists() and not overwrite:
-        raise MagmaError(f"--output {out}: exists; it is not replaced without --overwrite (add it, or give "
-                         "another path)")
+        named = f"--output {out}" if given else f"{out} (the default output)"
+        raise MagmaError(f"{named}: exists; it is not replaced without --overwrite (add it, or give "
+                         f"{'another path' if given else 'another with --output'})")
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:

@@ -63,6 +63,9 @@ def _replace(old: str, new: str) -> str:
     # several targets
     ("  target: label", "  target: [label, f1]",
      ["c.yaml:6: data.target: a table's target is one column; received a list of 2: train a model per column"]),
+    # a YAML word in missing_tokens
+    ("  normalize: standard", "  normalize: standard\n  missing_tokens: [-999, yes]",
+     ["c.yaml:9: data.missing_tokens: YAML reads yes, no, on, off, true, false and null as other things"]),
     # missing required section
     ("loss: cross_entropy\n", "", ["loss: missing required key 'loss'"]),
     # a staleness bound without asynchronous SGD; asynchronous SGD with split layers

@@ -131,7 +131,8 @@ def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_pa
     (tmp_path / "padded.csv").write_text(
         rows[0] + "\n34, red , yes ,52000,\tOslo,a\n45,blue\u00a0,No , , Bergen ,b\n29,  ,  NA ,38000, ? ,b\n"
         "41,\u3000green\u2003, TRUE,55000,\x1cBergen\x1f,a\n38, Red , y ,47000,Os lo,a\n"
-        "52, unknown ,UNKNOWN,72000,Unknown,b\n60,\u00dcNBEKANNT,yes,-999,Oslo,a\n")  # missing_tokens, any case
+        "52, unknown ,UNKNOWN,72000,Unknown,b\n60,\u00dcNBEKANNT,yes,-999,Oslo,a\n"
+        "33,-999.0, -999 ,41000,-9.99e2,b\n")  # missing_tokens: in any case; a number token as a number
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "padded.csv", None, "label", tmp_path)
     session = ort.InferenceSession(str(tmp_path / "m.onnx"))
     header, body = _rows(tmp_path / "padded.csv", None)
@@ -159,9 +160,16 @@ def test_a_text_model_needs_opset_20(capsys, tmp_path):
     assert code == 0 and f"wrote {tmp_path / 'run' / 'model.onnx'} (" in err, err
     assert onnx.load(str(tmp_path / "run" / "model.onnx")).graph.input[1].name == "colour"
     code, _, err = run_cli(capsys, "export", tmp_path / "run")
-    assert code == 2 and "--overwrite" in err, err
+    assert code == 2 and "model.onnx (the default output): exists; it is not replaced without --overwrite" in err, err
+    code, _, err = run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "x.onnx", "--opset", "99")
+    assert code == 2 and "--opset 99: the onnx package here" in err and not (tmp_path / "x.onnx").exists(), err
     assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q", "--overwrite")[0] == 0
     assert not (tmp_path / "run" / "model.onnx").exists()  # it described the replaced model
+    assert run_cli(capsys, "export", tmp_path / "run")[0] == 0
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--resume", tmp_path / "run", "--set",
+                             "training.epochs=4")  # a finished run trained on: its model.npz is rewritten
+    assert code == 0 and not (tmp_path / "run" / "model.onnx").exists(), err
+    assert f"removed {tmp_path / 'run' / 'model.onnx'}: exported from the model this run replaces" in out + err
 
 
 def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):

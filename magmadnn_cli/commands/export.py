@@ -23,8 +23,8 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
         raise MagmaError(f"--opset {opset}: magmadnn writes its graphs in ONNX opset {OPSET} or newer (every op in "
                          f"its opset-{OPSET} form; onnxruntime 1.12 and later run them): give --opset {OPSET} or more")
     model_path = model_file(model_path)
+    check_output_file(out or model_path.with_suffix(".onnx"), (model_path,), overwrite, given=out is not None)
     out = out or model_path.with_suffix(".onnx")
-    check_output_file(out, (model_path,), overwrite)
     saved = load(model_path)
     needed = required_opset(saved)
     if opset is not None and opset < needed:
@@ -36,6 +36,10 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
         from ..training.onnx_graph import build  # noqa: PLC0415 (onnx is optional)
     except ImportError as exc:
         raise MagmaError("export needs the onnx package: pip install 'magmadnn-cli[onnx]'") from exc
+    import onnx  # noqa: PLC0415 (there: build imported it)
+    if opset is not None and opset > onnx.defs.onnx_opset_version():
+        raise MagmaError(f"--opset {opset}: the onnx package here (version {onnx.__version__}) knows opsets up to "
+                         f"{onnx.defs.onnx_opset_version()}; give one of them (a runtime may know fewer)")
     opset = opset or needed
     model = build(saved, file_columns(saved), opset)
     data = model.SerializeToString()

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
-from ..data.fitting import fill_name
+from ..data.fitting import column_strategy, fill_name
 from ..data.tables import ReadSpec, Table, reader_for, style_note, typed_labels
 from ..data.writers import Columns, output_format, write_rows
 from ..errors import DataError, MagmaError, ModelFileError
@@ -73,8 +73,8 @@ def _fill_of(saved: SavedModel, name: str) -> str:
 
 
 def _strategy(saved: SavedModel, name: str) -> str:
-    cfg = saved.config.data
-    return cfg.column_spec(name).missing or cfg.missing_values
+    kind = next(c.kind for c in saved.encoder.columns if c.name == name)
+    return column_strategy(saved.config.data, name, kind)
 
 
 def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, int]:

@@ -74,6 +74,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         metrics = final_metrics(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
         if comm.is_root:
+            drop_stale_export(out_dir, reporter)
             write_outputs(out_dir, pin_conv_algorithms(run.config, run.network), run.network, weights, run.data, run.task,
                           metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
@@ -98,6 +99,15 @@ def _starting_point(config: Config, init_from: Path | None, resume: Path | None,
     if ckpt is not None:
         check_config_matches(ckpt, config)  # before the run's header and data notes: the refusal alone
     return config, ckpt
+
+
+def drop_stale_export(out_dir: Path, reporter: Reporter) -> None:
+    """The run folder's model.onnx (export's default) was exported from the model this run replaces
+    (a resumed run's earlier end): removed, as it no longer gives this model's predictions."""
+    if (out_dir / "model.onnx").is_file():
+        (out_dir / "model.onnx").unlink()
+        reporter.info(f"removed {out_dir / 'model.onnx'}: exported from the model this run replaces; "
+                      f"magmadnn export {out_dir} writes this one's")
 
 
 def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:

@@ -95,7 +95,10 @@ class DataConfig(Strict):
     def _tokens_as_text(cls, value: Any) -> Any:
         """A number token as its text: YAML reads [-999, NA] as a number and a string."""
         if isinstance(value, list):
-            return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+            if any(v is None or isinstance(v, bool) for v in value):
+                raise ValueError("YAML reads yes, no, on, off, true, false and null as other things than words: "
+                                 "quote them, e.g. ['no', 'null']")
+            return [str(v) if isinstance(v, (int, float)) else v for v in value]
         return value
 
     @field_validator("target", mode="before")

@@ -67,7 +67,7 @@ def _number(text: str) -> float | None:
         return None
 
 
-class CellError(DataError):
+class UnreadableCells(DataError):
     """Cells of one column that its type cannot read, named from the first (`row`, 1-based): the
     encoder reports every column's at once, in the order of their first rows."""
 
@@ -76,7 +76,7 @@ class CellError(DataError):
         self.source, self.name, self.row, self.what = source, name, row, what
 
     @staticmethod
-    def combined(errors: list["CellError"]) -> DataError:
+    def combined(errors: list["UnreadableCells"]) -> DataError:
         if len(errors) == 1:
             return errors[0]
         lines = [f"  column {e.name!r}, data row {e.row}: {e.what}" for e in sorted(errors, key=lambda e: e.row)]
@@ -195,14 +195,14 @@ class ColumnEncoder:
         for j, col in enumerate(self.columns):
             try:
                 block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error", self.saved)
-            except CellError as exc:
+            except UnreadableCells as exc:
                 unreadable.append(exc)
                 continue
             parts.append(block)
             if count:
                 unseen[col.name] = count
         if unreadable:
-            raise CellError.combined(unreadable)
+            raise UnreadableCells.combined(unreadable)
         return np.concatenate(parts, axis=1) if parts else np.zeros((len(x), 0), x.dtype), unseen
 
     def to_json(self) -> dict[str, Any]:
@@ -283,7 +283,7 @@ def numbers_in(raw: RawColumns, j: int, name: str, source: str, saved: bool = Fa
             f" (the column holds numbers: typed so, or so in the training rows); fix the cell, or type the column "
             f"category (data.columns.{name}: category)")
         others = f" ({stray.sum()} such cells: {stray_cells(raw, cells, stray)})" if stray.sum() > 1 else ""
-        raise CellError(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a number{others}{fix}") from None
+        raise UnreadableCells(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a number{others}{fix}") from None
     return values
 
 
@@ -296,7 +296,7 @@ def dates_in(cells: np.ndarray, raw: RawColumns, col: Column, source: str, saved
             f"a date in data.date_format {col.date_format!r}" if col.date_format else \
             "an ISO 8601 date or date-time, e.g. 2024-03-15 or 2024-03-15T14:30"
         fix = SAVED_FIX.format("dates so") if saved else " (data.date_format reads others)" * (not col.date_format)
-        raise CellError(source, col.name, raw.row(bad), f"{str(cells[bad])!r} is not a date; expected {expected}{fix}")
+        raise UnreadableCells(source, col.name, raw.row(bad), f"{str(cells[bad])!r} is not a date; expected {expected}{fix}")
     return values
 
 
@@ -314,7 +314,7 @@ def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str, save
     if not (true | false).all():
         bad = raw.first(~(true | false))
         fix = SAVED_FIX.format("booleans") if saved else "; type the column category instead"
-        raise CellError(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a boolean (true/false, yes/no, t/f, "
+        raise UnreadableCells(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a boolean (true/false, yes/no, t/f, "
                         f"y/n, 1/0){fix}")
     return true
 

@@ -14,7 +14,7 @@ from ..config.data import ColumnSpec, DataConfig
 from ..errors import DataError
 from . import dates
 from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in, canonical, dates_in, is_missing, \
-    is_number, numbers_in, shortest, stray_cells
+    is_number, numbers_in, shortest, stray_cells, UnreadableCells
 
 
 def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
@@ -23,23 +23,41 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
     medians = _medians(raw.x)
     columns, inferred, imputed, sparse = [], {}, {}, []
     declared, undeclared = {name: cfg.column_spec(name) for name in cfg.columns}, ColumnSpec()  # once, not per column
+    unreadable = []
     for j, name in enumerate(names):
         spec = declared.get(name, undeclared)
-        column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
+        try:
+            column, missing = _fit_column(raw, j, name, cfg, spec, medians[j], source)
+        except UnreadableCells as exc:  # every column's, said at once
+            unreadable.append(exc)
+            continue
         if spec.type is None and column.kind != "number":
             inferred[name] = _described(column)
             if column.kind == "category":
                 sparse.append(_category_warning(name, column.categories, len(raw.x) - missing))
         elif spec.type is None and j not in raw.text and cfg.shape is None:
             sparse.append(_row_number(name, raw.x[:, j]))
-        if missing and spec.missing is None and cfg.missing_values == "auto":
-            imputed.setdefault(fill_name("auto", column.kind), []).append((name, missing, column.indicator))
+        if missing:
+            how = _filled_with(column_strategy(cfg, name, column.kind), column)
+            imputed.setdefault(how, []).append((name, missing, column.indicator))
         columns.append(column)
+    if unreadable:
+        raise UnreadableCells.combined(unreadable)
     constant: list[str] = []
     if cfg.shape is None:  # image rows keep every pixel: the shape needs them
         columns, constant = _without_constants(columns, raw, source)
     return ColumnEncoder(columns, cfg.unseen_categories), _notes([v for k, v in inferred.items() if k not in constant],
                                                                   constant, imputed) + [n for n in sparse if n]
+
+
+def column_strategy(cfg: DataConfig, name: str, kind: str) -> str:
+    """How a column's missing cells are filled: its own data.columns setting, else data.missing_values
+    (a table-wide mean or median is for the columns of numbers and dates: the others take their most
+    frequent value)."""
+    own = cfg.column_spec(name).missing
+    if own is None and cfg.missing_values in ("mean", "median") and kind in ("category", "boolean"):
+        return "most_frequent"
+    return own or cfg.missing_values
 
 
 def fill_name(strategy: str, kind: str) -> str:
@@ -48,6 +66,12 @@ def fill_name(strategy: str, kind: str) -> str:
         strategy = "median" if kind in ("number", "date") else "most_frequent"
     return {"median": "median date" if kind == "date" else "median", "mean": "mean",
             "most_frequent": "most frequent value", "constant": "constant"}[strategy]
+
+
+def _filled_with(strategy: str, column: Column) -> str:
+    """'the training rows' median', or 'the constant 'n/a'' (the run log's words for a fill)."""
+    how = fill_name(strategy, column.kind)
+    return f"the constant {column.fill!r}" if how == "constant" else f"the training rows' {how}"
 
 
 def _described(column: Column) -> str:
@@ -62,7 +86,7 @@ def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[tup
              "data.columns.<name> to type them yourself"] if inferred else []
     notes += [f"constant columns left out of the inputs (one value in every training row): {', '.join(constant[:20])}"
               + (f" (+{len(constant) - 20} more)" if len(constant) > 20 else "")] if constant else []
-    return notes + [f"missing cells filled with the training rows' {how}: "
+    return notes + [f"missing cells filled with {how}: "
                     f"{', '.join(f'{name} ({count})' for name, count, _ in cols)} (data.missing_values; "
                     + _indicators([name for name, _, marked in cols if marked]) + ")" for how, cols in imputed.items()]
 
@@ -104,10 +128,14 @@ def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: Colum
     """One column fitted (`spec`: its data.columns entry), and how many of its training cells were missing."""
     kind = spec.type or _inferred(raw, j, name, source, cfg.date_format or "")
     missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
-    strategy = spec.missing or cfg.missing_values
+    strategy = column_strategy(cfg, name, kind)
     if missing.any() and strategy == "error":
         raise DataError(f"{source}: column {name!r}, data row {raw.row(raw.first(missing))}: a missing cell, and "
                         "data.missing_values is error; fill the data, or choose median, mean, most_frequent or constant")
+    if strategy == "constant" and spec.fill_value is None and missing.any():
+        raise DataError(f"{source}: column {name!r} has missing cells and data.missing_values is constant, but no "
+                        f"fill value: give data.columns.{name}: {{missing: constant, fill_value: ...}}, or choose "
+                        "median, mean or most_frequent")
     indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
     column = Column(name, kind, indicator=bool(indicator), date_format=cfg.date_format or "" if kind == "date" else "")
     if kind == "date":
@@ -180,11 +208,12 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
         return _category_unless_identifier(name, source, total, values)
     if count == total:
         return "number"
-    raise DataError(f"{source}: column {name!r}: {total - count} of its {total} present cells in the training rows "
-                    f"are not numbers, while {count} are: {stray_cells(raw, cells, present & ~numeric)}; fix those "
-                    f"cells (or leave them blank: missing cells; words that mark a missing cell, such as 'unknown' "
-                    f"or '-', go in data.missing_tokens), or read the column's values as categories "
-                    f"(data.columns.{name}: category)")
+    stray = present & ~numeric
+    raise UnreadableCells(source, name, raw.row(raw.first(stray)), f"{total - count} of the column's {total} present "
+                          f"cells in the training rows are not numbers, while {count} are: "
+                          f"{stray_cells(raw, cells, stray)}; fix those cells (or leave them blank: missing cells; "
+                          f"words that mark a missing cell, such as 'unknown' or '-', go in data.missing_tokens), "
+                          f"or read the column's values as categories (data.columns.{name}: category)")
 
 
 def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:

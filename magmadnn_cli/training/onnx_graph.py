@@ -167,7 +167,7 @@ def _column(g: Graph, column: Column, tokens: MissingTokens) -> str:
         missing = g.op("IsNaN", values)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), values)
     else:
-        missing = _matches(g, column.name, (*MISSING, *tokens.words), fold_case=True)
+        missing = _text_missing(g, column.name, tokens)
         filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
         block = _boolean(g, filled) if column.kind == "boolean" else _one_hot(g, filled, column.categories)
     if not column.indicator:
@@ -215,11 +215,26 @@ def _number_tokens(g: Graph, values: str, tokens: MissingTokens) -> str:
     """`values` with the number tokens as NaN (missing), as the readers read them."""
     if not tokens.numbers:
         return values
+    return g.op("Where", _equals_any(g, values, tokens.numbers, np.float32), g.const(float("nan"), "nan"), values)
+
+
+def _text_missing(g: Graph, cells: str, tokens: MissingTokens) -> str:
+    """(N, 1) bool: a text cell is missing: a reader's token or a word of `tokens` (any case, spaces
+    around ignored), or a number equal to a number token ('-999.0' for -999)."""
+    missing = _matches(g, cells, (*MISSING, *tokens.words), fold_case=True)
+    if not tokens.numbers:
+        return missing
+    number = g.op("RegexFullMatch", cells, pattern=NUMBER)
+    values = g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=g.onnx.TensorProto.DOUBLE)
+    return g.op("Or", missing, _equals_any(g, values, tokens.numbers, np.float64))
+
+
+def _equals_any(g: Graph, values: str, numbers: tuple[float, ...], dtype: Any) -> str:
     hit = None
-    for number in tokens.numbers:
-        equal = g.op("Equal", values, g.const(number, "token"))
+    for number in numbers:
+        equal = g.op("Equal", values, g.const(number, "token", dtype))
         hit = equal if hit is None else g.op("Or", hit, equal)
-    return g.op("Where", hit, g.const(float("nan"), "nan"), values)
+    return hit
 
 
 def _matches(g: Graph, cells: str, words: Any, fold_case: bool = False) -> str:
