@@ -82,6 +82,18 @@ def test_config_errors_are_located_and_explained(tmp_path, old, new, expected):
         assert part in message, message
 
 
+def test_every_whole_config_problem_is_reported_at_once_each_at_its_key(tmp_path):
+    """A duplicate layer name, mse on a softmax output and class_weight on a regression took three
+    fix-and-rerun rounds ('invalid config (1 problem)' each time)."""
+    text = _replace("units: 3, activation: softmax}", "units: 3, activation: softmax, name: dense_0}")
+    text = text.replace("loss: cross_entropy", "loss: mse").replace("  batch_size: 16", "  batch_size: 16\n  class_weight: balanced")
+    message = _errors_for(tmp_path, text)
+    assert "invalid config (3 problems):" in message, message
+    for part in ("c.yaml:12: model.layers.1: named 'dense_0'", "c.yaml:13: loss: mse is a regression loss",
+                 "c.yaml:18: training.class_weight: class_weight weighs classes"):
+        assert part in message, message
+
+
 def test_several_problems_are_all_reported(tmp_path):
     text = _replace("  epochs: 15", "  epochs: -1\n  batchsize: 3")
     message = _errors_for(tmp_path, text)

@@ -17,12 +17,19 @@ PositiveFloat = Annotated[float, Field(gt=0.0)]
 def problem_at(model: BaseModel, field: tuple[str | int, ...], message: str) -> ValidationError:
     """A problem a model validator finds, located at `field` (a path inside `model`), where it is best
     fixed: the message then names that key's line rather than the section's (or the file's first)."""
-    node: Any = model
-    for part in field:
-        node = node[part] if isinstance(part, int) else getattr(node, part, None)
-    detail = InitErrorDetails(type=PydanticCustomError("value_error", "{message}", {"message": message}),
-                              loc=field, input=node)
-    return ValidationError.from_exception_data(type(model).__name__, [detail])
+    return problems_at(model, [(field, message)])
+
+
+def problems_at(model: BaseModel, problems: list[tuple[tuple[str | int, ...], str]]) -> ValidationError:
+    """`problem_at` for several problems, said together."""
+    details = []
+    for field, message in problems:
+        node: Any = model
+        for part in field:
+            node = node[part] if isinstance(part, int) else getattr(node, part, None)
+        details.append(InitErrorDetails(type=PydanticCustomError("value_error", "{message}", {"message": message}),
+                                        loc=field, input=node))
+    return ValidationError.from_exception_data(type(model).__name__, details)
 
 
 class Strict(BaseModel):

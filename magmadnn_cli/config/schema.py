@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, PositiveInt, PrivateAttr, field_validator, model_validator
 
-from .base import PositiveFloat, Strict, problem_at
+from .base import PositiveFloat, Strict, problem_at, problems_at
 from .data import DataConfig, SyntheticData  # noqa: F401  (re-exported: the data section)
 from .layers import SAFE_NAME, Layer, ModelConfig  # noqa: F401  (Layer re-exported: the model section)
 from .losses import Loss
@@ -202,26 +202,6 @@ class Config(Strict):
         return data
 
     @model_validator(mode="after")
-    def _layer_names_unique(self) -> "Config":
-        """Weights are stored by layer name: two layers of one name would overwrite each other."""
-        seen: dict[str, str] = {}
-        for where, name in layer_names(self.model.layers):
-            if name in seen:
-                path = tuple(int(p) if p.isdigit() else p for p in where.split("."))
-                raise problem_at(self, path, f"named {name!r}, like {seen[name]}: weights are saved by layer name, "
-                                 "so names must be unique (rename one, or leave names out: <type>_<index> is the "
-                                 "default)")
-            seen[name] = where
-        return self
-
-    @model_validator(mode="after")
-    def _class_weight_needs_classes(self) -> "Config":
-        if self.training.class_weight is not None and self.loss.task == "regression":
-            raise problem_at(self, ("training", "class_weight"), f"class_weight weighs classes; loss "
-                             f"{self.loss.type} is a regression loss: remove class_weight")
-        return self
-
-    @model_validator(mode="after")
     def _objective_of_the_task(self) -> "Config":
         """search.objective auto becomes the task's metric (`tune` checks that it can be measured)."""
         if self.search is not None and self.search.objective == "auto":
@@ -229,11 +209,28 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
-    def _loss_matches_output(self) -> "Config":
-        problem = head_problem(self.model.layers, self.loss.type)
-        if problem:
-            raise problem_at(self, *problem)
+    def _whole_config_checks(self) -> "Config":
+        """The checks across sections, every problem said at once, each at the key to fix."""
+        problems = [*self._duplicate_layer_names(), *([head] if (head := head_problem(self.model.layers,
+                                                                                     self.loss.type)) else [])]
+        if self.training.class_weight is not None and self.loss.task == "regression":
+            problems.append((("training", "class_weight"), f"class_weight weighs classes; loss {self.loss.type} is a "
+                             "regression loss: remove class_weight"))
+        if problems:
+            raise problems_at(self, problems)
         return self
+
+    def _duplicate_layer_names(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Weights are stored by layer name: two layers of one name would overwrite each other."""
+        seen: dict[str, str] = {}
+        found = []
+        for where, name in layer_names(self.model.layers):
+            if name in seen:
+                found.append((tuple(int(p) if p.isdigit() else p for p in where.split(".")),
+                              f"named {name!r}, like {seen[name]}: weights are saved by layer name, so names must "
+                              "be unique (rename one, or leave names out: <type>_<index> is the default)"))
+            seen.setdefault(name, where)
+        return found
 
 
 def union_tags(annotation: Any) -> set[str]:
