@@ -454,7 +454,7 @@ def test_training_names_every_columns_stray_cells_at_once_and_says_every_fill(tm
     lines[9], lines[4] = "29,1063,b", "24,1028,a"
     data = prepare(_cfg(tmp_path, "\n".join(lines) + "\n", missing_values="mean"), "classification", 0)
     mean = np.mean([float(line.split(",")[1]) for line in lines[1:] if line.split(",")[1]])
-    assert f"missing cells filled with the training rows' mean: income (1)" in " ".join(data.notes), data.notes
+    assert "missing cells filled with the training rows' mean: income (1)" in " ".join(data.notes), data.notes
     assert _columns(data)["income"].fill == pytest.approx(mean)
 
 

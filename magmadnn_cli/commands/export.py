@@ -36,10 +36,6 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
         from ..training.onnx_graph import build  # noqa: PLC0415 (onnx is optional)
     except ImportError as exc:
         raise MagmaError("export needs the onnx package: pip install 'magmadnn-cli[onnx]'") from exc
-    import onnx  # noqa: PLC0415 (there: build imported it)
-    if opset is not None and opset > onnx.defs.onnx_opset_version():
-        raise MagmaError(f"--opset {opset}: the onnx package here (version {onnx.__version__}) knows opsets up to "
-                         f"{onnx.defs.onnx_opset_version()}; give one of them (a runtime may know fewer)")
     opset = opset or needed
     model = build(saved, file_columns(saved), opset)
     data = model.SerializeToString()

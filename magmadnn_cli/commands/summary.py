@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config.schema import Config
 from ..errors import ConfigError
+from ..data.columns import ColumnEncoder
 from ..data.prepare import SampleInputs, sample_inputs
 from ..core.graph.convolution import candidates, rule
 from ..nn.layers import Conv2D, all_layers, build_layers

@@ -14,19 +14,15 @@ import numpy as np
 
 from .. import __version__
 from ..config.layers import pair
-from ..data.columns import MISSING, TRUE, Column, MissingTokens
+from ..data.columns import Column, MissingTokens
 from ..data import dates
 from ..errors import MagmaError
 from ..nn.layers import build_layers
 from .modelfile import SavedModel
+from .onnx_cells import boolean, number_tokens, one_hot, text_missing
 
 OPSET = 17  # the lowest opset of any graph
 TEXT_OPSET = 20  # a graph that reads text cells (categories, booleans): RegexFullMatch
-# what Python's str.strip() removes (str.isspace), as an RE2 character class
-SPACE_CHAR = r"[\t-\r\x{1C}-\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
-SPACE = SPACE_CHAR + "*"
-# what Cast reads as a number without overflowing its double (onnxruntime's Cast stops the graph otherwise)
-NUMBER = r"[\t-\r ]*[+-]?(?:[0-9]{1,40}\.?[0-9]{0,40}|\.[0-9]{1,40})(?:[eE][+-]?0{0,20}[0-9]{1,2})?[\t-\r ]*"
 DATE_INPUT = "a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time, no time zone (NaN: missing)"
 
 
@@ -90,6 +86,9 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
     training file's columns but the target, in order (the `features` input's columns when every used
     column is a number), None for arrays."""
     g = Graph()
+    if opset > g.onnx.defs.onnx_opset_version():
+        raise MagmaError(f"--opset {opset}: the onnx package here (version {g.onnx.__version__}) knows opsets up to "
+                         f"{g.onnx.defs.onnx_opset_version()}; give one of them (a runtime may know fewer)")
     x = _inputs(g, saved, file_columns)
     x = g.op("Reshape", x, g.const([-1, *saved.sample_shape], "shape", np.int64))
     shape = saved.sample_shape
@@ -138,7 +137,7 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
             g.op("Gather", "features", g.const(used, "used", np.int64), axis=1)
     columns = [c for c in saved.encoder.columns if c.kind != "constant"]
     picked = g.op("Gather", "features", g.const([where[c.name] for c in columns], "used", np.int64), axis=1)
-    picked = _number_tokens(g, picked, MissingTokens.of(saved.config.data.missing_tokens))
+    picked = number_tokens(g, picked, MissingTokens.of(saved.config.data.missing_tokens))
     fills = g.const([[float(c.fill) for c in columns]], "fill")
     missing = g.op("IsNaN", picked)
     filled = g.op("Where", missing, fills, picked)
@@ -163,13 +162,13 @@ def _column(g: Graph, column: Column, tokens: MissingTokens) -> str:
     g.inputs.append(g.helper.make_tensor_value_info(column.name, tensor.STRING if text else tensor.FLOAT, ["N", 1],
                                                     "the cell's text" if text else "float32 (NaN: missing)"))
     if not text:
-        values = _number_tokens(g, column.name, tokens)
+        values = number_tokens(g, column.name, tokens)
         missing = g.op("IsNaN", values)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), values)
     else:
-        missing = _text_missing(g, column.name, tokens)
+        missing = text_missing(g, column.name, tokens)
         filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
-        block = _boolean(g, filled) if column.kind == "boolean" else _one_hot(g, filled, column.categories)
+        block = boolean(g, filled) if column.kind == "boolean" else one_hot(g, filled, column.categories)
     if not column.indicator:
         return block
     return g.op("Concat", block, g.op("Cast", missing, to=tensor.FLOAT), axis=1)
@@ -209,84 +208,6 @@ def _date(g: Graph, column: Column) -> str:
     if column.indicator:
         parts.append(g.op("Cast", missing, to=g.onnx.TensorProto.DOUBLE))
     return g.op("Cast", g.op("Concat", *parts, axis=1), to=g.onnx.TensorProto.FLOAT)
-
-
-def _number_tokens(g: Graph, values: str, tokens: MissingTokens) -> str:
-    """`values` with the number tokens as NaN (missing), as the readers read them."""
-    if not tokens.numbers:
-        return values
-    return g.op("Where", _equals_any(g, values, tokens.numbers, np.float32), g.const(float("nan"), "nan"), values)
-
-
-def _text_missing(g: Graph, cells: str, tokens: MissingTokens) -> str:
-    """(N, 1) bool: a text cell is missing: a reader's token or a word of `tokens` (any case, spaces
-    around ignored), or a number equal to a number token ('-999.0' for -999)."""
-    missing = _matches(g, cells, (*MISSING, *tokens.words), fold_case=True)
-    if not tokens.numbers:
-        return missing
-    number = g.op("RegexFullMatch", cells, pattern=NUMBER)
-    values = g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=g.onnx.TensorProto.DOUBLE)
-    return g.op("Or", missing, _equals_any(g, values, tokens.numbers, np.float64))
-
-
-def _equals_any(g: Graph, values: str, numbers: tuple[float, ...], dtype: Any) -> str:
-    hit = None
-    for number in numbers:
-        equal = g.op("Equal", values, g.const(number, "token", dtype))
-        hit = equal if hit is None else g.op("Or", hit, equal)
-    return hit
-
-
-def _matches(g: Graph, cells: str, words: Any, fold_case: bool = False) -> str:
-    """(N, 1) bool: the cell, without the whitespace around it (as `predict` strips it), is one of
-    `words` (lower case, matched in any case where `fold_case`)."""
-    either = "|".join(_literal(str(w)) for w in words)
-    return g.op("RegexFullMatch", cells, pattern=f"{'(?i)' * fold_case}{SPACE}(?:{either}){SPACE}")
-
-
-def _literal(text: str) -> str:
-    """`text` as an RE2 pattern that matches exactly it: every character but ASCII letters and
-    digits spelled by its code point."""
-    return "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):X}}}" for c in text)
-
-
-def _boolean(g: Graph, cells: str) -> str:
-    return g.op("Cast", _matches(g, cells, TRUE, fold_case=True), to=g.onnx.TensorProto.FLOAT)
-
-
-def _one_hot(g: Graph, cells: str, categories: list[str]) -> str:
-    """The category's one-hot row; an unseen category is all zeros, as `predict` encodes it by default.
-    Categories that are all numbers are compared as numbers (the cell '1.0' is the category '1', as
-    the readers spell codes; a cell that is no number matches none); others by their text."""
-    float_ = g.onnx.TensorProto.FLOAT
-    numbers = _as_numbers(categories)
-    if numbers is not None:
-        number = g.op("RegexFullMatch", cells, pattern=NUMBER)
-        values = g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=float_)
-        return g.op("Cast", g.op("Equal", values, g.const([numbers], "categories")), to=float_)
-    padded = g.op("RegexFullMatch", cells, pattern=f"(?s)(?:{SPACE_CHAR}.*|.*{SPACE_CHAR})")
-    count = g.op("ReduceSum", g.op("Cast", padded, to=g.onnx.TensorProto.INT64), keepdims=0)
-    stripped = g.branch(lambda: g.op("Cast", g.op("Concat", *(_matches(g, cells, [c]) for c in categories), axis=1),
-                                     to=float_), "stripped")
-    exact = g.branch(lambda: _exact_one_hot(g, cells, categories), "exact")
-    return g.op("If", g.op("Greater", count, g.const(0, "zero", np.int64)), then_branch=stripped, else_branch=exact)
-
-
-def _exact_one_hot(g: Graph, cells: str, categories: list[str]) -> str:
-    """The one-hot rows of cells that hold no whitespace around them: one CategoryMapper lookup (a
-    RegexFullMatch per category, needed only where a cell must be stripped, is 6x slower at 1,500)."""
-    codes = g.op("CategoryMapper", cells, domain="ai.onnx.ml", cats_strings=[str(c) for c in categories],
-                 cats_int64s=list(range(len(categories))), default_int64=-1)
-    hot = g.op("Equal", codes, g.const([list(range(len(categories)))], "codes", np.int64))
-    return g.op("Cast", hot, to=g.onnx.TensorProto.FLOAT)
-
-
-def _as_numbers(categories: list[str]) -> list[float] | None:
-    try:
-        values = [float(c) for c in categories]
-    except ValueError:
-        return None
-    return values if all(math.isfinite(v) for v in values) else None
 
 
 def _normalize(g: Graph, saved: SavedModel, encoded: str) -> str:
