@@ -23,8 +23,8 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
         raise MagmaError(f"--opset {opset}: magmadnn writes its graphs in ONNX opset {OPSET} or newer (every op in "
                          f"its opset-{OPSET} form; onnxruntime 1.12 and later run them): give --opset {OPSET} or more")
     model_path = model_file(model_path)
-    check_output_file(out or model_path.with_suffix(".onnx"), (model_path,), overwrite, given=out is not None)
-    out = out or model_path.with_suffix(".onnx")
+    given, out = out is not None, out or model_path.with_suffix(".onnx")
+    check_output_file(out, (model_path,), overwrite, given)
     saved = load(model_path)
     needed = required_opset(saved)
     if opset is not None and opset < needed:

@@ -73,8 +73,8 @@ def _fill_of(saved: SavedModel, name: str) -> str:
 
 
 def _strategy(saved: SavedModel, name: str) -> str:
-    kind = next(c.kind for c in saved.encoder.columns if c.name == name)
-    return column_strategy(saved.config.data, name, kind)
+    cfg, kind = saved.config.data, next(c.kind for c in saved.encoder.columns if c.name == name)
+    return column_strategy(cfg.column_spec(name).missing, cfg.missing_values, kind)
 
 
 def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, int]:

@@ -64,17 +64,17 @@ def can_axpby(y: Any) -> bool:
     return kind is not None and _axpby(kind) is not None
 
 
-def _thread_function(verb: str) -> Any | None:
-    """OpenBLAS's `openblas_{verb}_num_threads` under the names numpy wheels have given it."""
+def _openblas_function(name: str) -> Any | None:
+    """OpenBLAS's `openblas_<name>` under the names numpy wheels have given it (None: not there)."""
     lib = _library()
-    names = (f"scipy_openblas_{verb}_num_threads64_", f"openblas_{verb}_num_threads64_", f"openblas_{verb}_num_threads")
-    return next((fn for name in names if (fn := getattr(lib, name, None)) is not None), None) if lib else None
+    names = (f"scipy_openblas_{name}64_", f"openblas_{name}64_", f"openblas_{name}")
+    return next((fn for n in names if (fn := getattr(lib, n, None)) is not None), None) if lib else None
 
 
 def set_threads(count: int) -> bool:
     """Set the BLAS's thread count at run time (the environment variables count only before numpy
     loads it). False: not done (another numpy build)."""
-    fn = _thread_function("set")
+    fn = _openblas_function("set_num_threads")
     get_threads.cache_clear()
     if fn is None:
         return False
@@ -85,9 +85,7 @@ def set_threads(count: int) -> bool:
 
 def kernel_name() -> str | None:
     """The kernel set the BLAS loaded for this CPU (OpenBLAS's core name; None: not known)."""
-    lib = _library()
-    names = ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename")
-    fn = next((fn for name in names if (fn := getattr(lib, name, None)) is not None), None) if lib else None
+    fn = _openblas_function("get_corename")
     if fn is None:
         return None
     fn.argtypes, fn.restype = [], ctypes.c_char_p
@@ -98,7 +96,7 @@ def kernel_name() -> str | None:
 def get_threads() -> int | None:
     """The BLAS's thread count (None: not known, another numpy build); kept, as asking OpenBLAS costs
     a threaded GEMM's worth of microseconds, until `set_threads` changes it."""
-    fn = _thread_function("get")
+    fn = _openblas_function("get_num_threads")
     if fn is None:
         return None
     fn.argtypes, fn.restype = [], ctypes.c_int

@@ -3,9 +3,9 @@
 OpenBLAS's DYNAMIC_ARCH builds (numpy's PyPI wheels) pick their kernels by CPU when the library
 loads, and nothing changes them afterwards. On AMD Zen 4 (family 0x19 with AVX-512) they pick
 SkylakeX's AVX-512 kernels; Zen 4 runs a 512-bit operation as two 256-bit halves, and the Haswell
-(AVX2) kernels run float32 GEMMs 7-11% faster there, from the paper MLP's 100-row products to
-2048-square ones (`benchmarks/blas_kernels.py`; float64 within +-6%). float32 is the default, so
-on such a CPU the Haswell kernels are asked for, through OpenBLAS's own `OPENBLAS_CORETYPE`.
+(AVX2) kernels run float32 GEMMs 4-17% faster there (the paper MLP's training step 0.94x;
+`benchmarks/blas_kernels.py`, docs/performance.md; float64 is mixed). float32 is the default, so on
+such a CPU the Haswell kernels are asked for, through OpenBLAS's own `OPENBLAS_CORETYPE`.
 A value the user set is kept, and so is OpenBLAS's choice on any other CPU. A launcher passes the
 environment on to every rank, on other hosts too: `MARK` says the value was this tool's, so a rank
 on another kind of CPU makes its own choice rather than inherit the launching host's.

@@ -34,20 +34,15 @@ class MissingTokens:
     @classmethod
     def of(cls, tokens: Sequence[str]) -> "MissingTokens":
         words = tuple(dict.fromkeys(t.strip().lower() for t in tokens))
-        numbers = []
-        for word in words:
-            try:
-                numbers.append(float(word))
-            except ValueError:
-                continue
-        return cls(words, tuple(n for n in numbers if np.isfinite(n)))
+        numbers = (number_of(w) for w in words)
+        return cls(words, tuple(n for n in numbers if n is not None and np.isfinite(n)))
 
     def blank(self, cells: np.ndarray) -> np.ndarray:
         """Text cells with the tokens (and numbers equal to a number token) as blank cells."""
         uniques, inverse = np.unique(cells.astype(str), return_inverse=True)
         hit = is_missing(uniques, self.words)
         if self.numbers:
-            hit |= np.array([_number(u) in self.numbers for u in uniques], dtype=bool)
+            hit |= np.array([number_of(u) in self.numbers for u in uniques], dtype=bool)
         if not hit.any():
             return cells
         cells = cells.copy()
@@ -58,13 +53,6 @@ class MissingTokens:
         """Numbers equal to a number token as NaN (missing), in place."""
         if self.numbers and x.size:
             x[np.isin(x, np.array(self.numbers, dtype=x.dtype))] = np.nan
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 class UnreadableCells(DataError):
@@ -296,16 +284,21 @@ def dates_in(cells: np.ndarray, raw: RawColumns, col: Column, source: str, saved
             f"a date in data.date_format {col.date_format!r}" if col.date_format else \
             "an ISO 8601 date or date-time, e.g. 2024-03-15 or 2024-03-15T14:30"
         fix = SAVED_FIX.format("dates so") if saved else " (data.date_format reads others)" * (not col.date_format)
-        raise UnreadableCells(source, col.name, raw.row(bad), f"{str(cells[bad])!r} is not a date; expected {expected}{fix}")
+        raise UnreadableCells(source, col.name, raw.row(bad),
+                              f"{str(cells[bad])!r} is not a date; expected {expected}{fix}")
     return values
 
 
-def is_number(text: str) -> bool:
+def number_of(text: str) -> float | None:
+    """The number a cell's text is, as float() reads it (None: not a number)."""
     try:
-        float(text)
+        return float(text)
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def is_number(text: str) -> bool:
+    return number_of(text) is not None
 
 
 def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str, saved: bool = False) -> np.ndarray:
@@ -314,8 +307,8 @@ def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str, save
     if not (true | false).all():
         bad = raw.first(~(true | false))
         fix = SAVED_FIX.format("booleans") if saved else "; type the column category instead"
-        raise UnreadableCells(source, name, raw.row(bad), f"{str(cells[bad])!r} is not a boolean (true/false, yes/no, t/f, "
-                        f"y/n, 1/0){fix}")
+        raise UnreadableCells(source, name, raw.row(bad),
+                              f"{str(cells[bad])!r} is not a boolean (true/false, yes/no, t/f, y/n, 1/0){fix}")
     return true
 
 

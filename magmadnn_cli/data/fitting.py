@@ -38,7 +38,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
         elif spec.type is None and j not in raw.text and cfg.shape is None:
             sparse.append(_row_number(name, raw.x[:, j]))
         if missing:
-            how = _filled_with(column_strategy(cfg, name, column.kind), column)
+            how = _filled_with(column_strategy(spec.missing, cfg.missing_values, column.kind), column)
             imputed.setdefault(how, []).append((name, missing, column.indicator))
         columns.append(column)
     if unreadable:
@@ -50,14 +50,13 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
                                                                   constant, imputed) + [n for n in sparse if n]
 
 
-def column_strategy(cfg: DataConfig, name: str, kind: str) -> str:
+def column_strategy(own: str | None, table_wide: str, kind: str) -> str:
     """How a column's missing cells are filled: its own data.columns setting, else data.missing_values
     (a table-wide mean or median is for the columns of numbers and dates: the others take their most
     frequent value)."""
-    own = cfg.column_spec(name).missing
-    if own is None and cfg.missing_values in ("mean", "median") and kind in ("category", "boolean"):
+    if own is None and table_wide in ("mean", "median") and kind in ("category", "boolean"):
         return "most_frequent"
-    return own or cfg.missing_values
+    return own or table_wide
 
 
 def fill_name(strategy: str, kind: str) -> str:
@@ -128,7 +127,7 @@ def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: Colum
     """One column fitted (`spec`: its data.columns entry), and how many of its training cells were missing."""
     kind = spec.type or _inferred(raw, j, name, source, cfg.date_format or "")
     missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
-    strategy = column_strategy(cfg, name, kind)
+    strategy = column_strategy(spec.missing, cfg.missing_values, kind)
     if missing.any() and strategy == "error":
         raise DataError(f"{source}: column {name!r}, data row {raw.row(raw.first(missing))}: a missing cell, and "
                         "data.missing_values is error; fill the data, or choose median, mean, most_frequent or constant")

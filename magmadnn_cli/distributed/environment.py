@@ -15,7 +15,6 @@ from typing import Any, Mapping
 
 from ..core import backend as B
 from ..core import cpu_kernels
-from ..core.blas import kernel_name as blas_kernel
 from ..errors import EveryRankError, MagmaError
 from .comm import in_srun_step, launched_rank, launched_ranks
 from .hosts import slurm_tasks
@@ -126,12 +125,14 @@ def _slurm() -> dict[str, Any]:
 
 def _blas() -> dict[str, Any]:
     import numpy as np  # noqa: PLC0415
+
+    from ..core.blas import kernel_name  # noqa: PLC0415 (numpy's BLAS, loaded with it)
     try:
         blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
         name = f"{blas.get('name')} {blas.get('version')}"
     except (AttributeError, KeyError, TypeError):
         name = None
-    kernels = cpu_kernels.describe(os.environ, blas_kernel(), cpu_kernels.cpuinfo())
+    kernels = cpu_kernels.describe(os.environ, kernel_name(), cpu_kernels.cpuinfo())
     return {"numpy": np.__version__, "blas": name, "blas_kernels": kernels,
             "blas_threads": {v: os.environ[v] for v in THREAD_VARS if v in os.environ} or "the library's default"}
 

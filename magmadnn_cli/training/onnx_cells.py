@@ -35,9 +35,15 @@ def text_missing(g: Graph, cells: str, tokens: MissingTokens) -> str:
     missing = _matches(g, cells, (*MISSING, *tokens.words), fold_case=True)
     if not tokens.numbers:
         return missing
-    number = g.op("RegexFullMatch", cells, pattern=NUMBER)
-    values = g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=g.onnx.TensorProto.DOUBLE)
+    values = _as_value(g, cells, g.onnx.TensorProto.DOUBLE)
     return g.op("Or", missing, _equals_any(g, values, tokens.numbers, np.float64))
+
+
+def _as_value(g: Graph, cells: str, to: int) -> str:
+    """Text cells as numbers (`to`: the ONNX type); NaN for a cell that is no number, or one beyond a
+    double (onnxruntime's Cast would stop the graph)."""
+    number = g.op("RegexFullMatch", cells, pattern=NUMBER)
+    return g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=to)
 
 
 def _equals_any(g: Graph, values: str, numbers: tuple[float, ...], dtype: Any) -> str:
@@ -72,8 +78,7 @@ def one_hot(g: Graph, cells: str, categories: list[str]) -> str:
     float_ = g.onnx.TensorProto.FLOAT
     numbers = _as_numbers(categories)
     if numbers is not None:
-        number = g.op("RegexFullMatch", cells, pattern=NUMBER)
-        values = g.op("Cast", g.op("Where", number, cells, g.const([["nan"]], "nan", None)), to=float_)
+        values = _as_value(g, cells, float_)
         return g.op("Cast", g.op("Equal", values, g.const([numbers], "categories")), to=float_)
     padded = g.op("RegexFullMatch", cells, pattern=f"(?s)(?:{SPACE_CHAR}.*|.*{SPACE_CHAR})")
     count = g.op("ReduceSum", g.op("Cast", padded, to=g.onnx.TensorProto.INT64), keepdims=0)
