@@ -172,6 +172,28 @@ def test_a_signal_with_on_signal_off_stops_at_once_and_names_the_newest_checkpoi
     _assert_same_weights(out, project / "reference")
 
 
+def test_a_ctrl_c_just_after_a_checkpoint_is_renamed_names_that_checkpoint(project, capsys, monkeypatch):
+    """The signal can land after a checkpoint's rename and before the writer records it (here: in
+    its pruning): the message names the checkpoint on disk, the one --resume takes."""
+    from magmadnn_cli import signals
+    from magmadnn_cli.training import checkpoint
+    real, calls = checkpoint.prune, []
+
+    def interrupted_prune(folder, keep):
+        calls.append(folder)
+        if len(calls) == 3:
+            signals.record(signal.SIGINT)
+            raise KeyboardInterrupt
+        real(folder, keep)
+    monkeypatch.setattr(checkpoint, "prune", interrupted_prune)
+    out = project / "ctrl-c-after-rename"
+    code, _, err = run_cli(capsys, "train", project / "r.yaml", "--out", out,
+                           "--set", "training.checkpoint.on_signal=false")
+    assert code == 128 + signal.SIGINT, err
+    newest = listing(out / "checkpoints")[-1]
+    assert newest.name == "step00000003.npz" and f"the newest, written before: {newest}" in err, err
+
+
 def test_a_signal_with_checkpoints_off_says_nothing_was_saved(project, capsys, monkeypatch):
     ctrl_c_in_epoch(monkeypatch, 2)
     out = project / "no-checkpoints"

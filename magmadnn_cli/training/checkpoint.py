@@ -119,6 +119,12 @@ class Saver:
         self.last = path
         return path
 
+    def newest(self) -> Path | None:
+        """The checkpoint --resume would take: the newest on disk, where a signal landed between a
+        write's rename and `last`; `last` where this rank sees no checkpoints (another host's root)."""
+        found = listing(self.folder)
+        return found[-1] if found else self.last
+
 
 def snapshot(trainer: Trainer, config: Config, data: str) -> dict[str, np.ndarray]:
     scalars, arrays = pack(trainer.state_dicts())

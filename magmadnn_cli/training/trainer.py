@@ -87,6 +87,7 @@ class Checkpointer(Protocol):
 
     def due(self, global_step: int, epoch_done: int | None) -> bool: ...
     def write(self, trainer: "Trainer") -> Path: ...
+    def newest(self) -> Path | None: ...
 
 
 class Trainer:
@@ -333,7 +334,7 @@ class Trainer:
                "training.checkpoint.on_signal is false" if self.checkpointer is not None else "checkpoints are off")
         where = f"epoch {self.position.epoch}, step {self.position.step}"
         cp = self.checkpointer
-        stopped = Interrupted(advice.stopped_at_once(signal.Signals(signum).name, where, cp.last if cp else None,
+        stopped = Interrupted(advice.stopped_at_once(signal.Signals(signum).name, where, cp.newest() if cp else None,
                                                      self.comm.size, why), signum)
         stopped.collective = self.comm.size == 1  # each rank stops where it is: under MPI, said and aborted
         return stopped
