@@ -151,6 +151,22 @@ def test_model_metadata_must_fit_its_weights_and_head(name, command, trained, ca
     assert not (tmp_path / "p.csv").exists()
 
 
+def test_a_model_from_a_newer_magmadnn_names_the_settings_this_one_lacks(trained, capsys, tmp_path):
+    """A model file whose config has keys this version does not know is not 'corrupt': it was
+    written by a newer magmadnn, and the message says which settings and to upgrade."""
+    model = _model(trained, tmp_path, "newer.npz")
+    with np.load(model, allow_pickle=False) as f:
+        meta = json.loads(str(f["meta"]))
+    meta["config"]["data"]["quantile_bins"] = 8
+    meta["config"]["training"]["swa"] = {"start": 3}
+    meta["magmadnn_version"] = "9.0.0"
+    _edit_model(model, raw_meta=json.dumps(meta))
+    blobs_csv(tmp_path / "blobs.csv")
+    flat = _refused(run_cli(capsys, "predict", model, tmp_path / "blobs.csv", "-o", tmp_path / "p.csv"),
+                    "newer.npz", "magmadnn 9.0.0", "data.quantile_bins", "training.swa", "upgrade")
+    assert "corrupt" not in flat and not (tmp_path / "p.csv").exists()
+
+
 def test_a_classification_task_on_a_regression_model_is_refused(capsys, tmp_path):
     blobs_csv(tmp_path / "blobs.csv")
     config = BLOBS_CONFIG.replace("units: 3, activation: softmax", "units: 1").replace(

@@ -102,17 +102,28 @@ def load(path: Path) -> SavedModel:
         saved = SavedModel(config, weights, Normalizer(float(meta["scale"]), shift, spread), meta["classes"],
                            meta["features"], tuple(int(n) for n in meta["sample_shape"]), meta["task"],
                            meta.get("metrics", {}), encoder, targets)
-    except ValidationError as exc:  # its config: the first problem, located
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "(top level)"
-        raise ModelFileError(f"{path}: corrupt model metadata: its config does not validate: {where}: "
-                             f"{first['msg'].removeprefix('Value error, ')}") from exc
+    except ValidationError as exc:
+        raise ModelFileError(_config_problem(path, exc, meta.get("magmadnn_version"))) from exc
     except Exception as exc:  # a model whose metadata does not fit the schema is corrupt, whatever broke
         raise ModelFileError(f"{path}: corrupt model metadata ({type(exc).__name__}: {exc})") from exc
     problem = _inconsistency(saved)
     if problem:
         raise ModelFileError(f"{path}: corrupt model file: {problem}")
     return saved
+
+
+def _config_problem(path: Path, exc: ValidationError, written_by: Any) -> str:
+    """Settings this version does not know mean a newer magmadnn wrote the file (upgrade); any other
+    misfit is corruption: the first problem, located."""
+    errors = exc.errors()
+    unknown = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        return (f"{path}: written by magmadnn {written_by} with settings this magmadnn {__version__} does not "
+                f"know ({', '.join(unknown)}): upgrade magmadnn to read it")
+    first = errors[0]
+    where = ".".join(map(str, first["loc"])) or "(top level)"
+    return (f"{path}: corrupt model metadata: its config does not validate: {where}: "
+            f"{first['msg'].removeprefix('Value error, ')}")
 
 
 MAX_META_DEPTH = 64  # a model's metadata nests a few levels (config sections, metric tables)
