@@ -142,6 +142,25 @@ def test_cells_with_spaces_around_them_read_as_predict_reads_them(capsys, tmp_pa
     np.testing.assert_allclose(spaced[0], plain[0], atol=1e-6)  # ' red ', ' yes ', '\tOslo' are row 1's cells
 
 
+def test_a_cell_predict_cannot_read_gives_no_answer_not_a_wrong_one(capsys, tmp_path):
+    """predict refuses a boolean cell that is neither true nor false ('maybe'); the graph cannot refuse,
+    so that row gets NaN probabilities and an empty label (it read 'maybe' as false: a confident answer)."""
+    rows = MESSY.splitlines()
+    _messy_run(capsys, tmp_path)
+    (tmp_path / "maybe.csv").write_text(rows[0] + "\n34,red,maybe,52000,Oslo,a\n")
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "maybe.csv")
+    assert code == 2 and "'maybe'" in err, err
+    (tmp_path / "rows.csv").write_text("\n".join([rows[0], rows[1], rows[1].replace("yes", "maybe"), rows[2]]) + "\n")
+    assert run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")[0] == 0
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    header, body = _rows(tmp_path / "rows.csv", None)
+    probs, labels = session.run(["probabilities", "label"], _feeds(session, header, body, "label"))
+    assert np.isnan(probs[1]).all() and labels[1] == "", (probs, labels)
+    assert np.isfinite(probs[[0, 2]]).all() and all(labels[[0, 2]])
+    (tmp_path / "readable.csv").write_text("\n".join([rows[0], rows[1], rows[2]]) + "\n")
+    _export_and_compare(capsys, tmp_path / "run", tmp_path / "readable.csv", None, "label", tmp_path / "run")
+
+
 def test_the_space_class_is_what_str_strip_removes():
     import re
     from magmadnn_cli.training.onnx_cells import SPACE

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..data.columns import MISSING, TRUE, MissingTokens
+from ..data.columns import FALSE, MISSING, TRUE, MissingTokens
 
 if TYPE_CHECKING:
     from .onnx_graph import Graph
@@ -68,7 +68,11 @@ def _literal(text: str) -> str:
 
 
 def boolean(g: Graph, cells: str) -> str:
-    return g.op("Cast", _matches(g, cells, TRUE, fold_case=True), to=g.onnx.TensorProto.FLOAT)
+    """1 for a true word, 0 for a false one, NaN for a cell that is neither (predict refuses it; the
+    graph cannot, so the row gets no answer rather than a wrong one)."""
+    one, zero = g.const([[1.0]], "true"), g.const([[0.0]], "false")
+    neither = g.op("Where", _matches(g, cells, FALSE, fold_case=True), zero, g.const([[float("nan")]], "nan"))
+    return g.op("Where", _matches(g, cells, TRUE, fold_case=True), one, neither)
 
 
 def one_hot(g: Graph, cells: str, categories: list[str]) -> str:

@@ -325,4 +325,6 @@ def _head(g: Graph, saved: SavedModel, out: str) -> None:
     g.output(probs, "probabilities", tensor.FLOAT, ["N", len(saved.classes)])
     index = g.op("ArgMax", probs, axis=1, keepdims=0)
     labels = g.const(np.array([str(c) for c in saved.classes], dtype=object), "labels", None)
-    g.output(g.op("Gather", labels, index, axis=0), "label", tensor.STRING, ["N"])
+    unread = g.op("IsNaN", g.op("ReduceSum", probs, g.const([1], "axis", np.int64), keepdims=0))
+    no_label = g.const(np.array([""], dtype=object), "no_label", None)  # a row with a cell it cannot read
+    g.output(g.op("Where", unread, no_label, g.op("Gather", labels, index, axis=0)), "label", tensor.STRING, ["N"])
