@@ -211,10 +211,16 @@ def _date(g: Graph, column: Column) -> str:
 
 
 def _normalize(g: Graph, saved: SavedModel, encoded: str) -> str:
-    """(x * scale - shift) / spread per encoded column, as the model's Normalizer computes it."""
+    """(x * scale - shift) / spread per encoded column, as the model's Normalizer computes it; an
+    infinite value (an infinite cell, or one the normalization overflows: predict refuses both) NaN,
+    so its row gets no answer."""
     norm = saved.normalizer
     x = g.op("Mul", encoded, g.const(np.float32(norm.scale), "scale")) if norm.scale != 1.0 else encoded
-    return g.op("Div", g.op("Sub", x, g.const(norm.shift, "shift")), g.const(norm.spread, "spread"))
+    return _no_infinity(g, g.op("Div", g.op("Sub", x, g.const(norm.shift, "shift")), g.const(norm.spread, "spread")))
+
+
+def _no_infinity(g: Graph, x: str) -> str:
+    return g.op("Where", g.op("IsInf", x), g.const(float("nan"), "nan"), x)
 
 
 # -- layers ---------------------------------------------------------------------------------------
@@ -318,7 +324,7 @@ def _head(g: Graph, saved: SavedModel, out: str) -> None:
         targets = saved.targets
         value = g.op("Add", g.op("Mul", out, g.const(targets.spread, "spread")), g.const(targets.shift, "shift")) \
             if targets.active else out
-        g.output(value, "prediction", tensor.FLOAT, ["N", "targets"])
+        g.output(_no_infinity(g, value), "prediction", tensor.FLOAT, ["N", "targets"])
         return
     probs = out if saved.task == "classification" else \
         g.op("Concat", g.op("Sub", g.const(np.float32(1.0), "one"), out), out, axis=1)
