@@ -271,6 +271,36 @@ def test_data_names_never_train_a_header_row_as_data(tmp_path, header, names, fe
     assert _columns(data)["color"].kind == "category" and _columns(data)["size"].kind == "number"
 
 
+def test_a_header_in_another_order_than_data_names_is_refused_not_read_by_position(capsys, tmp_path):
+    """A model trained with data.names (a duplicate header renamed): a file whose header holds a name
+    of data.names in another column was read by position (tenure as spend), silently. It is refused;
+    a header of data.names' names in any order is read by name."""
+    rng = np.random.default_rng(0)
+    rows = [(int(s), int(t), "ab"[i % 2], "cd"[i % 3 % 2], "churn" if t < 30 else "stay")
+            for i, (s, t) in enumerate(zip(rng.integers(1, 1000, 200), rng.integers(0, 80, 200)))]
+    def write(name, header, order):
+        body = "".join(",".join(str(r[j]) for j in order) + "\n" for r in rows)
+        (tmp_path / name).write_text(header + "\n" + body)
+    write("train.csv", "spend,tenure,note,note,label", [0, 1, 2, 3, 4])
+    (tmp_path / "c.yaml").write_text(
+        "name: dup\nseed: 0\ndata: {train: train.csv, target: label, names: [spend, tenure, note, note2, label]}\n"
+        "model: {layers: [{type: dense, units: 8, activation: relu}, {type: dense, units: 2, activation: softmax}]}\n"
+        "loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, checkpoint: false}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    write("swapped.csv", "tenure,spend,note,note,label", [1, 0, 2, 3, 4])
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "swapped.csv")
+    assert code == 2 and not out, err
+    assert "swapped.csv:1:" in err and "'tenure' in column 1" in err and "data.names" in err, err
+    assert "spend, tenure, note, note2, label" in err and "Traceback" not in err
+    write("renamed.csv", "tenure,spend,note2,note,label", [1, 0, 3, 2, 4])  # every name: read by name
+    code, by_name, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "renamed.csv", "--proba")
+    assert code == 0, err
+    assert run_cli(capsys, "predict", tmp_path / "run", tmp_path / "train.csv", "--proba")[1] == by_name
+    (tmp_path / "other.csv").write_text("label,region,spend,tenure,note\n" + "churn,EU,1,2,a\n")
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "other.csv")
+    assert code == 2 and "'label' in column 1" in err, err
+
+
 def _typo_csv(typo_row: int = 7, rows: int = 40) -> str:
     lines = ["width,code,label"]
     for i in range(1, rows + 1):

@@ -245,14 +245,29 @@ STYLE_LINES = 200  # lines sampled to detect how numbers are written
 def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None) -> CsvFormat:
     """The columns' names (data.names) against the file's first row: the same names in any order are
     the file's header, read as it is; a row with one of them in its place is a header they rename
-    by position (a duplicate column, say); any other first row is data (a headerless file)."""
+    by position (a duplicate column, say); a row with one of them in another place is a header in
+    another order, refused (read by position it would mix columns); any other first row is data."""
     if not names:
         return fmt
     first = first_row(path, fmt)
     if sorted(first) == sorted(names):
         return fmt
+    _refuse_misplaced(path, first, list(names))
     renamed = len(first) == len(names) and any(f == n for f, n in zip(first, names))
     return replace(fmt, names=tuple(names), header=renamed)
+
+
+def _refuse_misplaced(path: Path, first: list[str], names: list[str]) -> None:
+    """A first-row field that is one of `names`, once in the row, in another column than `names` gives it."""
+    once = {f for f, count in Counter(first).items() if count == 1}
+    for i, field in enumerate(first):
+        if field in once and field in names and (i >= len(names) or names[i] != field):
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+            raise DataError(f"{path}:1: the header has {field!r} in column {i + 1}, where data.names puts "
+                            f"{names[i] if i < len(names) else 'no column'!r} ({field!r} is column "
+                            f"{names.index(field) + 1} there): read by position it would mix columns. Give the "
+                            f"file a header of data.names' names, in any order ({shown}), or its columns in "
+                            "that order")
 
 
 def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
@@ -276,7 +291,8 @@ def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
     duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
     if duplicates:
         raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates[:20])}; rename them "
-                        f"in the file, or give data.names: every column's name, in order (they replace the header's)")
+                        f"in the file (or, to train on it, give data.names: every column's name, in order; they replace the "
+                        "header's)")
     return names
 
 
