@@ -21,9 +21,43 @@ def test_early_stopping_stops_and_restores_the_best_epoch(blobs, tmp_path):
     assert history.stopped_early and len(history.epochs) < 200
     best = history.epochs[history.best_epoch - 1]
     later = [e["val_loss"] for e in history.epochs[history.best_epoch:]]
-    assert len(later) == 3 and all(v > best["val_loss"] - 0.01 for v in later)  # patience 2, then stop
+    assert len(later) == 2 and all(v > best["val_loss"] - 0.01 for v in later)  # patience 2, then stop
     assert abs(result.metrics["validation"]["loss"] - best["val_loss"]) < 1e-5  # best weights restored
     assert history.epochs[-1]["val_loss"] != best["val_loss"]
+
+
+def _keras_stop_epoch(values, patience, min_delta=0.0):
+    """Keras 3's EarlyStopping.on_epoch_end, mode min, transcribed: wait += 1; an improvement (value -
+    min_delta * -1 below the best: min mode negates min_delta) resets it; stop when wait >= patience
+    and epoch > 0 (epochs counted from 1 here)."""
+    best, wait = float("inf"), 0
+    for epoch, value in enumerate(values, start=1):
+        wait += 1
+        if value + min_delta < best:
+            best, wait = value, 0
+            continue
+        if wait >= patience and epoch > 1:
+            return epoch
+    return None
+
+
+def test_early_stopping_counts_patience_as_keras_does():
+    """Keras' documented example: patience 3 on a loss that never improves runs 4 epochs (the stopper
+    waited one epoch more, and said 'for 3 epoch(s)' after 4)."""
+    from magmadnn_cli.training.early_stopping import EarlyStopper
+
+    class Net:
+        def state_dict(self):
+            return {}
+    rng = np.random.default_rng(3)
+    cases = [([1.0] * 10, 3, 0.0), ([1.0, 0.9, 0.95, 0.8, 0.85, 0.86, 0.7, 0.9, 0.9], 2, 0.0), ([1.0] * 5, 0, 0.0),
+             ([1.0, 0.995, 0.99, 0.985, 0.98], 2, 0.01)]
+    cases += [(list(rng.random(30)), int(p), 0.05) for p in rng.integers(0, 6, 20)]
+    for values, patience, min_delta in cases:
+        stopper = EarlyStopper("val_loss", patience, min_delta, False)
+        stopped = next((e for e, v in enumerate(values, 1) if stopper.update(e, {"val_loss": v}, Net())), None)
+        assert stopped == _keras_stop_epoch(values, patience, min_delta), (values, patience)
+    assert _keras_stop_epoch([1.0] * 10, 3) == 4
 
 
 def test_divergence_names_epoch_and_step_and_writes_nothing(capsys, blobs, tmp_path):

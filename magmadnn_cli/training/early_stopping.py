@@ -1,6 +1,7 @@
-"""Early stopping (Keras' EarlyStopping): stop when the monitored metric has not improved for
-`patience` epochs; with `restore_best`, the network's whole state of the best epoch (weights and
-buffers, e.g. batchnorm running statistics) is kept and put back at the end."""
+"""Early stopping (Keras' EarlyStopping): stop after `patience` epochs in a row without an
+improvement (as Keras and Lightning count: patience 3 runs 4 epochs on a flat loss); with
+`restore_best`, the network's whole state of the best epoch (weights and buffers, e.g. batchnorm
+running statistics) is kept and put back at the end."""
 
 from __future__ import annotations
 
@@ -33,14 +34,15 @@ class EarlyStopper:
         value = metrics.get(self.monitor)
         if value is None:
             return False
-        gain = (value - self.best) if self.maximize else (self.best - value)
-        if math.isnan(self.best) or gain > self.min_delta:
+        # Keras' arithmetic, so ties at min_delta fall the same way: value -/+ min_delta against the best
+        better = (value - self.min_delta > self.best) if self.maximize else (value + self.min_delta < self.best)
+        if math.isnan(self.best) or better:
             self.best, self.best_epoch, self.wait = value, epoch, 0
             if self.restore_best:
                 self.best_state = network.state_dict()
             return False
         self.wait += 1
-        return self.wait > self.patience
+        return self.wait >= self.patience
 
     def announcement(self, epoch: int) -> str:
         """What a user reads when it fires."""
