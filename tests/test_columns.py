@@ -202,6 +202,36 @@ def test_regression_targets_are_standardized_and_predicted_in_data_units(capsys,
     assert "0.0000" not in out and f"{report['loss']:.3e}" in out  # a loss in standard units below 1e-3
 
 
+@pytest.mark.parametrize("head, normalize, expected", [
+    ("sigmoid", "", ["model.layers.1.activation: sigmoid outputs lie in [0, 1]", "of the training targets, "
+                     "standardized (data.target_normalize: auto)", "your targets lie in [0, 1]: keep the sigmoid "
+                     "with data.target_normalize: none"]),
+    ("relu", "", ["relu outputs lie in [0, inf]", "make the output linear"]),
+    ("tanh", ", target_normalize: standard", ["tanh outputs lie in [-1, 1]", "(data.target_normalize: standard)"]),
+])
+def test_a_bounded_regression_head_that_cannot_reach_the_targets_is_refused(capsys, tmp_path, head, normalize,
+                                                                            expected):
+    """A sigmoid output on standardized targets reaches only [mean, mean + 1 sd]: it trained to R2 0.31
+    on the diabetes data (0.42 linear), silently. Refused with the share out of reach and the fix."""
+    rng = np.random.default_rng(1)
+    x = rng.random((120, 2))
+    text = "a,b,label\n" + "".join(f"{a:.4f},{b:.4f},{0.1 + 0.8 * a * b:.4f}\n" for a, b in x)  # targets in [0, 1]
+    (tmp_path / "train.csv").write_text(text)
+    (tmp_path / "c.yaml").write_text(
+        f"name: bounded\nseed: 0\ndata: {{train: train.csv, target: label, validation_split: 0.0{normalize}}}\n"
+        f"model: {{layers: [{{type: dense, units: 8, activation: relu}}, {{type: dense, units: 1, activation: {head}}}]}}\n"
+        "loss: mse\noptimizer: {type: adam, learning_rate: 0.02}\ntraining: {epochs: 2, checkpoint: false}\n")
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    flat = " ".join(err.split())
+    assert code == 2 and "c.yaml:4:" in flat and "Traceback" not in flat and not (tmp_path / "run").exists(), err
+    for part in expected:
+        assert part in flat, flat
+    if head == "sigmoid":  # the fix it gives works: targets in [0, 1] as they are
+        code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q",
+                               "--set", "data.target_normalize=none")
+        assert code == 0, err
+
+
 def test_target_normalize_none_keeps_raw_targets(tmp_path):
     text = "a,label\n" + "".join(f"{i},{1000 + 10 * i}\n" for i in range(20))
     (tmp_path / "m.csv").write_text(text)

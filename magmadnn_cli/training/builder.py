@@ -4,10 +4,13 @@ assembles data, network, optimizer, the strategy's wrapper and the trainer (the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..config.rules import output_head
 from ..config.schema import Config
@@ -136,10 +139,45 @@ def check_run(config: Config, network: Network, data: Prepared) -> None:
     if config.training.augment is not None and len(data.sample_shape) != 3:
         raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
                          f"{data.sample_shape} (set data.shape)")
+    unreachable = unreachable_targets(config, data)
+    if unreachable:
+        raise DataError(unreachable)
     es = config.training.early_stopping
     if es is not None and es.monitor.startswith("val_") and data.validation is None:
         raise MagmaError(f"training.early_stopping.monitor: {es.monitor} needs validation data "
                          "(data.validation_split > 0 or data.validation)")
+
+
+HEAD_RANGES = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "relu": (0.0, math.inf), "gelu": (-0.17, math.inf)}
+UNREACHABLE_SHARE = 0.01  # a few outliers out of reach are the data's; more are the head's
+
+
+def unreachable_targets(config: Config, data: Prepared) -> str | None:
+    """A regression output bounded by its activation (sigmoid, tanh, relu, elu, gelu) that more than 1%
+    of the training targets, as scaled, lie outside of: the model could never fit them (a sigmoid on
+    standardized targets reaches only [mean, mean + 1 sd])."""
+    if task_of(config) != "regression":
+        return None
+    head = output_head(config.model.layers, config.loss.type)
+    layer = config.model.layers[head.index]
+    low, high = (-(getattr(layer, "alpha", None) or 1.0), math.inf) if head.activation == "elu" else \
+        HEAD_RANGES.get(head.activation, (-math.inf, math.inf))
+    y = data.train.y
+    share = float(np.mean((y < low) | (y > high))) if y.size else 0.0
+    if share <= UNREACHABLE_SHARE:
+        return None
+    key = ("model", "layers", head.index, "activation")
+    place = config.where(*key) or config.where(*key[:3])
+    scaled = f"standardized (data.target_normalize: {config.data.target_normalize})" if data.targets.active else \
+        "as they are (data.target_normalize: none)"
+    raw = data.targets.restore(y) if data.targets.active else y
+    keep = data.targets.active and bool(((raw >= low) & (raw <= high)).all())
+    fix = (f"your targets lie in [{low:g}, {high:g}]: keep the {head.activation} with data.target_normalize: none, "
+           "or make the output linear" if keep else "make the output linear (activation: linear, the usual "
+           "regression head)")
+    return (f"{place + ': ' if place else ''}model.layers.{head.index}.activation: {head.activation} outputs lie in "
+            f"[{low:g}, {high:g}], but {share:.0%} of the training targets, {scaled}, lie outside it, so the model "
+            f"cannot fit them: {fix}")
 
 
 def check_memory(config: Config, network: Network, slots: int, rows: int) -> None:
