@@ -121,6 +121,34 @@ training: {{epochs: {epochs}, batch_size: 16, checkpoint: false}}
     return tmp_path / "run" / "model.npz"
 
 
+def test_categories_that_differ_only_in_case_are_named_in_training_and_in_predict(capsys, tmp_path):
+    """'Paris' and 'PARIS' are two one-hot inputs, and 'paris' in a new file matches neither: training
+    names the twins; predict names the unseen values, and the known spelling each one differs from in case."""
+    rows = [f"{c},{s:.2f},{'ab'[i % 2]}" for i, (c, s) in
+            enumerate(zip(["Paris", "PARIS", "Lyon", "lyon", "Nice"] * 12, np.linspace(0, 1, 60)))]
+    model = _run(capsys, tmp_path, "city,size,label\n" + "\n".join(rows) + "\n", head="2, activation: softmax", epochs=2)
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "again")
+    said = " ".join((out + err).split())
+    assert code == 0 and "column 'city': categories that differ only in case ('Lyon', 'lyon'; 'PARIS', 'Paris') are " \
+        "separate inputs" in said and "spell each one way in the file" in said, said
+    lines = ["city,size"] + [f"paris,0.5"] * 3 + ["Marseille,0.2", "Nice,0.1"]
+    (tmp_path / "new.csv").write_text("\n".join(lines) + "\n")
+    code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv")
+    said = " ".join(err.split())
+    assert code == 0 and "encoded as all zeros: city (4: 'paris' ('PARIS', 'Paris' in training) x3, 'Marseille' x1)" in said, said
+
+
+def test_unseen_values_are_counted_in_bounded_memory():
+    from collections import Counter
+    from magmadnn_cli.data.classes import OTHERS, UNSEEN_KEPT, add_unseen, unseen_categories
+    tally = {}
+    for chunk in range(3):
+        add_unseen(tally, {"id": Counter({f"C-{chunk}-{i}": 1 for i in range(UNSEEN_KEPT)}), "x": Counter({"q": 2})})
+    assert len(tally["id"]) <= UNSEEN_KEPT and sum(tally["id"].values()) == 3 * UNSEEN_KEPT and OTHERS in tally["id"]
+    said = unseen_categories(tally, {})
+    assert said.startswith(f"id ({3 * UNSEEN_KEPT}: ") and "x (6: 'q' x6)" in said and "\\x00" not in said, said
+
+
 def _color_data(n=90, seed=0):
     """The label is the color (a category); size is noise with missing cells."""
     rng = np.random.default_rng(seed)
@@ -138,7 +166,7 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     rows = [line.split(",") for line in out.splitlines()]
     assert rows[0] == ["id", "prediction"] and rows[1] == ["7", "cold"] and rows[2] == ["8", "warm"]
     assert "ignoring 1 column(s) the model does not use: extra" in err
-    assert "categories not seen in training, encoded as all zeros: color (1)" in err
+    assert "categories not seen in training, encoded as all zeros: color (1: 'purple' x1)" in " ".join(err.split())
     assert re.search(r"missing cells filled as in training: size \(1: median -?[0-9.]+\)", " ".join(err.split())), err
     (tmp_path / "new.csv").write_text("id,color,size,extra\n7,blue,0,x\n8,red,0.5,y\n9,purple,1,z\n")
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict", "-o", tmp_path / "p.csv")

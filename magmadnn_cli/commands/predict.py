@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..core import backend as B
+from ..data.classes import add_unseen
 from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
 from ..data.fitting import column_strategy, fill_name
 from ..data.tables import ReadSpec, Table, reader_for, style_note, typed_labels
@@ -44,16 +45,16 @@ def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
     return [n for n in names(path, spec) if n not in known]
 
 
-def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, dict[str, int]]) -> np.ndarray:
+def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, Any]) -> np.ndarray:
     """A table's rows as the network's normalized inputs; wrong widths named, expected vs got; cells
     that are infinite as read, or overflow the model's normalization, refused as training refuses them.
     Counts, per column, the unseen categories and the missing cells filled into `tally`."""
     _refuse_infinite_cells(table)
     x, unseen = encode_features(table, saved.encoder, strict)  # checks the width first
     filled = _filled_cells(table, saved, strict)
-    for kind, counts in (("unseen", unseen), ("filled", filled)):
-        for name, n in counts.items():
-            tally[kind][name] = tally[kind].get(name, 0) + n
+    add_unseen(tally["unseen"], unseen)
+    for name, n in filled.items():
+        tally["filled"][name] = tally["filled"].get(name, 0) + n
     width = int(np.prod(saved.sample_shape))
     got = int(np.prod(x.shape[1:]))
     if got != width:
@@ -100,7 +101,7 @@ def _tally_notes(tally: dict[str, Any], saved: SavedModel, source: str) -> list[
     note = (f"{source}: missing cells filled as in training: "
             f"{', '.join(f'{name} ({n}: {_fill_of(saved, name)})' for name, n in filled.items())} (--strict refuses "
             "them)") if filled else None
-    return [n for n in (unseen_note(tally["unseen"], source), note) if n]
+    return [n for n in (unseen_note(tally["unseen"], source, saved.encoder), note) if n]
 
 
 def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:
@@ -183,7 +184,7 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
             "; evaluate needs the true values to score the model against. To predict without them: "
             f"magmadnn predict {shlex.quote(str(model_path))} {shlex.quote(str(data_path))}"))
         table = reader_for(data_path).read(data_path, spec)
-        tally: dict[str, dict[str, int]] = {"unseen": {}, "filled": {}}
+        tally: dict[str, Any] = {"unseen": {}, "filled": {}}
         x = _inputs(table, saved, strict, tally)
         if warn:
             for note in (*table.notes, *_tally_notes(tally, saved, str(data_path)),

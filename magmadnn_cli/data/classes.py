@@ -1,10 +1,12 @@
-"""What the run log says of a table's classes: labels that differ only in case (separate classes,
-and the data.label_map that merges them), and classes with too few rows to learn or to score."""
+"""What the run log says of a table's classes and categories: labels or categories that differ only
+in case (separate classes, and the data.label_map that merges them; separate one-hot inputs), and
+classes with too few rows to learn or to score."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -16,11 +18,7 @@ def case_variants(classes: list[Any], shown: int = 6) -> str:
     """A sentence naming the text labels that differ only in case (separate classes; the first
     `shown` groups) and the data.label_map that merges each group into its spelling with the fewest
     capitals; '' if none."""
-    groups: dict[str, list[str]] = {}
-    for label in classes:
-        if isinstance(label, str):
-            groups.setdefault(label.casefold(), []).append(label)
-    twins = [sorted(group) for group in groups.values() if len(group) > 1]
+    twins = case_twins(classes)
     if not twins:
         return ""
     merged = {}
@@ -33,6 +31,56 @@ def case_variants(classes: list[Any], shown: int = 6) -> str:
     return ("labels that differ only in case: " + "; ".join(", ".join(map(repr, g)) for g in twins[:shown]) + more
             + " are separate classes; data.label_map: {" + ", ".join(f"{plain(k)}: {plain(v)}" for k, v in merged.items())
             + (", ..." if more else "") + "} merges them")
+
+
+def case_twins(values: list[Any]) -> list[list[str]]:
+    """The groups of text values that are one word in different case ('Paris', 'PARIS')."""
+    groups: dict[str, list[str]] = {}
+    for value in values:
+        if isinstance(value, str):
+            groups.setdefault(value.casefold(), []).append(value)
+    return [sorted(group) for group in groups.values() if len(group) > 1]
+
+
+def category_twins(name: str, categories: list[str], shown: int = 4) -> str:
+    """A warning naming a category column's values that differ only in case; '' if none."""
+    twins = case_twins(categories)
+    if not twins:
+        return ""
+    listed = "; ".join(", ".join(map(repr, g)) for g in twins[:shown]) + ("; ..." if len(twins) > shown else "")
+    return (f"column {name!r}: categories that differ only in case ({listed}) are separate inputs, and a new row "
+            "spelled another way matches none of them: spell each one way in the file")
+
+
+UNSEEN_KEPT = 1000  # distinct unseen values counted per column; the rarer ones are summed under OTHERS
+OTHERS = "\x00others"
+
+
+def add_unseen(tally: dict[str, Counter], unseen: dict[str, Counter]) -> None:
+    """`unseen` counted into `tally`, each column's distinct values bounded (a column of IDs)."""
+    for name, counts in unseen.items():
+        merged = tally.setdefault(name, Counter())
+        merged.update(counts)
+        if len(merged) > UNSEEN_KEPT:
+            kept = dict(merged.most_common(UNSEEN_KEPT - 1))
+            others = sum(merged.values()) - sum(kept.values())
+            merged.clear()
+            merged.update(kept)
+            merged[OTHERS] += others
+
+
+def unseen_categories(unseen: dict[str, Counter], known: dict[str, list[str]], shown: int = 4) -> str:
+    """Per column, the unseen values most often met, with the known category each one differs from
+    only in case ('paris' ('Paris' in training) x2)."""
+    def one(name: str, counts: Counter) -> str:
+        folded: dict[str, list[str]] = {}
+        for category in sorted(known.get(name, [])):
+            folded.setdefault(category.casefold(), []).append(repr(category))
+        common = [(v, n) for v, n in counts.most_common(shown + 1) if v != OTHERS][:shown]
+        values = ", ".join(f"{v!r}" + (f" ({', '.join(folded[v.casefold()])} in training)" if v.casefold() in folded
+                                       else "") + f" x{n}" for v, n in common)
+        return f"{name} ({sum(counts.values())}: {values}{', ...' if len(counts) > len(common) else ''})"
+    return "; ".join(one(name, counts) for name, counts in unseen.items())
 
 
 def rare_classes(classes: list[Any], labels: np.ndarray, parts: dict[str, np.ndarray], fewest: int = 5) -> str:

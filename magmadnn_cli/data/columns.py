@@ -5,6 +5,7 @@ SimpleImputer + MissingIndicator + OneHotEncoder, Ludwig's per-feature preproces
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -167,9 +168,9 @@ class ColumnEncoder:
                 masks[col.name] = mask
         return masks
 
-    def transform(self, raw: RawColumns, source: str, strict: bool = False) -> tuple[np.ndarray, dict[str, int]]:
-        """The encoded matrix (raw.x's dtype) and, per column, how many cells held a category not
-        seen in training (all-zero rows; an error when `strict` or unseen: error)."""
+    def transform(self, raw: RawColumns, source: str, strict: bool = False) -> tuple[np.ndarray, dict[str, Counter]]:
+        """The encoded matrix (raw.x's dtype) and, per column, the cells that held a category not seen
+        in training, counted by value (all-zero rows; an error when `strict` or unseen: error)."""
         x = raw.x
         if self.identity and not raw.text:
             kept = [j for j, c in enumerate(self.columns) if c.kind == "number"]
@@ -202,7 +203,8 @@ class ColumnEncoder:
 
 
 def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool,
-            saved: bool) -> tuple[np.ndarray, int]:
+            saved: bool) -> tuple[np.ndarray, Counter | int]:
+    """The column's block, and the cells of categories unseen in training (a Counter; 0 for others)."""
     if col.kind == "constant":
         return np.zeros((len(raw.x), 0), dtype), 0
     if col.kind == "number":
@@ -220,9 +222,10 @@ def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, stric
         return _with_indicator(flags[:, None].astype(dtype), missing, col.indicator), 0
     cells = np.where(missing, str(col.fill), canonical(cells))
     index = {c: i for i, c in enumerate(col.categories)}
-    uniques, inverse = np.unique(cells, return_inverse=True)
-    codes = np.array([index.get(u, -1) for u in uniques], dtype=np.int64)[inverse.ravel()]
-    unknown = int((codes < 0).sum())
+    uniques, inverse, counts = np.unique(cells, return_inverse=True, return_counts=True)
+    unique_codes = np.array([index.get(u, -1) for u in uniques], dtype=np.int64)
+    codes = unique_codes[inverse.ravel()]
+    unknown = Counter({str(u): int(n) for u, n, code in zip(uniques, counts, unique_codes) if code < 0})
     if unknown and strict:
         row = raw.first(codes < 0)
         raise DataError(f"{source}: column {col.name!r}, data row {raw.row(row)}: category {str(cells[row])!r} was not in the "

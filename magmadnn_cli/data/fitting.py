@@ -13,6 +13,7 @@ import numpy as np
 from ..config.data import ColumnSpec, DataConfig
 from ..errors import DataError
 from . import dates
+from .classes import category_twins
 from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in, canonical, dates_in, is_missing, \
     is_number, numbers_in, shortest, stray_cells, UnreadableCells
 
@@ -37,6 +38,8 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
                 sparse.append(_category_warning(name, column.categories, len(raw.x) - missing))
         elif spec.type is None and j not in raw.text and cfg.shape is None:
             sparse.append(_row_number(name, raw.x[:, j]))
+        if column.kind == "category":
+            sparse.append(category_twins(name, column.categories))
         if missing:
             how = _filled_with(column_strategy(spec.missing, cfg.missing_values, column.kind), column)
             imputed.setdefault(how, []).append((name, missing, column.indicator))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder, RawColumns
 from .fitting import fit
-from .classes import case_variants, rare_classes
+from .classes import case_variants, rare_classes, unseen_categories
 from .leakage import target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
@@ -190,7 +191,7 @@ def split_rows(n: int, cfg: DataConfig, seed: int, codes: np.ndarray | None,
 
 
 # -- preparing -----------------------------------------------------------------------------------
-def encode_features(table: Table, encoder: ColumnEncoder, strict: bool = False) -> tuple[np.ndarray, dict[str, int]]:
+def encode_features(table: Table, encoder: ColumnEncoder, strict: bool = False) -> tuple[np.ndarray, dict[str, Counter]]:
     """The table's encoded features (images and NPZ arrays pass through, refused if any cell is NaN)."""
     if table.x.ndim > 2 or encoder.width == 0:
         if np.isnan(table.x).any():
@@ -218,11 +219,11 @@ def _check_encoded_size(table: Table, encoder: ColumnEncoder) -> None:
                     "or use fewer rows")
 
 
-def unseen_note(unseen: dict[str, int], source: str) -> str | None:
+def unseen_note(unseen: dict[str, Counter], source: str, encoder: ColumnEncoder) -> str | None:
     if not unseen:
         return None
-    listed = ", ".join(f"{name} ({count})" for name, count in unseen.items())
-    return (f"{source}: categories not seen in training, encoded as all zeros: {listed} "
+    known = {c.name: list(c.categories) for c in encoder.columns if c.kind == "category"}
+    return (f"{source}: categories not seen in training, encoded as all zeros: {unseen_categories(unseen, known)} "
             "(data.unseen_categories: error, or --strict, refuses them)")
 
 
@@ -291,7 +292,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             ox = reshaped(ox, cfg.shape, str(path))
             if ox.shape[1:] != x.shape[1:]:
                 raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
-            notes += other.notes + [n for n in [unseen_note(unseen, str(path))] if n]
+            notes += other.notes + [n for n in [unseen_note(unseen, str(path), encoder)] if n]
             oy = map_labels(other.y, cfg.label_map)
             splits[name] = Split(normalizer(ox), targets(encode_targets(oy, task, classes, str(path), other.raw)))
         elif len(parts[name]):
