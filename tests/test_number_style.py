@@ -178,3 +178,20 @@ def test_a_new_file_whose_numbers_read_another_way_is_warned_about(capsys, tmp_p
     _write(tmp_path, "eu_plain.tsv", _values(), lambda v, grouped=True: european(v, False), "\t")
     _, log = _train(capsys, tmp_path, "eu_plain.tsv", ", decimal: ','")  # declared, thousands unset: agrees
     assert "look written" not in log, log
+
+
+@pytest.mark.parametrize("separator, yaml", [(" ", "' '"), ("\u00a0", '"\\u00a0"'), ("'", "\"'\"")])
+def test_thousands_grouped_by_a_space_are_named_with_the_setting_that_reads_them(capsys, tmp_path, separator, yaml):
+    """'165 357' in every row read as an identifier, and the message said to leave the column out:
+    it names data.thousands, spelled for YAML, and that setting trains as the plain numbers do."""
+    rows = _values()
+    grouped = lambda v, grouped=True: f"{v:,.2f}".replace(",", separator)  # noqa: E731
+    _write(tmp_path, "spaced.csv", rows, grouped, ";")
+    (tmp_path / "spaced.csv.yaml").write_text(CONFIG.format(train="spaced.csv", extra=""))
+    code, _, err = run_cli(capsys, "train", str(tmp_path / "spaced.csv.yaml"), "--out", str(tmp_path / "r"))
+    said = " ".join(err.split())
+    assert code == 2 and "between thousands, e.g. " in said and f"set data.thousands: {yaml}" in said, said
+    spaced, _ = _train(capsys, tmp_path, "spaced.csv", f", thousands: {yaml}")
+    _write(tmp_path, "plain.csv", rows, lambda v, grouped=True: repr(float(v)), ",")
+    plain, _ = _train(capsys, tmp_path, "plain.csv")
+    assert spaced["train"]["loss"] == plain["train"]["loss"]

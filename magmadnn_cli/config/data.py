@@ -82,9 +82,9 @@ class DataConfig(Strict):
     decimal: Literal[".", ","] | None = Field(None, description="the decimal mark of CSV number cells (default: '.', or "
                                               "',' detected in a file not separated by commas whose numbers read "
                                               "only so, e.g. 3,5)")
-    thousands: Literal[".", ",", " ", "'", "_"] | None = Field(None, description="the thousands separator of CSV "
-                                                               "number cells, e.g. '.' with decimal ',' (1.234,5); "
-                                                               "default none ('.' detected with a decimal comma)")
+    thousands: Literal[".", ",", " ", "'", "_", "\u00a0", "\u202f"] | None = Field(
+        None, description="the thousands separator of CSV number cells, e.g. '.' with decimal ',' (1.234,5), or a "
+                          "(no-break) space (\"\\u00a0\" in YAML); default none ('.' detected with a decimal comma)")
     date_format: str | None = Field(None, description="how date cells are written, in strptime codes, e.g. "
                                     "'%d/%m/%Y' (default: ISO 8601, 2024-03-15 or 2024-03-15T14:30)")
     encoding: str = Field("utf-8", description="CSV text encoding, e.g. latin-1 (a UTF-8 byte-order mark is skipped)")

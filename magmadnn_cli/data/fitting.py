@@ -4,6 +4,7 @@ refused), the value for its missing cells, its categories, and the constant colu
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 from typing import Any
@@ -275,6 +276,9 @@ def _looks_like(values: np.ndarray) -> str:
     if formats:
         return f"they read as dates: set data.date_format ({' or '.join(map(repr, formats[:3]))})"
     texts = [str(v).strip() for v in values]
+    grouped = _thousands_hint(texts)
+    if grouped:
+        return grouped
     signed = [t for t in texts if t[:1] in SIGNS or t[-1:] in SIGNS]
     if len(signed) * 2 >= len(texts) and all(is_number(t.strip(SIGNS + " ").replace(",", "")) for t in signed):
         signs = sorted({c for t in signed for c in (t[0], t[-1]) if c in SIGNS})
@@ -282,6 +286,23 @@ def _looks_like(values: np.ndarray) -> str:
         return (f"they look like numbers with {' and '.join(repr(c) for c in signs)} signs, which are not read as "
                 f"numbers: write the column without them (e.g. {example})")
     return ""
+
+
+GROUPED = re.compile(r"[+-]?\d{1,3}(?:([ '_\u00a0\u202f])\d{3})+(?:[.,]\d+)?")
+YAML_SPELLING = {" ": "' '", "'": "\"'\"", "_": "_", "\u00a0": '"\\u00a0" (a no-break space)',
+                 "\u202f": '"\\u202f" (a narrow no-break space)'}
+
+
+def _thousands_hint(texts: list[str]) -> str:
+    """Numbers with their thousands grouped by a space, an apostrophe or an underscore ('165 357'),
+    which are read as numbers only when data.thousands says so; '' otherwise."""
+    found = {t: m.group(1) for t in texts if (m := GROUPED.fullmatch(t))}
+    if len(found) * 2 < len(texts) or len(set(found.values())) != 1:
+        return ""
+    example, separator = next(iter(found.items()))
+    decimal = " (and data.decimal: ',' if a comma marks the decimals)" if any("," in t for t in found) else ""
+    return (f"they look like numbers with {separator!r} between thousands, e.g. {example!r}: set data.thousands: "
+            f"{YAML_SPELLING[separator]}{decimal} to read them as numbers")
 
 
 def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
