@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import gzip
 import lzma
 import time
 
@@ -83,6 +84,28 @@ def test_latin1_text_needs_its_encoding_and_the_error_says_so(capsys, tmp_path):
     assert code == 0, err
     code, out, err = run_cli(capsys, "predict", tmp_path / "run2" / "model.npz", tmp_path / "l.csv")
     assert code == 0 and "café" in out
+
+
+@pytest.mark.parametrize("made, expected", [
+    (lambda p: np.savez(p, x=np.zeros((3, 2)), y=np.zeros(3)), "it is a ZIP archive (an .npz? a spreadsheet?); an .npz"),
+    (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 4), "it is a program"),
+    (lambda p: p.write_bytes(gzip.compress(b"f1,label\n1,a\n")), "it is gzip-compressed; name it .csv.gz"),
+    (lambda p: p.write_bytes(b"PAR1\x15\x04" + bytes(200) + b"PAR1"), "it is a Parquet file; name it .parquet"),
+])
+def test_a_file_of_another_format_named_csv_is_named_as_that_format(capsys, tmp_path, made, expected):
+    """An .npz or a program renamed .csv was sent to data.encoding ('not utf-8 text ... e.g. latin-1'),
+    then, with latin-1 set, told of NUL characters."""
+    _write(tmp_path / "d.csv")
+    _train(capsys, tmp_path, "d.csv")
+    with open(tmp_path / "other.csv", "wb") as f:
+        made(f if expected.startswith("it is a ZIP") else tmp_path / "other.csv")
+    for extra in ([], ["--set", "data.encoding=latin-1"]):
+        code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "x", "-q",
+                               "--set", f"data.train={tmp_path / 'other.csv'}", *extra)
+        said = " ".join(err.split())
+        assert code == 2 and "other.csv: not CSV text: " + expected in said and "data.encoding" not in said, said
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "other.csv")
+    assert code == 2 and "not CSV text: " + expected in " ".join(err.split()), err
 
 
 @pytest.mark.parametrize("suffix,pack", [(".bz2", bz2.compress), (".xz", lzma.compress)])

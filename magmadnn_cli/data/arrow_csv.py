@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import signals
 from .columns import MISSING
-from .csv_reader import DECOMPRESSORS, READ_ERRORS, CsvFormat, ReadBound, is_stream, stream_bytes
+from .csv_reader import CsvFormat
+from .text_source import DECOMPRESSORS, READ_ERRORS, ReadBound, is_stream, stream_bytes
 
 try:
     import pyarrow as pa

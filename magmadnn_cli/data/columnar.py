@@ -20,7 +20,7 @@ from .. import signals
 from ..core import backend as B
 from ..errors import DataError
 from .columns import RawColumns
-from .csv_reader import DECOMPRESSORS, READ_ERRORS, check_file
+from .text_source import DECOMPRESSORS, READ_ERRORS, check_file
 from .numbers import typed_cells
 from .table import ReadSpec, Table, checked_columns, joined, whole_read
 

@@ -1,36 +1,25 @@
-"""CSV text: the dialect (delimiter sniffed among , ; tab | or set; RFC 4180 quotes; a UTF-8 byte-order
-mark; any encoding Python knows), compressed files (.gz, .bz2, .xz), streams read once (stdin `-`,
-FIFOs), the header, and rows in bounded chunks parsed by numpy's C reader into the chosen columns."""
+"""CSV text: the dialect (delimiter sniffed among , ; tab | or set; RFC 4180 quotes; any encoding
+Python knows; the bytes from `text_source`), the header or data.names, and rows in bounded chunks
+parsed by numpy's C reader into the chosen columns."""
 
 from __future__ import annotations
 
-import bz2
-import codecs
 import csv
-import gzip
-import io
-import lzma
 import re
-import sys
-import zlib
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 import numpy as np
 
 from .. import signals
-from ..core import backend as B
 from ..errors import DataError
 from .numbers import OffStyle, detect_style, is_plain, typed_cells
+from .text_source import READ_ERRORS, ReadBound, binary_error, check_file, is_stream, marked_encoding, open_text
 
-STDIN = "-"
 MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
 DELIMITERS = (",", ";", "\t", "|")
-OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
-DECOMPRESSORS = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
-_READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
 
 
 @dataclass(frozen=True)
@@ -53,112 +42,17 @@ class CellError(DataError):
     """A cell that is not a number where numbers were parsed (the caller may read it as text)."""
 
 
-def is_stream(path: Path) -> bool:
-    """`-` (stdin), a FIFO or a character device: data that can be read only once."""
-    if str(path) == STDIN:
-        return True
-    try:
-        return path.exists() and not path.is_file() and not path.is_dir()
-    except OSError:
-        return False
-
-
-def stream_bytes(path: Path) -> bytes:
-    """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
-    them; bounded by half the memory budget (`ReadBound`)."""
-    key = str(path)
-    if key not in _READ_ONCE:
-        bound = ReadBound(path, stream=True)
-        try:
-            if key == STDIN:
-                _READ_ONCE[key] = bound.read_all(sys.stdin.buffer)
-            else:
-                with open(path, "rb") as f:
-                    _READ_ONCE[key] = bound.read_all(f)
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return _READ_ONCE[key]
-
-
-READ_BYTES = 1 << 20  # bytes per read of a stream or a compressed file: memory stays bounded while it inflates
-PREPARE_COPIES = 4    # a whole table is held about this many times while read and prepared (table, split, normalized)
-
-
-@dataclass
-class ReadBound:
-    """What reading a whole file may take, counted as its text arrives (streamed, inflated or read
-    in chunks): the text at most half the memory budget, and its rows, parsed at `row_bytes` each
-    and held PREPARE_COPIES times while prepared, at most the budget. Refuses the first chunk past
-    either, so a gzip bomb costs what the budget allows, not what it inflates to."""
-    path: Path
-    row_bytes: int = 0     # bytes a parsed row takes (0: text only, for reads that are not kept whole)
-    columns: int = 0       # the feature columns of a row (for the message)
-    stream: bool = False
-    budget: int = field(default_factory=lambda: B.host_memory_available() or 2**40)
-    chars: int = 0
-    rows: int = 0
-
-    def add(self, chars: int, rows: int) -> None:
-        self.chars, self.rows = self.chars + chars, self.rows + rows
-        if self.chars > self.budget // 2:
-            half, budget = B.gib(self.budget // 2), B.budget_text(self.budget)
-            if self.stream:
-                raise DataError(f"{self.path}: the stream holds more than {half}, half of the {budget}; write it to "
-                                "a file, which is read in chunks")
-            raise DataError(f"{self.path}: holds (or inflates to) more than {half} of text, half of the {budget}; "
-                            "refused (a gzip bomb, or data too large for this machine)")
-        need = self.rows * self.row_bytes * PREPARE_COPIES
-        if need > self.budget:
-            budget = B.budget_text(self.budget)
-            raise DataError(f"{self.path}: holds (or inflates to) more than {self.rows:,} rows of {self.columns:,} "
-                            f"columns, {self.row_bytes:,} bytes each once parsed: {B.gib(need)} as the data is "
-                            f"prepared (about {PREPARE_COPIES} copies); {budget}. Refused (a gzip bomb, or data too "
-                            "large for this machine): use fewer rows, or fewer columns (data.features)")
-
-    def read_all(self, f: Any) -> bytes:
-        """All of a binary file object's bytes, read (or inflated) READ_BYTES at a time, counted."""
-        data = io.BytesIO()
-        while chunk := f.read(READ_BYTES):
-            self.add(len(chunk), chunk.count(b"\n"))
-            data.write(chunk)
-        return data.getvalue()
-
-
-def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
-    """Text of a file or stream, decompressed by its suffix; a UTF-8 byte-order mark is dropped."""
-    encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
-    suffix = path.suffix.lower()
-    if is_stream(path):
-        raw: Any = io.BytesIO(stream_bytes(path))
-        if suffix in DECOMPRESSORS:
-            raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
-        return io.TextIOWrapper(raw, encoding=encoding, newline="")
-    if suffix in OPENERS:
-        return io.TextIOWrapper(OPENERS[suffix](path, "rb"), encoding=encoding, newline="")
-    return open(path, encoding=encoding, newline="")
-
-
-def check_file(path: Path) -> None:
-    if is_stream(path):
-        return
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory; expected a data file")
-
-
-READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error, csv.Error)
-
-
 def _first_lines(path: Path, encoding: str, count: int = 20) -> list[str]:
     check_file(path)
     try:
-        with _open_text(path, encoding) as f:
+        with open_text(path, encoding) as f:
             lines = [f.readline(MAX_LINE) for _ in range(count)]
     except UnicodeDecodeError as exc:
-        raise _decode_error(path, exc, encoding, 1) from exc
+        raise (binary_error(path) or _decode_error(path, exc, encoding, 1)) from exc
     except READ_ERRORS as exc:
         raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
+    if "\x00" in lines[0] and (binary := binary_error(path)):
+        raise binary
     if len(lines[0]) >= MAX_LINE and not lines[0].endswith("\n"):
         raise DataError(f"{path}:1: a header line longer than {MAX_LINE:,} characters; not a CSV (a binary "
                         "or corrupt file?)")
@@ -176,30 +70,6 @@ def _nul_error(path: Path, line: str, encoding: str) -> DataError:
                              f"without a byte-order mark, read as {encoding}; set data.encoding: utf-16-{order}")
     return DataError(f"{path}:1: the first (header) line holds NUL characters; not {encoding} CSV text (a binary "
                      "file? UTF-16 or UTF-32 text without a byte-order mark? set data.encoding)")
-
-
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
-        (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE's mark begins with UTF-16 LE's: it is tried first
-
-
-def marked_encoding(path: Path, encoding: str) -> str:
-    """UTF-16 or UTF-32 where the text (inflated) starts with their byte-order mark and the
-    encoding is UTF-8, the default: the mark says how the file is written. Else `encoding`."""
-    try:
-        if codecs.lookup(encoding).name != "utf-8":
-            return encoding
-        if is_stream(path):
-            raw: Any = io.BytesIO(stream_bytes(path))
-            suffix = path.suffix.lower()
-            if suffix in DECOMPRESSORS:
-                raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
-            start = raw.read(4)
-        else:
-            with OPENERS.get(path.suffix.lower(), open)(path, "rb") as f:
-                start = f.read(4)
-    except (LookupError, *READ_ERRORS):
-        return encoding  # what is wrong is reported where the text is read
-    return next((name for mark, name in BOMS if start.startswith(mark)), encoding)
 
 
 def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line: int) -> DataError:
@@ -391,7 +261,7 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
     bound = bound or ReadBound(path)
     line_no = 2 if fmt.header else 1
     try:
-        with _open_text(path, fmt.encoding) as f:
+        with open_text(path, fmt.encoding) as f:
             if fmt.header:
                 f.readline(MAX_LINE)
             while True:

@@ -15,7 +15,8 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from .columns import MissingTokens, RawColumns, is_missing
-from .csv_reader import CsvFormat, ReadBound, detect, with_number_style
+from .csv_reader import CsvFormat, detect, with_number_style
+from .text_source import ReadBound
 
 
 @dataclass

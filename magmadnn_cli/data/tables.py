@@ -19,7 +19,8 @@ from .arrow_csv import StreamFailed, read_typed, stream_cells
 from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chunks, columnar_format, read_columnar, \
     sliced
 from .columns import RawColumns
-from .csv_reader import STDIN, CsvFormat, check_file, csv_header, is_stream, iter_csv_chunks, parse_cells, parse_rows
+from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
+from .text_source import STDIN, check_file, is_stream
 from .images import image_format, read_images
 from .numbers import OffStyle, other_style_note, respelled_labels
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
