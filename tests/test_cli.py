@@ -467,3 +467,9 @@ def test_arguments_given_in_each_others_place_are_named_with_the_right_command(c
     code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "sheet.xlsx")
     said = " ".join(err.split())
     assert code == 2 and "a spreadsheet" in said and "save the sheet as CSV" in said, said
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run" / "config.yaml", data)  # a run's config: its model is beside it
+    said = " ".join(err.split())
+    assert code == 2 and f"the run's model is beside it: give {tmp_path / 'run' / 'model.npz'}" in said, said
+    (tmp_path / "empty.yaml").write_text("\n")
+    code, _, err = run_cli(capsys, "train", tmp_path / "empty.yaml")
+    assert code == 2 and "received an empty file" in err and "NoneType" not in err, err

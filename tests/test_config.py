@@ -66,6 +66,9 @@ def _replace(old: str, new: str) -> str:
      "  early_stopping: {monitor: val_accuracy, patience: 2}\n",
      ["c.yaml:16: training.early_stopping.monitor: val_accuracy is measured for a classification loss; loss mse "
       "reports val_loss and loss (monitor: val_loss)"]),
+    # a section's key at the top level (an indentation slip)
+    ("loss: cross_entropy\n", "loss: cross_entropy\nbatch_size: 8\n",
+     ["batch_size: unknown key 'batch_size'", "did you mean training.batch_size? (indent it under training:)"]),
     # several targets
     ("  target: label", "  target: [label, f1]",
      ["c.yaml:6: data.target: a table's target is one column; received a list of 2: train a model per column"]),

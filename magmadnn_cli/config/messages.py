@@ -76,6 +76,24 @@ def _suggest(word: Any, choices: list[str]) -> str:
     return f"\n  did you mean {close[0]!r}?" if close else ""
 
 
+def _in_a_section(key: Any, model: Any) -> str:
+    """For a key of no section at this level: the sections below that have it (a top-level
+    `batch_size` belongs under training: an indentation slip)."""
+    if model is None:
+        return ""
+    homes = [f"{name}.{key}" for name, field in model.model_fields.items()
+             if isinstance(sub := _section_model(field.annotation), type) and key in sub.model_fields]
+    return f"\n  did you mean {' or '.join(homes)}? (indent it under {homes[0].split('.')[0]}:)" if homes else ""
+
+
+def _section_model(annotation: Any) -> Any:
+    """The pydantic model a field holds (itself, or inside Optional)."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
 def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
     """(what is wrong, extra lines: expected / received / suggestion)."""
     kind, ctx = error["type"], error.get("ctx", {})
@@ -84,7 +102,7 @@ def _describe(error: dict, data: Any, path: Location) -> tuple[str, str]:
         model = _model_at(data, path[:-1])
         allowed = sorted(model.model_fields) if model else []
         hint = f"\n  expected one of: {', '.join(allowed)}" if allowed else ""
-        return f"unknown key {path[-1]!r}", hint + _suggest(path[-1], allowed)
+        return f"unknown key {path[-1]!r}", hint + (_suggest(path[-1], allowed) or _in_a_section(path[-1], model))
     if kind == "union_tag_invalid":
         expected = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
         return (f"unknown type {ctx.get('tag')!r}",

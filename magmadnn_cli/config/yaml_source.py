@@ -254,8 +254,9 @@ def read_yaml(path: Path) -> tuple[dict, dict[Location, int]]:
                           "configs/*.yaml, or `magmadnn schema`), then: magmadnn train CONFIG")
     data, node = parse_yaml(text, str(path))
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (name, data, model, ...); "
-                          f"received {type(data).__name__}")
+        got = "an empty file" if data is None else f"a {'list' if isinstance(data, list) else 'single value'}"
+        raise ConfigError(f"{path}: expected a mapping of sections (name, data, model, ...), one 'key: value' a "
+                          f"line; received {got} (`magmadnn schema` and configs/*.yaml show configs)")
     return data, _line_map(node)
 
 
