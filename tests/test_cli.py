@@ -83,7 +83,12 @@ def test_predict_rejects_mismatched_columns_naming_them(capsys, blobs, tmp_path)
     write_csv(tmp_path / "odd.csv", ["f1", "f2", "f9", "f4"], [[1, 2, 3, 4]])
     code, _, err = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "odd.csv")
     assert code == 2
-    assert "missing feature column(s) f3" in err and "ignoring" not in err
+    said = " ".join(err.split())
+    assert "missing feature column(s) f3, which the model reads; the file has f1, f2, f9, f4" in said, said
+    assert "add them to the file (blank cells are filled as in training)" in said and "data.features" not in said
+    assert "ignoring" not in err
+    write_csv(tmp_path / "blank.csv", ["f1", "f2", "f3", "f4"], [[1, 2, "", 4]])  # the fix it gives works
+    assert run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "blank.csv")[0] == 0
 
 
 def test_evaluate_reports_full_metrics(capsys, blobs, tmp_path):

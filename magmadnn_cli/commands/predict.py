@@ -34,7 +34,7 @@ def _spec(path: Path, saved: SavedModel, need_target: bool, keep: tuple[str, ...
     column names (data.names: a file with or without that header row)."""
     cfg = saved.config.data
     return ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.current().floatx,
-                    tuple(cfg.names) if cfg.names else None, keep)
+                    tuple(cfg.names) if cfg.names else None, keep, features_from="the model")
 
 
 def _extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:

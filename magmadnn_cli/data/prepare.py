@@ -8,7 +8,7 @@ import difflib
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -287,7 +287,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     for name in ("validation", "test"):
         path = getattr(cfg, name) if fold is None else None
         if path is not None:
-            other = read_table(path, ReadSpec.of(cfg, features=table.features))
+            other = read_table(path, replace(ReadSpec.of(cfg, features=table.features),
+                                             features_from=f"the training file ({table.source})"))
             ox, unseen = encode_features(other, encoder)
             ox = reshaped(ox, cfg.shape, str(path))
             if ox.shape[1:] != x.shape[1:]:

@@ -47,6 +47,7 @@ class ReadSpec:
     header: tuple[str, ...] | None = None  # headerless files: the columns
     keep: tuple[str, ...] = ()             # columns to carry through as text (predict --keep)
     target_fix: str = ""                   # the fix where the target column is absent (default: data.target)
+    features_from: str = ""                # who wants `features` where the config does not: "the model"
 
     @classmethod
     def of(cls, cfg: DataConfig, need_target: bool = True, features: list[str] | None = None) -> "ReadSpec":
@@ -111,9 +112,11 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
     present = set(names)
     missing = [f for f in wanted if f not in present]
     if missing:
+        wanted_by = f", which {spec.features_from} reads" if spec.features_from else " (data.features)"
+        fix = "; add them to the file (blank cells are filled as in training)" if spec.features_from else ""
         raise DataError(f"{path}: missing feature column(s) {', '.join(missing[:10])}"
                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-                        + f" (data.features); the file has {', '.join(names[:20])}{_closest(missing[0], names)}")
+                        + f"{wanted_by}; the file has {', '.join(names[:20])}{_closest(missing[0], names)}{fix}")
     if not wanted:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
     unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]
