@@ -251,8 +251,16 @@ def test_resume_refuses_another_architecture_naming_the_fields(project):
     assert result.returncode == 2
     assert "model.layers.0.units: checkpoint 32, config 8" in result.stderr
     assert "optimizer.type: checkpoint 'adam', config 'sgd'" in result.stderr
-    assert "--init-from" in result.stderr and "Traceback" not in result.stderr
+    assert "Its weights do not fit this network (model.layers.0.units); train anew" in result.stderr, result.stderr
+    assert "--init-from" not in result.stderr and "Traceback" not in result.stderr  # (it then failed on shapes)
     assert result.stdout == "" and result.stderr.startswith("error: --resume"), result.stderr  # the refusal alone
+    other_optimizer = _run(config, "--resume", str(out), "--set", "optimizer={type: sgd}",
+                           "--set", "model.layers.1.rate=0.1")
+    assert other_optimizer.returncode == 2 and f"--init-from {out}" in other_optimizer.stderr, other_optimizer.stderr
+    suggested = other_optimizer.stderr.split("--init-from ")[1].split()[0]
+    started = _run(config, "--out", str(project / "arch-init"), "--init-from", suggested, "--set", "optimizer={type: sgd}",
+                   "--set", "model.layers.1.rate=0.1", "--set", "training.epochs=1")
+    assert started.returncode == 0, started.stderr  # the way it gives works
     other_data = _run(config, "--resume", str(out), "--set", "data.synthetic.samples=1400")
     assert other_data.returncode == 2 and "training data" in other_data.stderr
     model = _run(config, "--resume", str(out / "model.npz"))

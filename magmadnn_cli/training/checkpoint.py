@@ -262,11 +262,20 @@ def check_config_matches(ckpt: Checkpoint, config: Config) -> None:
     _refuse(ckpt, differences(ckpt.meta["config"], config.model_dump(mode="json"), MUST_MATCH))
 
 
+SHAPE_NEUTRAL = ("activation", "rate", "alpha", "momentum", "epsilon")  # layer settings that leave weights' shapes
+
+
 def _refuse(ckpt: Checkpoint, problems: list[str]) -> None:
-    if problems:
-        raise MagmaError(f"--resume {ckpt.path}: the config does not match the checkpoint, so training "
-                         "cannot continue exactly:\n  " + "\n  ".join(problems) +
-                         f"\nTo start a new training from its weights instead: --init-from {ckpt.path}")
+    """The differences, and the way on: --init-from where the weights still fit the network (only
+    settings outside model, or shape-neutral ones in it, differ), else a new training."""
+    if not problems:
+        return
+    reshaped = [p.split(":")[0] for p in problems if p.startswith("model.")
+                and p.split(":")[0].rsplit(".", 1)[-1] not in SHAPE_NEUTRAL]
+    way = (f"its weights do not fit this network ({', '.join(reshaped[:3])}); train anew (another --out, or "
+           "--overwrite)" if reshaped else f"to start a new training from its weights instead: --init-from {ckpt.path}")
+    raise MagmaError(f"--resume {ckpt.path}: the config does not match the checkpoint, so training cannot continue "
+                     "exactly:\n  " + "\n  ".join(problems) + f"\n{way[0].upper()}{way[1:]}")
 
 
 def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str]:
