@@ -60,6 +60,27 @@ def test_early_stopping_counts_patience_as_keras_does():
     assert _keras_stop_epoch([1.0] * 10, 3) == 4
 
 
+def test_a_classifier_that_predicts_one_class_for_every_row_is_said(capsys, tmp_path):
+    """Noise features and a 6:1 class balance: the model predicts the common class for every row
+    (MCC 0, with no word of it). Said, with the settings to try; class_weight: balanced then predicts both."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(200, 3)), np.where(np.arange(200) % 7 == 0, "b", "a")
+    write_csv(tmp_path / "n.csv", ["f1", "f2", "f3", "label"], [[*map("{:.3f}".format, r), l] for r, l in zip(x, y)])
+    (tmp_path / "c.yaml").write_text(
+        "name: one\nseed: 0\ndata: {train: n.csv, target: label, validation_split: 0.2}\nmodel: {layers: [{type: dense, "
+        "units: 8, activation: relu}, {type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.01}\ntraining: {epochs: 5, batch_size: 16, checkpoint: false}\n")
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "r", "-q")
+    said = " ".join(err.split())
+    confusion = json.loads((tmp_path / "r" / "metrics.json").read_text())["train"]["confusion_matrix"]
+    assert code == 0 and [row[1] for row in confusion] == [0, 0], confusion  # every row predicted 'a'
+    assert "the model predicts 'a' for every one of the 160 training rows" in said and "class_weight" in said, said
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "w", "-q",
+                             "--set", "training.class_weight=balanced")
+    confusion = json.loads((tmp_path / "w" / "metrics.json").read_text())["train"]["confusion_matrix"]
+    assert code == 0 and all(sum(column) for column in zip(*confusion)) and "predicts" not in err, (confusion, err)
+
+
 def test_divergence_names_epoch_and_step_and_writes_nothing(capsys, blobs, tmp_path):
     code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "run", "--set", "optimizer.learning_rate=1e30",
                              "--set", "optimizer.type=sgd")

@@ -79,6 +79,8 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
                           metrics, history)
             reporter.table(metrics_table(f"{config.name} — final metrics", {k: v for k, v in metrics.items()
                                                                              if k in SPLITS}, _units(run.data)))
+            if collapsed := one_class_note(metrics.get("train", {}), run.config):
+                reporter.warn(collapsed)
             reporter.done(f"wrote {out_dir}/model.npz, metrics.json, metrics.csv, config.yaml"
                           + (", checkpoints/" if run.saver is not None and run.saver.last is not None else ""))
         comm.barrier()
@@ -192,6 +194,21 @@ def final_metrics(run: Run, history: History, seconds: float) -> dict[str, Any]:
             **run.trainer.parallel.summary(), **({"distributed": record} if (record := how_it_runs(run)) else {}),
             **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}),
             **({"init_from": run.trainer.origin} if run.trainer.origin else {}), **final}
+
+
+def one_class_note(report: dict[str, Any], config: Config) -> str | None:
+    """A classifier that predicts one class for every training row, of several: what it learned is
+    the majority class (a learning rate too large, too few epochs, rare classes), said, not left to MCC 0."""
+    matrix, labels = report.get("confusion_matrix"), report.get("labels")
+    if not matrix or not labels or sum(1 for row in matrix if sum(row) > 0) < 2:
+        return None
+    predicted = [sum(column) for column in zip(*matrix)]
+    if sum(1 for n in predicted if n > 0) != 1:
+        return None
+    label = labels[next(i for i, n in enumerate(predicted) if n > 0)]
+    return (f"the model predicts {str(label)!r} for every one of the {sum(predicted):,} training rows: the features "
+            "taught it nothing, or training did not get far. Try training.class_weight: balanced, more training.epochs, "
+            f"or a smaller optimizer.learning_rate (now {config.optimizer.learning_rate:g})")
 
 
 def _units(data: Prepared) -> str | None:
