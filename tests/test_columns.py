@@ -495,7 +495,8 @@ def test_missing_tokens_are_missing_cells_in_every_column_and_the_target(tmp_pat
     data = prepare(_cfg(tmp_path, text, missing_tokens=["-", "Unknown"]), "classification", 0)
     cols = _columns(data)
     assert cols["width"].kind == "number" and cols["colour"].categories == ["b", "g", "r"]
-    assert len(data.train.x) == 39 and any("1 row(s) without a target" in n and "data rows 20" in n for n in data.notes)
+    assert len(data.train.x) == 39 and any("1 row(s) without a target (blank, NA, ?, or data.missing_tokens: data rows 20)"
+                                           in n for n in data.notes), data.notes
     widths = [float(line.split(",")[0]) for i, line in enumerate(lines) if i and i != 20  # row 20: no target
               and not line.startswith(("-", "unknown"))]
     assert len(widths) == 37 and cols["width"].fill == pytest.approx(np.median(widths))

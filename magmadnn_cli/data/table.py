@@ -151,20 +151,21 @@ def whole_read(path: Path, spec: ReadSpec, features: int) -> ReadBound:
 TARGET_BYTES = 16  # a short label, as text then typed
 
 
-def labelled(table: Table, target: str | None) -> Table:
-    """The table without the rows whose target cell is missing (blank, NA, ?, ...: as in feature
-    columns), a note naming them; targets typed."""
+def labelled(table: Table, spec: ReadSpec) -> Table:
+    """The table without the rows whose target cell is missing (blank, NA, ?, ..., or one of
+    data.missing_tokens: as in feature columns), a note naming them; targets typed."""
     if table.y is None:
         return table
     missing = is_missing(table.y)
+    tokens = ", or data.missing_tokens" if spec.data is not None and spec.data.missing_tokens else ""
     if missing.all():
-        raise DataError(f"{table.source}: every row's target (column {target!r}) is missing (blank, NA, ?, ...); "
-                        "is data.target the right column?")
+        raise DataError(f"{table.source}: every row's target (column {spec.target!r}) is missing (blank, NA, ?, "
+                        f"...{tokens}); is data.target the right column?")
     if missing.any():
         rows = np.flatnonzero(missing)
         shown = ", ".join(str(table.raw.row(int(r))) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
-        table.notes.append(f"{table.source}: {len(rows)} row(s) without a target (blank, NA, ?: data rows {shown}) "
-                           "left out")
+        table.notes.append(f"{table.source}: {len(rows)} row(s) without a target (blank, NA, ?{tokens}: data rows "
+                           f"{shown}) left out")
         kept = np.flatnonzero(~missing)
         table.raw, table.y = table.raw.rows(kept), table.y[kept]
         table.kept = {k: v[kept] for k, v in table.kept.items()}
@@ -205,4 +206,4 @@ def joined(parts: list[Table], spec: ReadSpec, source: Path) -> Table:
     y = np.concatenate([p.y for p in parts]) if parts[0].y is not None and spec.need_target else None
     check_finite(raw.x, source, parts[0].features)
     table = Table(raw, y, parts[0].features, str(source), notes=list(parts[0].notes))
-    return labelled(table, spec.target)
+    return labelled(table, spec)

@@ -111,7 +111,7 @@ def _read_fast(path: Path, spec: ReadSpec, fmt: CsvFormat) -> Table | None:
         return None  # the line reader names the cell by file and line
     check_finite(table.x, path, wanted)
     table.y = respelled_labels(table.y, fmt.decimal, fmt.thousands) if table.y is not None else None
-    return labelled(table, spec.target)
+    return labelled(table, spec)
 
 
 # -- NPZ and images ------------------------------------------------------------------------------
