@@ -262,7 +262,12 @@ def test_resume_refuses_another_architecture_naming_the_fields(project):
                    "--set", "model.layers.1.rate=0.1", "--set", "training.epochs=1")
     assert started.returncode == 0, started.stderr  # the way it gives works
     other_data = _run(config, "--resume", str(out), "--set", "data.synthetic.samples=1400")
-    assert other_data.returncode == 2 and "training data" in other_data.stderr
+    assert other_data.returncode == 2 and "training data" in other_data.stderr and f"--init-from {out}" in other_data.stderr
+    wider = _run(config, "--resume", str(out), "--set", "data.synthetic.features=7")  # the weights no longer fit
+    assert wider.returncode == 2 and "Its weights do not fit this network (dense_0/kernel)" in wider.stderr, wider.stderr
+    assert "--init-from" not in wider.stderr
+    initialized = _run(config, "--resume", str(out), "--set", "model.layers.0.kernel_initializer=he_normal")
+    assert initialized.returncode == 2 and f"--init-from {out}" in initialized.stderr, initialized.stderr
     model = _run(config, "--resume", str(out / "model.npz"))
     assert model.returncode == 2 and "a model file; --init-from takes weights only" in model.stderr
     both = _run(config, "--resume", str(out), "--init-from", str(out / "model.npz"))

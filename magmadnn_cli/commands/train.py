@@ -247,7 +247,7 @@ def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     """Check the checkpoint against this run, restore it, and say where training goes on from."""
     trainer, config = run.trainer, run.config
     trainer.stopper = run.stopper
-    notes = check_compatible(ckpt, config, run.data.train) + restore(ckpt, trainer)
+    notes = check_compatible(ckpt, config, run.data.train, run.network.state_dict) + restore(ckpt, trainer)
     _refuse_ending_a_stopped_run(ckpt, trainer, config.training.epochs)
     notes += schedule_change(ckpt.meta["config"], config, trainer, len(run.data.train.x))
     if run.saver is not None:

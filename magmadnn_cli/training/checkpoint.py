@@ -25,7 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -262,31 +262,41 @@ def check_config_matches(ckpt: Checkpoint, config: Config) -> None:
     _refuse(ckpt, differences(ckpt.meta["config"], config.model_dump(mode="json"), MUST_MATCH))
 
 
-SHAPE_NEUTRAL = ("activation", "rate", "alpha", "momentum", "epsilon")  # layer settings that leave weights' shapes
+SHAPE_NEUTRAL = ("activation", "rate", "alpha", "momentum", "epsilon", "kernel_initializer", "bias_initializer",
+                 "conv_algorithm", "mode")  # layer settings that leave the weights' shapes as they are
 
 
-def _refuse(ckpt: Checkpoint, problems: list[str]) -> None:
-    """The differences, and the way on: --init-from where the weights still fit the network (only
-    settings outside model, or shape-neutral ones in it, differ), else a new training."""
+def _refuse(ckpt: Checkpoint, problems: list[str], misfits: list[str] | None = None) -> None:
+    """The differences, and the way on: --init-from where the weights still fit the network, else a
+    new training. `misfits`: the weights whose shapes differ from the built network's, where it is
+    built; before, a difference in a model setting that shapes weights."""
     if not problems:
         return
-    reshaped = [p.split(":")[0] for p in problems if p.startswith("model.")
-                and p.split(":")[0].rsplit(".", 1)[-1] not in SHAPE_NEUTRAL]
-    way = (f"its weights do not fit this network ({', '.join(reshaped[:3])}); train anew (another --out, or "
-           "--overwrite)" if reshaped else f"to start a new training from its weights instead: --init-from {ckpt.path}")
+    if misfits is None:
+        misfits = [p.split(":")[0] for p in problems if p.startswith("model.")
+                   and p.split(":")[0].rsplit(".", 1)[-1] not in SHAPE_NEUTRAL]
+    way = (f"its weights do not fit this network ({', '.join(misfits[:3])}); train anew (another --out, or "
+           "--overwrite)" if misfits else f"to start a new training from its weights instead: --init-from {ckpt.path}")
     raise MagmaError(f"--resume {ckpt.path}: the config does not match the checkpoint, so training cannot continue "
                      "exactly:\n  " + "\n  ".join(problems) + f"\n{way[0].upper()}{way[1:]}")
 
 
-def check_compatible(ckpt: Checkpoint, config: Config, train: Split) -> list[str]:
-    """Refuse a checkpoint of another architecture, data set or batch; return notes on what changed
-    harmlessly (e.g. epochs, learning rate)."""
+def misfit_weights(ckpt: Checkpoint, network: dict[str, Any]) -> list[str]:
+    """The network's weights (`state_dict()`) that the checkpoint lacks or holds in another shape."""
+    saved = unpack(ckpt.meta["state"], ckpt.arrays).get("network", {})
+    return [name for name, value in network.items()
+            if name not in saved or np.shape(saved[name]) != np.shape(value)]
+
+
+def check_compatible(ckpt: Checkpoint, config: Config, train: Split, network: Callable[[], dict[str, Any]]) -> list[str]:
+    """Refuse a checkpoint of another architecture, data set or batch (`network()`: the built network's
+    state, to say whether --init-from fits); return notes on what changed harmlessly (epochs, learning rate)."""
     saved, current = ckpt.meta["config"], config.model_dump(mode="json")
     problems = differences(saved, current, MUST_MATCH)
     if ckpt.meta["data"] != rows_digest(train):
         problems.append("the training data (after data.* splitting and normalization) differs from the "
                         "checkpoint's")
-    _refuse(ckpt, problems)
+    _refuse(ckpt, problems, misfit_weights(ckpt, network()) if problems else [])
     ignore = ("name", "training.epochs", "training.checkpoint", "distributed", "data", "device", "memory")
     return [d for d in differences(saved, current, None) if not any(d.startswith(i) for i in ignore)]
 
