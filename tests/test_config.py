@@ -60,12 +60,6 @@ def _replace(old: str, new: str) -> str:
     ("loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n",
      "loss: mse\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n  class_weight: balanced\n",
      ["c.yaml:16: training.class_weight: class_weight weighs classes; loss mse is a regression loss"]),
-    # early stopping on accuracy under a regression loss never fired, silently
-    ("loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n",
-     "loss: mse\noptimizer: {type: adam, learning_rate: 0.01}\ntraining:\n"
-     "  early_stopping: {monitor: val_accuracy, patience: 2}\n",
-     ["c.yaml:16: training.early_stopping.monitor: val_accuracy is measured for a classification loss; loss mse "
-      "reports val_loss and loss (monitor: val_loss)"]),
     # a section's key at the top level (an indentation slip)
     ("loss: cross_entropy\n", "loss: cross_entropy\nbatch_size: 8\n",
      ["batch_size: unknown key 'batch_size'", "did you mean training.batch_size? (indent it under training:)"]),

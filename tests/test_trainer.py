@@ -81,6 +81,30 @@ def test_a_classifier_that_predicts_one_class_for_every_row_is_said(capsys, tmp_
     assert code == 0 and all(sum(column) for column in zip(*confusion)) and "predicts" not in err, (confusion, err)
 
 
+def test_early_stopping_on_accuracy_under_a_regression_loss_is_refused_at_its_key(capsys, tmp_path):
+    """It never fired (a regression reports no accuracy), silently; refused when training starts and by
+    validate (not when a saved model is loaded: one trained so before still predicts)."""
+    write_csv(tmp_path / "r.csv", ["a", "b", "y"], [[i, i % 7, 2.0 * i - i % 7] for i in range(60)])
+    (tmp_path / "c.yaml").write_text(
+        "name: es\ndata: {train: r.csv, target: y, validation_split: 0.2}\n"
+        "model: {layers: [{type: dense, units: 1}]}\nloss: mse\noptimizer: adam\n"
+        "training:\n  epochs: 3\n  early_stopping: {monitor: val_accuracy, patience: 2}\n")
+    for command in ("train", "validate"):
+        code, _, err = run_cli(capsys, command, tmp_path / "c.yaml", *(["--out", tmp_path / "r"] if command == "train" else []))
+        said = " ".join(err.split())
+        assert code == 2 and "c.yaml:8: training.early_stopping.monitor: val_accuracy is measured for a classification " \
+            "loss; loss mse reports val_loss and loss (monitor: val_loss)" in said, said
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "r", "--set",
+                   "training.early_stopping.monitor=val_loss")[0] == 0
+    model = tmp_path / "r" / "model.npz"
+    with np.load(model, allow_pickle=False) as f:
+        content = {k: f[k] for k in f.files}
+    meta = json.loads(str(content["meta"]))
+    meta["config"]["training"]["early_stopping"]["monitor"] = "val_accuracy"  # as a model trained before
+    np.savez(model, **{**content, "meta": np.array(json.dumps(meta))})
+    assert run_cli(capsys, "predict", model, tmp_path / "r.csv")[0] == 0
+
+
 def test_divergence_names_epoch_and_step_and_writes_nothing(capsys, blobs, tmp_path):
     code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "run", "--set", "optimizer.learning_rate=1e30",
                              "--set", "optimizer.type=sgd")

@@ -216,10 +216,6 @@ class Config(Strict):
         if self.training.class_weight is not None and self.loss.task == "regression":
             problems.append((("training", "class_weight"), f"class_weight weighs classes; loss {self.loss.type} is a "
                              "regression loss: remove class_weight"))
-        stopping = self.training.early_stopping
-        if stopping is not None and "accuracy" in stopping.monitor and self.loss.task == "regression":
-            problems.append((("training", "early_stopping", "monitor"), f"{stopping.monitor} is measured for a "
-                             f"classification loss; loss {self.loss.type} reports val_loss and loss (monitor: val_loss)"))
         if problems:
             raise problems_at(self, problems)
         return self

@@ -143,8 +143,12 @@ def check_run(config: Config, network: Network, data: Prepared) -> None:
     if unreachable:
         raise DataError(unreachable)
     es = config.training.early_stopping
+    place = f"{where}: " if (where := config.where("training", "early_stopping", "monitor")) else ""
+    if es is not None and "accuracy" in es.monitor and config.loss.task == "regression":
+        raise MagmaError(f"{place}training.early_stopping.monitor: {es.monitor} is measured for a classification "
+                         f"loss; loss {config.loss.type} reports val_loss and loss (monitor: val_loss)")
     if es is not None and es.monitor.startswith("val_") and data.validation is None:
-        raise MagmaError(f"training.early_stopping.monitor: {es.monitor} needs validation data "
+        raise MagmaError(f"{place}training.early_stopping.monitor: {es.monitor} needs validation data "
                          "(data.validation_split > 0 or data.validation)")
 
 
