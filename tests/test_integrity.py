@@ -163,8 +163,19 @@ def test_a_model_from_a_newer_magmadnn_names_the_settings_this_one_lacks(trained
     _edit_model(model, raw_meta=json.dumps(meta))
     blobs_csv(tmp_path / "blobs.csv")
     flat = _refused(run_cli(capsys, "predict", model, tmp_path / "blobs.csv", "-o", tmp_path / "p.csv"),
-                    "newer.npz", "magmadnn 9.0.0", "data.quantile_bins", "training.swa", "upgrade")
+                    "newer.npz", "magmadnn 9.0.0, newer than this one", "data.quantile_bins", "training.swa", "upgrade")
     assert "corrupt" not in flat and not (tmp_path / "p.csv").exists()
+    meta["config"]["data"].pop("quantile_bins"), meta["config"]["training"].pop("swa")
+    meta["config"]["model"]["layers"][0]["activation"] = "swish"  # a new value, not a new key
+    _edit_model(model, raw_meta=json.dumps(meta))
+    _refused(run_cli(capsys, "predict", model, tmp_path / "blobs.csv"), "newer than this one", "model.layers.0.activation",
+             "upgrade")
+    for written_by in ("0.1.0", "0.0.1", None):  # not newer: the file is corrupt, whatever it names
+        meta["magmadnn_version"] = written_by
+        _edit_model(model, raw_meta=json.dumps(meta))
+        flat = _refused(run_cli(capsys, "predict", model, tmp_path / "blobs.csv"), "corrupt model metadata",
+                        "model.layers.0.activation")
+        assert "upgrade" not in flat
 
 
 def test_a_classification_task_on_a_regression_model_is_refused(capsys, tmp_path):

@@ -135,7 +135,7 @@ def _other_member(error: dict[str, Any], path: Location, paths: list[Location]) 
     return siblings and wrong_shape
 
 
-def _data_path(data: Any, loc: Location) -> Location:
+def data_path(data: Any, loc: Location) -> Location:
     """pydantic's loc with union tags and wrapper names removed: the path in the user's data."""
     path: list[Any] = []
     node = data
@@ -174,7 +174,7 @@ def format_validation_error(exc: ValidationError, data: Any, file: Path, lines: 
     blocks: list[str] = []
     seen: set[str] = set()
     errors = exc.errors()
-    paths = [_data_path(data, e["loc"]) for e in errors]
+    paths = [data_path(data, e["loc"]) for e in errors]
     for error, path in zip(errors, paths):
         if _other_member(error, path, paths):
             continue  # a union's member that does not fit the value's shape, beside the one that does

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from .. import __version__
+from ..config.messages import data_path
 from ..config.rules import output_head
 from ..config.schema import Config
 from ..data.columns import ColumnEncoder
@@ -103,7 +104,7 @@ def load(path: Path) -> SavedModel:
                            meta["features"], tuple(int(n) for n in meta["sample_shape"]), meta["task"],
                            meta.get("metrics", {}), encoder, targets)
     except ValidationError as exc:
-        raise ModelFileError(_config_problem(path, exc, meta.get("magmadnn_version"))) from exc
+        raise ModelFileError(_config_problem(path, exc, meta)) from exc
     except Exception as exc:  # a model whose metadata does not fit the schema is corrupt, whatever broke
         raise ModelFileError(f"{path}: corrupt model metadata ({type(exc).__name__}: {exc})") from exc
     problem = _inconsistency(saved)
@@ -112,18 +113,24 @@ def load(path: Path) -> SavedModel:
     return saved
 
 
-def _config_problem(path: Path, exc: ValidationError, written_by: Any) -> str:
-    """Settings this version does not know mean a newer magmadnn wrote the file (upgrade); any other
-    misfit is corruption: the first problem, located."""
-    errors = exc.errors()
-    unknown = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "extra_forbidden"]
-    if unknown:
-        return (f"{path}: written by magmadnn {written_by} with settings this magmadnn {__version__} does not "
-                f"know ({', '.join(unknown)}): upgrade magmadnn to read it")
-    first = errors[0]
-    where = ".".join(map(str, first["loc"])) or "(top level)"
-    return (f"{path}: corrupt model metadata: its config does not validate: {where}: "
-            f"{first['msg'].removeprefix('Value error, ')}")
+def _config_problem(path: Path, exc: ValidationError, meta: dict[str, Any]) -> str:
+    """A file a newer magmadnn wrote: what this one does not know, and 'upgrade'; else corruption:
+    the first problem, located."""
+    errors, written_by = exc.errors(), meta.get("magmadnn_version")
+    located = [".".join(map(str, data_path(meta["config"], e["loc"]))) or "(top level)" for e in errors]
+    if _newer(written_by):
+        unknown = [where for where, e in zip(located, errors) if e["type"] == "extra_forbidden"]
+        what = f"settings this one does not know ({', '.join(unknown)})" if unknown else \
+            f"a config this one does not read ({located[0]}: {errors[0]['msg'].removeprefix('Value error, ')})"
+        return f"{path}: written by magmadnn {written_by}, newer than this one ({__version__}), with {what}: upgrade magmadnn"
+    return (f"{path}: corrupt model metadata: its config does not validate: {located[0]}: "
+            f"{errors[0]['msg'].removeprefix('Value error, ')}")
+
+
+def _newer(version: Any) -> bool:
+    """Whether a version string ('0.2.0', '1.0.0rc1') is above this magmadnn's."""
+    parts = lambda text: tuple(int(n) for n in re.findall(r"\d+", str(text).split("+")[0])[:3])  # noqa: E731
+    return isinstance(version, str) and parts(version) > parts(__version__)
 
 
 MAX_META_DEPTH = 64  # a model's metadata nests a few levels (config sections, metric tables)
