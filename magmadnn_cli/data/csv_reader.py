@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import signals
 from ..errors import DataError
+from .columns import is_missing, is_number
 from .numbers import OffStyle, detect_style, is_plain, typed_cells
 from .text_source import READ_ERRORS, ReadBound, binary_error, check_file, is_stream, marked_encoding, open_text
 
@@ -114,30 +115,43 @@ STYLE_LINES = 200  # lines sampled to detect how numbers are written
 
 def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None) -> CsvFormat:
     """The columns' names (data.names) against the file's first row: the same names in any order are
-    the file's header, read as it is; a row with one of them in its place is a header they rename
-    by position (a duplicate column, say); a row with one of them in another place is a header in
-    another order, refused (read by position it would mix columns); any other first row is data."""
+    the file's header, read as it is; a header (`_is_header`) with a name in its place renames the
+    columns by position (a duplicate column, say), and one with a name in another place is refused
+    (read by position it would mix columns); any other first row is data."""
     if not names:
         return fmt
-    first = first_row(path, fmt)
+    first, second = _first_rows(path, fmt)
     if sorted(first) == sorted(names):
         return fmt
-    _refuse_misplaced(path, first, list(names))
-    renamed = len(first) == len(names) and any(f == n for f, n in zip(first, names))
-    return replace(fmt, names=tuple(names), header=renamed)
+    position = {name: i for i, name in enumerate(names)}
+    header = _is_header(first, second, position)
+    if header:
+        _refuse_misplaced(path, first, list(names), position)
+    return replace(fmt, names=tuple(names), header=header)
 
 
-def _refuse_misplaced(path: Path, first: list[str], names: list[str]) -> None:
-    """A first-row field that is one of `names`, once in the row, in another column than `names` gives it."""
+def _is_header(first: list[str], second: list[str], position: dict[str, int]) -> bool:
+    """Whether a first row is a header: half its fields (two or more) are words among the names (a
+    data row holds a name as a value rarely; names that are numbers say nothing), or a word stands
+    above a number in some column, as csv.Sniffer.has_header judges."""
+    named = sum(1 for field in first if field in position and not is_number(field))
+    if named >= 2 and 2 * named >= len(first):
+        return True
+    return any(a and not is_number(a) and not is_missing(np.array([a]))[0] and is_number(b)
+               for a, b in zip(first, second))
+
+
+def _refuse_misplaced(path: Path, first: list[str], names: list[str], position: dict[str, int]) -> None:
+    """A header field that is one of `names`, once in the row, in another column than `names` gives it."""
     once = {f for f, count in Counter(first).items() if count == 1}
     for i, field in enumerate(first):
-        if field in once and field in names and (i >= len(names) or names[i] != field):
+        if field in once and field in position and position[field] != i:
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-            raise DataError(f"{path}:1: the header has {field!r} in column {i + 1}, where data.names puts "
-                            f"{names[i] if i < len(names) else 'no column'!r} ({field!r} is column "
-                            f"{names.index(field) + 1} there): read by position it would mix columns. Give the "
-                            f"file a header of data.names' names, in any order ({shown}), or its columns in "
-                            "that order")
+            there = repr(names[i]) if i < len(names) else "no column"
+            raise DataError(f"{path}:1: the header has {field!r} in column {i + 1}, where data.names puts {there} "
+                            f"({field!r} is column {position[field] + 1} there): read by position it would mix "
+                            f"columns. Give the file a header of data.names' names, in any order ({shown}), or "
+                            "its columns in that order")
 
 
 def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
@@ -166,13 +180,14 @@ def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
     return names
 
 
-def first_row(path: Path, fmt: CsvFormat) -> list[str]:
-    """The first line's fields, stripped (a header, or the first row of a headerless file)."""
-    lines = _first_lines(path, fmt.encoding, count=1)
+def _first_rows(path: Path, fmt: CsvFormat) -> tuple[list[str], list[str]]:
+    """The first two lines' fields, stripped (a header and a row, or a headerless file's first rows)."""
+    lines = _first_lines(path, fmt.encoding, count=2)
     try:
-        return [h.strip() for h in next(csv.reader(lines[:1], delimiter=fmt.delimiter), [])]
+        rows = [[h.strip() for h in row] for row in csv.reader(lines[:2], delimiter=fmt.delimiter)]
     except csv.Error as exc:
-        raise DataError(f"{path}: cannot read the first CSV line: {exc}") from exc
+        raise DataError(f"{path}: cannot read the first CSV lines: {exc}") from exc
+    return (rows + [[], []])[0], (rows + [[], []])[1]
 
 
 def _column_error(path: Path, exc: ValueError, names: list[str], first_line: int) -> DataError:
