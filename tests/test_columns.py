@@ -259,6 +259,14 @@ def test_a_bounded_regression_head_that_cannot_reach_the_targets_is_refused(caps
         code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q",
                                "--set", "data.target_normalize=none")
         assert code == 0, err
+        code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "bn", "-q",
+                               "--set", "model.layers=[{type: dense, units: 8, activation: relu}, "
+                               "{type: dense, units: 1, activation: sigmoid}, {type: batchnorm}]")
+        assert code == 0, err  # a batchnorm after the head scales and shifts it: any target is in reach
+        exact = "a,b,label\n" + "".join(f"{a:.4f},{b:.4f},{float(a > 0.5):.0f}\n" for a, b in x)  # targets 0 and 1
+        (tmp_path / "train.csv").write_text(exact)
+        code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "exact", "-q")
+        assert code == 2 and "your targets lie in [0, 1]: keep the sigmoid" in " ".join(err.split()), err
 
 
 def test_target_normalize_none_keeps_raw_targets(tmp_path):

@@ -153,6 +153,7 @@ def check_run(config: Config, network: Network, data: Prepared) -> None:
 
 
 HEAD_RANGES = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "relu": (0.0, math.inf), "gelu": (-0.17, math.inf)}
+KEEP_RANGE = {"dropout", "flatten", "reshape", "pool2d", "global_avg_pool"}  # layers after the head that keep its range
 UNREACHABLE_SHARE = 0.01  # a few outliers out of reach are the data's; more are the head's
 
 
@@ -160,11 +161,12 @@ def unreachable_targets(config: Config, data: Prepared) -> str | None:
     """A regression output bounded by its activation (sigmoid, tanh, relu, elu, gelu) that more than 1%
     of the training targets, as scaled, lie outside of: the model could never fit them (a sigmoid on
     standardized targets reaches only [mean, mean + 1 sd])."""
-    if task_of(config) != "regression":
-        return None
     head = output_head(config.model.layers, config.loss.type)
-    layer = config.model.layers[head.index]
-    low, high = (-(getattr(layer, "alpha", None) or 1.0), math.inf) if head.activation == "elu" else \
+    after = {layer.type for layer in config.model.layers[head.index + 1:]}
+    if task_of(config) != "regression" or not after <= KEEP_RANGE:  # a batchnorm's scale and shift unbind it
+        return None
+    alpha = getattr(config.model.layers[head.index], "alpha", None)
+    low, high = (-(1.0 if alpha is None else alpha), math.inf) if head.activation == "elu" else \
         HEAD_RANGES.get(head.activation, (-math.inf, math.inf))
     y = data.train.y
     share = float(np.mean((y < low) | (y > high))) if y.size else 0.0
@@ -174,8 +176,9 @@ def unreachable_targets(config: Config, data: Prepared) -> str | None:
     place = config.where(*key) or config.where(*key[:3])
     scaled = f"standardized (data.target_normalize: {config.data.target_normalize})" if data.targets.active else \
         "as they are (data.target_normalize: none)"
-    raw = data.targets.restore(y) if data.targets.active else y
-    keep = data.targets.active and bool(((raw >= low) & (raw <= high)).all())
+    raw = y * data.targets.spread.astype(np.float64) + data.targets.shift if data.targets.active else y
+    slack = 1e-6 * float(np.max(data.targets.spread)) if data.targets.active else 0.0  # float32 rounding of 0 and 1
+    keep = data.targets.active and bool(((raw >= low - slack) & (raw <= high + slack)).all())
     fix = (f"your targets lie in [{low:g}, {high:g}]: keep the {head.activation} with data.target_normalize: none, "
            "or make the output linear" if keep else "make the output linear (activation: linear, the usual "
            "regression head)")
