@@ -248,3 +248,25 @@ def test_an_image_model_from_npz_takes_its_arrays(capsys, tmp_path):
     printed = list(csv.reader(io.StringIO(out)))[1:]
     np.testing.assert_allclose(probabilities, np.array([[float(v) for v in r[1:]] for r in printed]), atol=1e-5)
     assert list(labels) == [r[0] for r in printed]
+
+
+def test_a_row_predict_refuses_gets_no_answer_whatever_its_layers_do_with_nan(capsys, tmp_path):
+    """A max-pool drops a NaN that shares its window with numbers: an infinite pixel (predict refuses
+    it) gave a confident label. The row's outputs are NaN and its label empty, decided at the input."""
+    r = np.random.default_rng(1)
+    x = r.normal(size=(60, 1, 4, 4)).astype(np.float32)
+    np.savez(tmp_path / "img.npz", x=x, y=(x.mean(axis=(1, 2, 3)) > 0).astype(np.int64))
+    (tmp_path / "img.yaml").write_text(
+        "name: img\nseed: 0\ndata: {train: img.npz}\nmodel:\n  layers:\n    - {type: pool2d, mode: max, pool_size: 2}\n"
+        "    - {type: flatten}\n    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
+        "optimizer: adam\ntraining: {epochs: 1}\n")
+    assert run_cli(capsys, "train", tmp_path / "img.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    bad = x[:3].copy()
+    bad[1, 0, 0, 0] = np.inf
+    np.savez(tmp_path / "bad.npz", x=bad, y=np.zeros(3, np.int64))
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "bad.npz")
+    assert code == 2 and "inf" in err, err
+    assert run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")[0] == 0
+    probabilities, labels = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"features": bad})
+    assert np.isnan(probabilities[1]).all() and labels[1] == "" and np.isfinite(probabilities[[0, 2]]).all(), \
+        (probabilities, labels)

@@ -90,12 +90,14 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
         raise MagmaError(f"--opset {opset}: the onnx package here (version {g.onnx.__version__}) knows opsets up to "
                          f"{g.onnx.defs.onnx_opset_version()}; give one of them (a runtime may know fewer)")
     x = _inputs(g, saved, file_columns)
+    unread = g.op("Greater", g.op("ReduceSum", g.op("Cast", g.op("IsNaN", x), to=g.onnx.TensorProto.FLOAT),
+                                  g.const([1], "axis", np.int64), keepdims=1), g.const(0.0, "zero"))
     x = g.op("Reshape", x, g.const([-1, *saved.sample_shape], "shape", np.int64))
     shape = saved.sample_shape
     for layer in build_layers(saved.config.model.layers):
         shape = layer.build(shape)  # its input shape, and its inner layers' (a block's)
         x = _layer(g, layer, x, saved)
-    _head(g, saved, x)
+    _head(g, saved, x, unread)
     graph = g.helper.make_graph(g.nodes, "magmadnn", g.inputs, g.outputs, g.constants)
     opsets = [g.helper.make_opsetid("", opset), g.helper.make_opsetid("ai.onnx.ml", 3)]
     model = g.helper.make_model(graph, opset_imports=opsets, producer_name="magmadnn", producer_version=__version__)
@@ -318,16 +320,20 @@ LAYERS: dict[str, Callable[..., str]] = {  # config name -> exporter (a layer mi
 
 
 # -- the head ---------------------------------------------------------------------------------------
-def _head(g: Graph, saved: SavedModel, out: str) -> None:
+def _head(g: Graph, saved: SavedModel, out: str, unread: str) -> None:
+    """The outputs; a row with a cell predict refuses (`unread`, (N, 1): NaN after imputation) gets NaN
+    and an empty label, whatever its layers make of the NaN (a max-pool drops one)."""
     tensor = g.onnx.TensorProto
+    nan = g.const(float("nan"), "nan")
     if saved.task == "regression":
         targets = saved.targets
         value = g.op("Add", g.op("Mul", out, g.const(targets.spread, "spread")), g.const(targets.shift, "shift")) \
             if targets.active else out
-        g.output(_no_infinity(g, value), "prediction", tensor.FLOAT, ["N", "targets"])
+        g.output(g.op("Where", unread, nan, _no_infinity(g, value)), "prediction", tensor.FLOAT, ["N", "targets"])
         return
     probs = out if saved.task == "classification" else \
         g.op("Concat", g.op("Sub", g.const(np.float32(1.0), "one"), out), out, axis=1)
+    probs = g.op("Where", unread, nan, probs)
     g.output(probs, "probabilities", tensor.FLOAT, ["N", len(saved.classes)])
     index = g.op("ArgMax", probs, axis=1, keepdims=0)
     labels = g.const(np.array([str(c) for c in saved.classes], dtype=object), "labels", None)
