@@ -85,10 +85,15 @@ def test_predict_rejects_mismatched_columns_naming_them(capsys, blobs, tmp_path)
     assert code == 2
     said = " ".join(err.split())
     assert "missing feature column(s) f3, which the model reads; the file has f1, f2, f9, f4" in said, said
-    assert "add them to the file (blank cells are filled as in training)" in said and "data.features" not in said
+    assert "add them to the file (blank cells are filled as in training, unless --strict)" in said
+    assert "data.features" not in said
     assert "ignoring" not in err
     write_csv(tmp_path / "blank.csv", ["f1", "f2", "f3", "f4"], [[1, 2, "", 4]])  # the fix it gives works
     assert run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "blank.csv")[0] == 0
+    _train(capsys, blobs, tmp_path / "complete", "-q", "--set", "data.missing_values=error")
+    code, _, err = run_cli(capsys, "predict", tmp_path / "complete", tmp_path / "odd.csv")
+    said = " ".join(err.split())
+    assert code == 2 and "add them to the file, with their values (the model refuses blank cells" in said, said
 
 
 def test_evaluate_reports_full_metrics(capsys, blobs, tmp_path):

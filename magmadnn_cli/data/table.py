@@ -113,7 +113,10 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
     missing = [f for f in wanted if f not in present]
     if missing:
         wanted_by = f", which {spec.features_from} reads" if spec.features_from else " (data.features)"
-        fix = "; add them to the file (blank cells are filled as in training)" if spec.features_from else ""
+        refused = spec.data is not None and "error" in (spec.data.missing_values, spec.data.column_spec(missing[0]).missing)
+        fix = "" if not spec.features_from else "; add them to the file, with their values (the model refuses blank " \
+            "cells: data.missing_values: error)" if refused else "; add them to the file (blank cells are filled as " \
+            "in training, unless --strict)"
         raise DataError(f"{path}: missing feature column(s) {', '.join(missing[:10])}"
                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
                         + f"{wanted_by}; the file has {', '.join(names[:20])}{_closest(missing[0], names)}{fix}")
