@@ -51,7 +51,8 @@ def test_early_stopping_counts_patience_as_keras_does():
             return {}
     rng = np.random.default_rng(3)
     cases = [([1.0] * 10, 3, 0.0), ([1.0, 0.9, 0.95, 0.8, 0.85, 0.86, 0.7, 0.9, 0.9], 2, 0.0), ([1.0] * 5, 0, 0.0),
-             ([1.0, 0.995, 0.99, 0.985, 0.98], 2, 0.01)]
+             ([1.0, 0.995, 0.99, 0.985, 0.98], 2, 0.01), ([float("nan")] * 6, 2, 0.0),
+             ([float("nan"), 1.0, float("nan"), 0.9, float("nan"), float("nan"), 0.95], 2, 0.0)]
     cases += [(list(rng.random(30)), int(p), 0.05) for p in rng.integers(0, 6, 20)]
     for values, patience, min_delta in cases:
         stopper = EarlyStopper("val_loss", patience, min_delta, False)

@@ -206,9 +206,10 @@ def one_class_note(report: dict[str, Any], config: Config) -> str | None:
     if sum(1 for n in predicted if n > 0) != 1:
         return None
     label = labels[next(i for i, n in enumerate(predicted) if n > 0)]
+    weigh = "" if config.training.class_weight is not None else "training.class_weight: balanced, "
     return (f"the model predicts {str(label)!r} for every one of the {sum(predicted):,} training rows: the features "
-            "taught it nothing, or training did not get far. Try training.class_weight: balanced, more training.epochs, "
-            f"or a smaller optimizer.learning_rate (now {config.optimizer.learning_rate:g})")
+            f"taught it nothing, or training did not get far. Try {weigh}more training.epochs, or a smaller "
+            f"optimizer.learning_rate (now {config.optimizer.learning_rate:g})")
 
 
 def _units(data: Prepared) -> str | None:

@@ -83,7 +83,8 @@ def _in_a_section(key: Any, model: Any) -> str:
         return ""
     homes = [f"{name}.{key}" for name, field in model.model_fields.items()
              if isinstance(sub := _section_model(field.annotation), type) and key in sub.model_fields]
-    return f"\n  did you mean {' or '.join(homes)}? (indent it under {homes[0].split('.')[0]}:)" if homes else ""
+    under = f"{homes[0].split('.')[0]}:" if len(homes) == 1 else "its section"
+    return f"\n  did you mean {' or '.join(homes)}? (indent it under {under})" if homes else ""
 
 
 def _section_model(annotation: Any) -> Any:

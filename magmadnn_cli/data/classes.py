@@ -77,8 +77,9 @@ def unseen_categories(unseen: dict[str, Counter], known: dict[str, list[str]], s
         for category in sorted(known.get(name, [])):
             folded.setdefault(category.casefold(), []).append(repr(category))
         common = [(v, n) for v, n in counts.most_common(shown + 1) if v != OTHERS][:shown]
-        values = ", ".join(f"{v!r}" + (f" ({', '.join(folded[v.casefold()])} in training)" if v.casefold() in folded
-                                       else "") + f" x{n}" for v, n in common)
+        values = ", ".join(f"{v[:40]!r}{'...' * (len(v) > 40)}" + (f" ({', '.join(folded[v.casefold()])} in training)"
+                                                                   if v.casefold() in folded else "") + f" x{n}"
+                           for v, n in common)
         return f"{name} ({sum(counts.values())}: {values}{', ...' if len(counts) > len(common) else ''})"
     return "; ".join(one(name, counts) for name, counts in unseen.items())
 

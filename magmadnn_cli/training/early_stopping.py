@@ -36,7 +36,7 @@ class EarlyStopper:
             return False
         # Keras' arithmetic, so ties at min_delta fall the same way: value -/+ min_delta against the best
         better = (value - self.min_delta > self.best) if self.maximize else (value + self.min_delta < self.best)
-        if math.isnan(self.best) or better:
+        if (math.isnan(self.best) and not math.isnan(value)) or better:  # a NaN is no improvement, as in Keras
             self.best, self.best_epoch, self.wait = value, epoch, 0
             if self.restore_best:
                 self.best_state = network.state_dict()
