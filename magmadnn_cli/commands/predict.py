@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..core import backend as B
-from ..data.classes import add_unseen
-from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare, unseen_note
+from ..data.classes import add_unseen, unseen_note
+from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare
 from ..data.fitting import column_strategy, fill_name
 from ..data.tables import ReadSpec, Table, reader_for, style_note, typed_labels
 from ..data.writers import Columns, output_format, write_rows

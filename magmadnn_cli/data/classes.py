@@ -1,15 +1,19 @@
 """What the run log says of a table's classes and categories: labels or categories that differ only
-in case (separate classes, and the data.label_map that merges them; separate one-hot inputs), and
-classes with too few rows to learn or to score."""
+in case (separate classes, and the data.label_map that merges them; separate one-hot inputs),
+classes with too few rows to learn or to score, and the categories a new file holds that training
+did not (counted in bounded memory)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .columns import ColumnEncoder
 
 YAML_WORDS = re.compile(r"(?i)null|~|true|false|yes|no|on|off|y|n")  # quoted where a label is written in YAML
 
@@ -103,3 +107,11 @@ def _shares(codes: np.ndarray, parts: dict[str, np.ndarray], k: int) -> str:
     """How many rows of class `k` each split holds ('train 3, test 1')."""
     return ", ".join(f"{name} {int((codes[parts[name]] == k).sum())}" for name in ("train", "validation", "test")
                      if len(parts.get(name, ())))
+
+
+def unseen_note(unseen: dict[str, Counter], source: str, encoder: ColumnEncoder) -> str | None:
+    if not unseen:
+        return None
+    known = {c.name: list(c.categories) for c in encoder.columns if c.kind == "category"}
+    return (f"{source}: categories not seen in training, encoded as all zeros: {unseen_categories(unseen, known)} "
+            "(data.unseen_categories: error, or --strict, refuses them)")

@@ -18,7 +18,7 @@ from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder, RawColumns
 from .fitting import fit
-from .classes import case_variants, rare_classes, unseen_categories
+from .classes import case_variants, rare_classes, unseen_note
 from .leakage import target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
@@ -217,14 +217,6 @@ def _check_encoded_size(table: Table, encoder: ColumnEncoder) -> None:
                     f"{encoder.width:,} inputs); the host has {B.gib(available)} available. The widest column: "
                     f"{widest.name!r} ({widest.width:,} inputs); leave it out (data.columns.{widest.name}: ignore), "
                     "or use fewer rows")
-
-
-def unseen_note(unseen: dict[str, Counter], source: str, encoder: ColumnEncoder) -> str | None:
-    if not unseen:
-        return None
-    known = {c.name: list(c.categories) for c in encoder.columns if c.kind == "category"}
-    return (f"{source}: categories not seen in training, encoded as all zeros: {unseen_categories(unseen, known)} "
-            "(data.unseen_categories: error, or --strict, refuses them)")
 
 
 def reshaped(x: np.ndarray, shape: list[int] | None, source: str) -> np.ndarray:

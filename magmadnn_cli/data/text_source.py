@@ -24,6 +24,7 @@ OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 DECOMPRESSORS = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
 _READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
 
+
 def is_stream(path: Path) -> bool:
     """`-` (stdin), a FIFO or a character device: data that can be read only once."""
     if str(path) == STDIN:
@@ -95,15 +96,21 @@ class ReadBound:
         return data.getvalue()
 
 
+def stream_opened(path: Path) -> Any:
+    """A stream's kept bytes as a binary file, inflated by its name's suffix (.gz, .bz2, .xz)."""
+    raw: Any = io.BytesIO(stream_bytes(path))
+    suffix = path.suffix.lower()
+    if suffix not in DECOMPRESSORS:
+        return raw
+    return DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
+
+
 def open_text(path: Path, encoding: str = "utf-8") -> TextIO:
     """Text of a file or stream, decompressed by its suffix; a UTF-8 byte-order mark is dropped."""
     encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
     suffix = path.suffix.lower()
     if is_stream(path):
-        raw: Any = io.BytesIO(stream_bytes(path))
-        if suffix in DECOMPRESSORS:
-            raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
-        return io.TextIOWrapper(raw, encoding=encoding, newline="")
+        return io.TextIOWrapper(stream_opened(path), encoding=encoding, newline="")
     if suffix in OPENERS:
         return io.TextIOWrapper(OPENERS[suffix](path, "rb"), encoding=encoding, newline="")
     return open(path, encoding=encoding, newline="")
@@ -157,11 +164,7 @@ def marked_encoding(path: Path, encoding: str) -> str:
         if codecs.lookup(encoding).name != "utf-8":
             return encoding
         if is_stream(path):
-            raw: Any = io.BytesIO(stream_bytes(path))
-            suffix = path.suffix.lower()
-            if suffix in DECOMPRESSORS:
-                raw = DECOMPRESSORS[suffix](fileobj=raw) if suffix == ".gz" else DECOMPRESSORS[suffix](raw)
-            start = raw.read(4)
+            start = stream_opened(path).read(4)
         else:
             with OPENERS.get(path.suffix.lower(), open)(path, "rb") as f:
                 start = f.read(4)
