@@ -81,9 +81,11 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     `strategy` False, plain MPI). A missing seed stays missing: the command draws one for all ranks."""
     from .distributed import get_communicator
     from .distributed.environment import check_srun_step
-    from .distributed.launcher import relaunch
+    from .data.text_source import refuse_streams
+    from .distributed.launcher import ranks_asked, relaunch
     check_srun_step()
     cfg = _load(config, overrides, draw_seed=False)
+    refuse_streams(cfg.data, ranks_asked(*layout, cfg.distributed.processes))
     code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
     if code is not None:  # the job ended: as it ended (one a killed rank ended says how to go on)
         from .commands.run_dir import killed_job

@@ -193,3 +193,10 @@ def test_data_from_a_fifo_or_stdin_is_read_once(tmp_path):
     predicted = run("predict", tmp_path / "file" / "model.npz", "-", stdin=data)
     assert predicted.returncode == 0, predicted.stderr.decode()
     assert predicted.stdout == run("predict", tmp_path / "file" / "model.npz", tmp_path / "blobs.csv").stdout
+    # several ranks would each read it: refused at once, before any rank starts (it hung: rank 1 read an empty stdin)
+    for command in ("train", "tune"):
+        ranked = run(command, tmp_path / "file.yaml", "--out", tmp_path / f"ranked-{command}", "--processes", "2",
+                     "--set", "data.train=-", stdin=data)
+        said = " ".join(ranked.stderr.decode().split())
+        assert ranked.returncode == 2 and "data.train: stdin can be read once, by one process, and this command " \
+            "runs 2 ranks" in said and not (tmp_path / f"ranked-{command}").exists(), said

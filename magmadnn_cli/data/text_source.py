@@ -35,6 +35,18 @@ def is_stream(path: Path) -> bool:
         return False
 
 
+def refuse_streams(data: Any, ranks: int) -> None:
+    """A stream (stdin, a FIFO) as `data`'s train, validation or test file is read once, by one process:
+    refused where several ranks would each read the data (the others waited on it forever)."""
+    paths = {f"data.{key}": getattr(data, key) for key in ("train", "validation", "test")}
+    streams = [(key, path) for key, path in paths.items() if path is not None and is_stream(Path(path))]
+    if streams and ranks > 1:
+        key, path = streams[0]
+        what = "stdin" if str(path) == STDIN else f"{path} (a pipe)"
+        raise DataError(f"{key}: {what} can be read once, by one process, and this command runs {ranks} ranks, each "
+                        "reading the data: save it to a file and give its path, or run one process")
+
+
 def stream_bytes(path: Path) -> bytes:
     """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
     them; bounded by half the memory budget (`ReadBound`)."""

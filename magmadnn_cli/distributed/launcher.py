@@ -125,6 +125,16 @@ def check_layout(layout: Layout, oversubscribe: bool, asked_by: str) -> None:
         check_processes(layout.processes, oversubscribe, asked_by)
 
 
+def ranks_asked(processes: str | None, hostfile: Path | None, hosts: str | None, oversubscribe: bool,
+                configured: int) -> int:
+    """How many ranks this command runs on: its launcher's, or what the options (or the config's
+    `configured` count) ask for; 1 for this process alone."""
+    if launched_ranks():
+        return launched_ranks()
+    layout = resolve_layout(processes, hostfile, hosts, configured)
+    return layout.processes if layout.processes > 1 or layout.hosts else 1
+
+
 def relaunch(processes: str | None, hostfile: Path | None, hosts: str | None, oversubscribe: bool,
              configured: int, config_key: str) -> int | None:
     """Start this command under mpiexec when the options (or the config's `configured` count, named
