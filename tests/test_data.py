@@ -193,6 +193,11 @@ def test_data_from_a_fifo_or_stdin_is_read_once(tmp_path):
     predicted = run("predict", tmp_path / "file" / "model.npz", "-", stdin=data)
     assert predicted.returncode == 0, predicted.stderr.decode()
     assert predicted.stdout == run("predict", tmp_path / "file" / "model.npz", tmp_path / "blobs.csv").stdout
+    import gzip
+    packed = run("train", tmp_path / "file.yaml", "--out", tmp_path / "gz", "-q", "--set", "data.train=-",
+                 stdin=gzip.compress(data))  # it was sent to data.encoding, which predict cannot even set
+    said = " ".join(packed.stderr.decode().split())
+    assert packed.returncode == 2 and "stdin: not CSV text: it is gzip-compressed; a pipe takes CSV text" in said, said
     # several ranks would each read it: refused at once, before any rank starts (it hung: rank 1 read an empty stdin)
     for command in ("train", "tune"):
         ranked = run(command, tmp_path / "file.yaml", "--out", tmp_path / f"ranked-{command}", "--processes", "2",

@@ -151,18 +151,24 @@ OTHER_FORMATS = (  # (signature, what the file is, the fix)
 def binary_error(path: Path) -> DataError | None:
     """A file that starts with another format's signature, named as that format (its undecodable
     bytes would otherwise send the user to data.encoding); None where none matches."""
-    if is_stream(path) or path.suffix.lower() in OPENERS:
+    if path.suffix.lower() in OPENERS:
         return None
     try:
-        with open(path, "rb") as f:
-            start = f.read(8)
-    except OSError:
+        if is_stream(path):
+            start = stream_bytes(path)[:8]  # kept: reading its start again costs nothing
+        else:
+            with open(path, "rb") as f:
+                start = f.read(8)
+    except (OSError, DataError):
         return None
     found = next(((kind, fix) for magic, kind, fix in OTHER_FORMATS if start.startswith(magic)), None)
     if found is None:
         return None
     kind, fix = found
-    return DataError(f"{path}: not CSV text: it is {kind}; {fix or 'give the data as CSV, Parquet, Arrow or .npz'}")
+    if is_stream(path):  # a pipe has no name to say its format
+        fix = "a pipe takes CSV text (zcat FILE | ... for gzip); give any other format as a file, named by its format"
+    name = "stdin" if str(path) == STDIN else path
+    return DataError(f"{name}: not CSV text: it is {kind}; {fix or 'give the data as CSV, Parquet, Arrow or .npz'}")
 
 
 BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
