@@ -137,6 +137,8 @@ def test_predict_replaces_an_existing_file_only_with_overwrite(capsys, tmp_path)
     _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.yaml", "--overwrite"),
              "no output format is written as '.yaml'; name the file .csv, .tsv, .parquet, .feather or .jsonl")
     _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "preds.xlsx"), "as '.xlsx'")
+    _refused(run_cli(capsys, "predict", model, data, "-o", tmp_path / "p.parquet.gz"),  # it said: as '.parquet'
+             "as .parquet.gz (Parquet and Feather compress inside the file)")
     assert snapshot(tmp_path) == before
     (tmp_path / "mine.csv").write_text("old,predictions\n")
     code, _, err = run_cli(capsys, "predict", model, data, "-o", tmp_path / "mine.csv", "--overwrite")

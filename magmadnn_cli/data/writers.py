@@ -47,7 +47,10 @@ def output_format(path: Path | None) -> str:
         return "tsv"
     if path is None or stem.endswith(TEXT_SUFFIXES) or "." not in stem.lstrip("."):
         return "csv"
-    raise DataError(f"--output {path}: no output format is written as {Path(stem).suffix!r}; name the file .csv, .tsv, "
+    packed = name[len(stem):]
+    what = f"{Path(stem).suffix}{packed} (Parquet and Feather compress inside the file)" if packed and \
+        Path(stem).suffix in (".parquet", ".pq", ".feather", ".arrow") else repr(Path(stem).suffix + packed)
+    raise DataError(f"--output {path}: no output format is written as {what}; name the file .csv, .tsv, "
                     ".parquet, .feather or .jsonl (CSV and JSON Lines also .gz, .bz2, .xz)")
 
 
