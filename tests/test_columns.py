@@ -164,6 +164,12 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     (tmp_path / "new.csv").write_text("id,color,size,extra\n7,blue,,x\n8,red,0.5,y\n9,purple,1,z\n")
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--keep", "id")
     assert code == 0, err
+    for keep, said in ((["id", "id"], "--keep id: given twice"),
+                       (["prediction"], "--keep prediction: the output has a column of that name (prediction)")):
+        (tmp_path / "kept.csv").write_text("id,color,size,prediction\n7,blue,1,old\n")
+        refused = run_cli(capsys, "predict", model, tmp_path / "kept.csv", *[a for k in keep for a in ("--keep", k)],
+                          "-o", tmp_path / "k.parquet")
+        assert refused[0] == 2 and said in refused[2] and not (tmp_path / "k.parquet").exists(), refused
     rows = [line.split(",") for line in out.splitlines()]
     assert rows[0] == ["id", "prediction"] and rows[1] == ["7", "cold"] and rows[2] == ["8", "warm"]
     assert "ignoring 1 column(s) the model does not use: extra" in err

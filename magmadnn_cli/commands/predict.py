@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import shlex
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -251,6 +252,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     with B.using(B.select(device, saved.config.precision)):
         network = restore(saved)
+        _check_keep(keep, _columns(saved, network, proba, ()).names)
         tally: dict[str, Any] = {"rows": 0, "unseen": {}, "filled": {}}
         rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path)
                 for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
@@ -297,6 +299,18 @@ def _predicted_rows(table: Table, network: Any, saved: SavedModel, proba: bool, 
     _refuse_non_finite_outputs(outputs, lambda i: [table.raw.row(int(r)) for r in i], table.source, model_path, saved)
     rows = _rows(outputs, saved, proba)
     return np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1) if keep else rows
+
+
+def _check_keep(keep: tuple[str, ...], outputs: list[str]) -> None:
+    """Kept columns are named once each, and not as an output column (a table with two 'prediction'
+    columns: Parquet refuses to read it, JSON keeps one of them)."""
+    twice = next((k for k, n in Counter(keep).items() if n > 1), None)
+    if twice is not None:
+        raise MagmaError(f"--keep {twice}: given twice; give each column once")
+    clash = next((k for k in keep if k in outputs), None)
+    if clash is not None:
+        raise MagmaError(f"--keep {clash}: the output has a column of that name ({', '.join(outputs[:4])}); rename the "
+                         "column in the file to keep it")
 
 
 def _columns(saved: SavedModel, network: Any, proba: bool, keep: tuple[str, ...]) -> Columns:
