@@ -59,12 +59,17 @@ def test_unequal_folds_mean_and_std(capsys, tmp_path):
     assert code == 0, err
     k3 = json.loads((tmp_path / "k3" / "metrics.json").read_text())
     assert [f["test"]["accuracy"] for f in k3["per_fold"]] == pytest.approx([0.75] * 3)
-    code, _, err = run_cli(capsys, "train", _tiny(tmp_path, "a" * 7 + "b" * 3), "--folds", "5", "--out", tmp_path / "k5")
+    code, out, err = run_cli(capsys, "train", _tiny(tmp_path, "a" * 7 + "b" * 3), "--folds", "5", "--out", tmp_path / "k5")
     k5 = json.loads((tmp_path / "k5" / "metrics.json").read_text())
     accuracies = np.array([f["test"]["accuracy"] for f in k5["per_fold"]])
     assert sorted(accuracies.tolist()) == [0.5, 0.5, 0.5, 1.0, 1.0]  # 3 b's: three folds hold one each
     assert k5["mean"]["test"]["accuracy"] == pytest.approx(0.7)
     assert k5["std"]["test"]["accuracy"] == pytest.approx(accuracies.std())
+    said = " ".join((out + err).split())  # 5 folds, 3 rows of 'b': two folds test without it, said (it was not)
+    assert "5 folds, but class 'b' has 3 rows: some folds' test rows hold none of it" in said, said
+    assert "use at most 3 folds" in said
+    assert "folds, but class" not in " ".join(run_cli(capsys, "train", _tiny(tmp_path, "a" * 9 + "b" * 3), "--folds",
+                                                      "3", "--out", tmp_path / "k3b")[1:])
 
 
 def test_folds_refuse_resume_and_separate_test_files(capsys, tmp_path):

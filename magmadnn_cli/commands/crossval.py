@@ -45,7 +45,9 @@ def fold_metrics(config: Config, k: int, folds: int,
             checked()
         history = run.fit()
         run.trainer.check_weights()
-        return {"fold": k + 1, **final_metrics(run, history, time.perf_counter() - started)}, run.data.notes
+        thin = _thin_class(run.data, folds) if k == 0 else None
+        return ({"fold": k + 1, **final_metrics(run, history, time.perf_counter() - started)},
+                run.data.notes + ([thin] if thin else []))
 
 
 def _enough_rows(data: Prepared, folds: int) -> None:
@@ -54,6 +56,21 @@ def _enough_rows(data: Prepared, folds: int) -> None:
     if folds > rows:
         raise MagmaError(f"{folds} folds: {data.source} has {rows} rows, so some folds would "
                          f"hold none; use at most {rows} folds (--folds / search.folds)")
+
+
+def _thin_class(data: Prepared, folds: int) -> str | None:
+    """More folds than a class has rows: some test folds hold none of it, and their MCC and macro scores
+    leave it out (scikit-learn's StratifiedKFold warns alike)."""
+    if not data.classes or len(data.classes) < 2:
+        return None
+    labels = np.concatenate([split.y.reshape(-1) for split in (data.train, data.validation, data.test)
+                             if split is not None]).astype(np.int64)
+    counts = np.bincount(labels, minlength=len(data.classes))
+    fewest = int(np.argmin(counts))
+    if folds <= counts[fewest]:
+        return None
+    return (f"{folds} folds, but class {str(data.classes[fewest])!r} has {counts[fewest]} rows: some folds' test "
+            f"rows hold none of it, and their MCC and macro scores leave it out; use at most {counts[fewest]} folds")
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
