@@ -145,3 +145,25 @@ def test_a_run_that_has_not_ended_is_drawn_from_its_newest_checkpoint(capsys, bl
     assert list(best_line.get_xdata()) == [lowest, lowest] and f"lowest validation loss ({lowest})" in best_line.get_label()
     code, _, err = run_cli(capsys, "plot", run)
     assert code == 0 and _not_blank(_image(run / "curves.png"))
+
+
+def test_files_a_person_put_in_a_run_folder_are_never_replaced_or_removed(capsys, blobs, tmp_path):
+    """A person's own model.onnx and curves.png in a run folder: --overwrite and --resume removed them
+    (saying 'exported from the model this run replaces'), plot replaced curves.png. Only the files
+    magmadnn wrote there (recorded by content) are replaced or removed."""
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.epochs=2")[0] == 0
+    (run / "curves.png").write_text("MY PNG")
+    code, _, err = run_cli(capsys, "plot", run)
+    assert code == 2 and "curves.png (the default output): exists; it is not replaced without --overwrite" in err, err
+    (run / "model.onnx").write_text("MY OWN")
+    for again in (["--overwrite"], ["--resume", str(run), "--set", "training.epochs=3"]):
+        code, out, err = run_cli(capsys, "train", blobs, "--out", run, *again)
+        said = " ".join((out + err).split())
+        assert code == 0 and (run / "model.onnx").read_text() == "MY OWN", said
+        assert (run / "curves.png").read_text() == "MY PNG" and "kept" in said and "removed " + str(run / "model.onnx") \
+            not in said, said
+    (run / "curves.png").unlink()
+    assert run_cli(capsys, "plot", run)[0] == 0 and run_cli(capsys, "plot", run)[0] == 0  # its own: redrawn
+    assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--overwrite")[0] == 0
+    assert not (run / "curves.png").exists()  # it drew the replaced run: removed with it

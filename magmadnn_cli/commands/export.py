@@ -12,6 +12,7 @@ from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
 from ..training.modelfile import SavedModel, load
 from ..training.onnx_graph import OPSET, required_opset
+from .made_files import record
 from .run_dir import model_file
 
 
@@ -40,6 +41,7 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
     model = build(saved, file_columns(saved), opset)
     data = model.SerializeToString()
     atomic_write(out, lambda f: f.write(data))
+    record(out, data)  # in a run folder: a later run that replaces the model removes this export
     return {"path": str(out), "inputs": [i.name for i in model.graph.input],
             "outputs": [o.name for o in model.graph.output],
             "opset": opset, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}

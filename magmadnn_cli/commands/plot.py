@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
+from .made_files import is_made, record
 from .run_dir import classify
 
 SPLITS = ("train", "validation", "test")
@@ -38,10 +39,13 @@ def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path
         check_output_file(out, overwrite=overwrite)
     figure, name = _figure(folder)
     target = out or folder / name
+    if out is None and target.exists() and not is_made(target):  # a file of a person's, not an earlier plot
+        check_output_file(target, overwrite=overwrite, given=False)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     _pyplot().close(figure)
     atomic_write(target, lambda f: f.write(buffer.getvalue()))
+    record(target, buffer.getvalue())
     return target
 
 

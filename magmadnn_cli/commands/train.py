@@ -31,6 +31,7 @@ from ..training.trainer import History, Trainer
 from ..training.mlflow_tracking import STATE as MLFLOW_STATE
 from ..training.tracking import check_tracking, tracked
 from ..distributed.comm import on_root
+from .made_files import remove_made
 from .run_dir import choose, classify, locked, version_note
 
 
@@ -110,12 +111,17 @@ def _starting_point(config: Config, init_from: Path | None, resume: Path | None,
 
 
 def drop_stale_export(out_dir: Path, reporter: Reporter) -> None:
-    """The run folder's model.onnx (export's default) was exported from the model this run replaces
-    (a resumed run's earlier end): removed, as it no longer gives this model's predictions."""
-    if (out_dir / "model.onnx").is_file():
-        (out_dir / "model.onnx").unlink()
-        reporter.info(f"removed {out_dir / 'model.onnx'}: exported from the model this run replaces; "
-                      f"magmadnn export {out_dir} writes this one's")
+    """The run folder's model.onnx, if export wrote it there, was exported from the model this run
+    replaces (a resumed run's earlier end): removed, as it no longer gives this model's predictions.
+    A model.onnx of a person's own stays, said."""
+    onnx = out_dir / "model.onnx"
+    had = onnx.is_file()
+    if remove_made(onnx):
+        reporter.warn(f"kept {onnx}: not written by magmadnn export (or changed since), so not removed; it does not "
+                      f"describe the model this run writes (magmadnn export {out_dir} --overwrite replaces it)")
+    elif had:
+        reporter.info(f"removed {onnx}: exported from the model this run replaces; magmadnn export {out_dir} "
+                      "writes this one's")
 
 
 def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
@@ -125,11 +131,15 @@ def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
     (out_dir / MODEL).unlink(missing_ok=True)
     removed = clear(out_dir / "checkpoints")  # with or without new ones
     (out_dir / MLFLOW_STATE).unlink(missing_ok=True)  # a later --resume must not continue its MLflow run
-    for name in ("metrics.json", "metrics.csv", "curves.png", "model.onnx"):  # they describe the replaced run
+    for name in ("metrics.json", "metrics.csv"):  # they describe the replaced run
         (out_dir / name).unlink(missing_ok=True)
+    kept = [name for name in ("curves.png", "model.onnx") if remove_made(out_dir / name)]  # drawn, exported from it
     gone = [MODEL] * had_model + [f"{removed} checkpoint(s)"] * bool(removed)
     if gone:
         reporter.info(f"removed {' and '.join(gone)} of the run this one replaces in {out_dir}")
+    if kept:
+        reporter.warn(f"kept {', '.join(kept)} in {out_dir}: not written by magmadnn (or changed since), so not "
+                      "removed, though the run they sit beside is replaced")
 
 
 def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
