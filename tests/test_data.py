@@ -51,7 +51,10 @@ def test_malformed_csv_is_a_located_error(tmp_path, text, message):
 def test_npz_and_its_problems(tmp_path):
     np.savez(tmp_path / "ok.npz", x=np.arange(12).reshape(4, 3), y=np.array([0, 1, 0, 1]))
     t = read_table(tmp_path / "ok.npz", ReadSpec(None, None))
-    assert t.x.shape == (4, 3) and t.x.dtype == np.float32
+    assert t.x.shape == (4, 3) and t.x.dtype == np.float32 and not t.notes
+    named = read_table(tmp_path / "ok.npz", ReadSpec("species", ["a", "b"]))  # column settings for a table: said unused
+    assert named.notes == [f"{tmp_path / 'ok.npz'}: data.target (species) and data.features (['a', 'b']) ignored: an "
+                           ".npz has no columns to name; its arrays x (the samples) and y (the targets) are read"]
     np.savez(tmp_path / "nox.npz", z=np.zeros(3))
     with pytest.raises(DataError, match="expected arrays 'x' and 'y'"):
         read_table(tmp_path / "nox.npz", ReadSpec(None, None))

@@ -134,7 +134,12 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
         x = x.astype(spec.dtype or B.current().floatx)
     flat = x.reshape(len(x), -1)
     check_finite(flat, path, [f"x[{i}]" for i in range(flat.shape[1])])
-    return Table(RawColumns(x), y, [f"x{i}" for i in range(flat.shape[1])], str(path))
+    table = Table(RawColumns(x), y, [f"x{i}" for i in range(flat.shape[1])], str(path))
+    unused = [f"data.{key} ({value})" for key, value in (("target", spec.target), ("features", spec.features)) if value]
+    if unused and not spec.features_from:  # said when training reads it (not again for a model that was)
+        table.notes.append(f"{path}: {' and '.join(unused)} ignored: an .npz has no columns to name; its arrays x "
+                           "(the samples) and y (the targets) are read")
+    return table
 
 
 def read_image_set(path: Path, spec: ReadSpec) -> Table:
