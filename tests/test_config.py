@@ -184,7 +184,7 @@ def test_validate_command_prints_resolved_config(capsys, blobs):
     csv.write_text("\n".join([lines[0] + ",color"] + [f"{line},{'rgb'[i % 3]}" for i, line in enumerate(lines[1:])]))
     code, out, err = run_cli(capsys, "validate", blobs)  # what train would say of the data, before training
     said = " ".join(err.split())
-    assert code == 0 and "text columns read as categories (one-hot), booleans or dates: color (category, 3 values)" \
+    assert code == 0 and "columns read as categories (one-hot), booleans or dates: color (category, 3 values)" \
         in said and said.endswith("valid"), said
 
 

@@ -85,7 +85,7 @@ def _described(column: Column) -> str:
 
 
 def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
-    notes = [f"text columns read as categories (one-hot), booleans or dates: {', '.join(inferred)}; set "
+    notes = [f"columns read as categories (one-hot), booleans or dates: {', '.join(inferred)}; set "
              "data.columns.<name> to type them yourself"] if inferred else []
     notes += [f"constant columns left out of the inputs (one value in every training row): {', '.join(constant[:20])}"
               + (f" (+{len(constant) - 20} more)" if len(constant) > 20 else "")] if constant else []
