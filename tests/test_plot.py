@@ -167,3 +167,11 @@ def test_files_a_person_put_in_a_run_folder_are_never_replaced_or_removed(capsys
     assert run_cli(capsys, "plot", run)[0] == 0 and run_cli(capsys, "plot", run)[0] == 0  # its own: redrawn
     assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--overwrite")[0] == 0
     assert not (run / "curves.png").exists()  # it drew the replaced run: removed with it
+
+
+def test_plot_of_a_folder_that_is_not_there_says_so(capsys, tmp_path):
+    for path, said in ((tmp_path / "nonexist", "no such folder"), (tmp_path / "f.txt", "is a file")):
+        if said == "is a file":
+            path.write_text("x")
+        code, _, err = run_cli(capsys, "plot", path)
+        assert code == 2 and f"{path}: {said}; plot takes a run or search folder" in err, err

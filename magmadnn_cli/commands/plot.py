@@ -51,6 +51,9 @@ def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path
 
 def _figure(folder: Path) -> tuple[Any, str]:
     """The folder's figure and its default file name, by what the folder holds."""
+    if not folder.is_dir():
+        raise MagmaError(f"{folder}: {'is a file' if folder.exists() else 'no such folder'}; plot takes a run or "
+                         "search folder (the --out of train or tune)")
     kind, metrics = classify(folder), folder / "metrics.csv"
     if metrics.is_file():
         if "fold" in _columns(metrics) and "epoch" not in _columns(metrics):  # `train --folds`
