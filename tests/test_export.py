@@ -229,17 +229,23 @@ def test_export_refuses_an_existing_file_and_an_old_opset(capsys, tmp_path):
     assert code == 2 and "opset 17 or newer" in err and not (tmp_path / "n.onnx").exists()
 
 
-def test_an_image_model_from_npz_takes_its_arrays(capsys, tmp_path):
-    r = np.random.default_rng(0)
-    x = r.normal(size=(120, 1, 6, 6)).astype(np.float32)
+def _image_run(capsys, tmp_path: Path, shape: tuple[int, ...], layers: list[str], epochs: int, seed: int) -> np.ndarray:
+    """A model trained on random images of `shape` (label: the mean's sign) from an .npz, through
+    `layers` then a 2-way softmax, into tmp_path/run; returns the images."""
+    x = np.random.default_rng(seed).normal(size=shape).astype(np.float32)
     np.savez(tmp_path / "img.npz", x=x, y=(x.mean(axis=(1, 2, 3)) > 0).astype(np.int64))
     (tmp_path / "img.yaml").write_text(
-        "name: img\nseed: 0\ndata: {train: img.npz}\nmodel:\n  layers:\n"
-        "    - {type: conv2d, filters: 3, kernel_size: 3, padding: same, activation: relu}\n"
-        "    - {type: pool2d, mode: avg, pool_size: 2}\n    - {type: flatten}\n"
-        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: adam\n"
-        "training: {epochs: 2}\n")
+        "name: img\nseed: 0\ndata: {train: img.npz}\nmodel:\n  layers:\n" + "".join(f"    - {layer}\n" for layer in layers)
+        + f"    - {{type: dense, units: 2, activation: softmax}}\nloss: cross_entropy\noptimizer: adam\n"
+        f"training: {{epochs: {epochs}}}\n")
     assert run_cli(capsys, "train", tmp_path / "img.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    return x
+
+
+def test_an_image_model_from_npz_takes_its_arrays(capsys, tmp_path):
+    x = _image_run(capsys, tmp_path, (120, 1, 6, 6), ["{type: conv2d, filters: 3, kernel_size: 3, padding: same, "
+                                                      "activation: relu}", "{type: pool2d, mode: avg, pool_size: 2}",
+                                                      "{type: flatten}"], epochs=2, seed=0)
     assert run_cli(capsys, "export", tmp_path / "run", "-o", tmp_path / "m.onnx")[0] == 0
     session = ort.InferenceSession(str(tmp_path / "m.onnx"))
     assert session.get_inputs()[0].shape == ["N", 1, 6, 6]
@@ -253,14 +259,8 @@ def test_an_image_model_from_npz_takes_its_arrays(capsys, tmp_path):
 def test_a_row_predict_refuses_gets_no_answer_whatever_its_layers_do_with_nan(capsys, tmp_path):
     """A max-pool drops a NaN that shares its window with numbers: an infinite pixel (predict refuses
     it) gave a confident label. The row's outputs are NaN and its label empty, decided at the input."""
-    r = np.random.default_rng(1)
-    x = r.normal(size=(60, 1, 4, 4)).astype(np.float32)
-    np.savez(tmp_path / "img.npz", x=x, y=(x.mean(axis=(1, 2, 3)) > 0).astype(np.int64))
-    (tmp_path / "img.yaml").write_text(
-        "name: img\nseed: 0\ndata: {train: img.npz}\nmodel:\n  layers:\n    - {type: pool2d, mode: max, pool_size: 2}\n"
-        "    - {type: flatten}\n    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
-        "optimizer: adam\ntraining: {epochs: 1}\n")
-    assert run_cli(capsys, "train", tmp_path / "img.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    x = _image_run(capsys, tmp_path, (60, 1, 4, 4), ["{type: pool2d, mode: max, pool_size: 2}", "{type: flatten}"],
+                   epochs=1, seed=1)
     bad = x[:3].copy()
     bad[1, 0, 0, 0] = np.inf
     np.savez(tmp_path / "bad.npz", x=bad, y=np.zeros(3, np.int64))
