@@ -75,15 +75,17 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
         metrics = final_metrics(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
         if comm.is_root:
-            _write_and_report(run, out_dir, weights, metrics, history, reporter)
+            _write_and_report(run, out_dir, weights, metrics, history, reporter, resumed=ckpt is not None)
         comm.barrier()
     return RunResult(out_dir, metrics, history)
 
 
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,
-                      reporter: Reporter) -> None:
-    """Rank 0: the run's files, then the final metrics and what they say of the model."""
-    drop_stale_export(out_dir, reporter)
+                      reporter: Reporter, resumed: bool) -> None:
+    """Rank 0: the run's files, then the final metrics and what they say of the model (a fresh run's
+    folder lost its earlier export as it started: `replace_earlier_run`)."""
+    if resumed:
+        drop_stale_export(out_dir, reporter)
     write_outputs(out_dir, pin_conv_algorithms(run.config, run.network), run.network, weights, run.data, run.task,
                   metrics, history)
     reporter.table(metrics_table(f"{run.config.name} — final metrics", {k: v for k, v in metrics.items() if k in SPLITS},
