@@ -203,23 +203,25 @@ class ColumnEncoder:
 
 
 def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool,
-            saved: bool) -> tuple[np.ndarray, Counter | int]:
-    """The column's block, and the cells of categories unseen in training (a Counter; 0 for others)."""
+            saved: bool) -> tuple[np.ndarray, Counter]:
+    """The column's block, and its cells of categories unseen in training, by value (none but in a
+    category column)."""
     if col.kind == "constant":
-        return np.zeros((len(raw.x), 0), dtype), 0
+        return np.zeros((len(raw.x), 0), dtype), Counter()
     if col.kind == "number":
         values = raw.x[:, j] if j not in raw.text else numbers_in(raw, j, col.name, source, saved)
         missing = np.isnan(values)
         block = np.where(missing, np.dtype(dtype).type(col.fill), values)[:, None].astype(dtype, copy=False)
-        return _with_indicator(block, missing, col.indicator), 0
+        return _with_indicator(block, missing, col.indicator), Counter()
     cells = raw.cells(j)
     missing = is_missing(cells)
     if col.kind == "date":
         values = dates_in(np.where(missing, col.fill, cells), raw, col, source, saved)
-        return _with_indicator(dates.features(values, col.time_of_day, np.dtype(dtype)), missing, col.indicator), 0
+        block = dates.features(values, col.time_of_day, np.dtype(dtype))
+        return _with_indicator(block, missing, col.indicator), Counter()
     if col.kind == "boolean":
         flags = booleans_in(np.where(missing, str(col.fill), cells), raw, col.name, source, saved)
-        return _with_indicator(flags[:, None].astype(dtype), missing, col.indicator), 0
+        return _with_indicator(flags[:, None].astype(dtype), missing, col.indicator), Counter()
     cells = np.where(missing, str(col.fill), canonical(cells))
     index = {c: i for i, c in enumerate(col.categories)}
     uniques, inverse, counts = np.unique(cells, return_inverse=True, return_counts=True)
