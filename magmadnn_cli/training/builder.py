@@ -142,14 +142,22 @@ def check_run(config: Config, network: Network, data: Prepared) -> None:
     unreachable = unreachable_targets(config, data)
     if unreachable:
         raise DataError(unreachable)
+    if problem := _unmeasured_monitor(config, data):
+        raise MagmaError(problem)
+
+
+def _unmeasured_monitor(config: Config, data: Prepared) -> str | None:
+    """Early stopping on a metric the run never reports (it would never fire), at its key."""
     es = config.training.early_stopping
-    place = f"{where}: " if (where := config.where("training", "early_stopping", "monitor")) else ""
-    if es is not None and "accuracy" in es.monitor and config.loss.task == "regression":
-        raise MagmaError(f"{place}training.early_stopping.monitor: {es.monitor} is measured for a classification "
-                         f"loss; loss {config.loss.type} reports val_loss and loss (monitor: val_loss)")
-    if es is not None and es.monitor.startswith("val_") and data.validation is None:
-        raise MagmaError(f"{place}training.early_stopping.monitor: {es.monitor} needs validation data "
-                         "(data.validation_split > 0 or data.validation)")
+    if es is None:
+        return None
+    key = f"{config.where('training', 'early_stopping', 'monitor') or ''}: training.early_stopping.monitor".lstrip(": ")
+    if "accuracy" in es.monitor and config.loss.task == "regression":
+        return (f"{key}: {es.monitor} is measured for a classification loss; loss {config.loss.type} reports "
+                "val_loss and loss (monitor: val_loss)")
+    if es.monitor.startswith("val_") and data.validation is None:
+        return f"{key}: {es.monitor} needs validation data (data.validation_split > 0 or data.validation)"
+    return None
 
 
 HEAD_RANGES = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "relu": (0.0, math.inf), "gelu": (-0.17, math.inf)}
