@@ -57,7 +57,7 @@ ProcessesOpt = Annotated[Optional[str], typer.Option("--processes", "-n", metava
                          "here [default: distributed.processes]")]
 DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu")]
 ModelArg = Annotated[Path, typer.Argument(help="model.npz from `magmadnn train`, or its run folder")]
-HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="`host:slots` a line", show_default=False)]
+HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="`host:slots` or `host slots=N` a line", show_default=False)]
 HostsOpt = Annotated[Optional[str], typer.Option("--hosts", metavar="H:SLOTS,...", help="as node01:4,node02:4")]
 
 

@@ -88,7 +88,8 @@ class Cluster:
         rsh = self.folder / "rsh.sh"
         rsh.write_text(RSH % cases)
         rsh.chmod(0o755)
-        self.hostfile.write_text("# two simulated hosts, two slots each\n" + "".join(f"{a}:2\n" for a in HOSTS))
+        first, second = HOSTS  # hydra's format, then Open MPI's (Horovod's, DeepSpeed's)
+        self.hostfile.write_text(f"# two simulated hosts, two slots each\n{first}:2\n{second} slots=2  # the second\n")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_", "SLURM_", "HYDRA_"))}
         self.env.update(HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=str(rsh), UCX_TLS="self,tcp",
                         OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")

@@ -1,5 +1,5 @@
-"""Where `--processes` puts its ranks: `--hostfile FILE` (hydra's format: `host` or `host:slots` a line,
-whole-line `#` comments, blank lines) or `--hosts h1:4,h2:4`; `auto` counts every slot of the hosts
+"""Where `--processes` puts its ranks: `--hostfile FILE` (hydra's `host:slots` or Open MPI's `host
+slots=N` a line, `#` comments, blank lines) or `--hosts h1:4,h2:4`; `auto` counts every slot of the hosts
 given, else the tasks of the Slurm allocation this runs inside (`sbatch`, `salloc`), else this
 machine's cores. Slurm's compressed lists (`node[01-03,07]`, `2(x3),1`) are expanded here, without
 scontrol. Also the mpiexec command line that starts the layout."""
@@ -17,8 +17,9 @@ from typing import Mapping
 from ..errors import MagmaError
 
 Hosts = list[tuple[str, int]]
-_ENTRY = re.compile(r"([A-Za-z0-9_.\-]+)(?::([0-9]+))?")
-_EXAMPLE = "expected `host` or `host:slots` (slots a whole number, 1 or more), as in `node01:4`"
+_ENTRY = re.compile(r"([A-Za-z0-9_.\-]+)(?::([0-9]+)|\s+slots=([0-9]+)(?:\s+max[_-]slots=[0-9]+)?)?")
+_EXAMPLE = ("expected `host`, `host:slots` or `host slots=N` (slots a whole number, 1 or more), as in `node01:4` "
+            "or `node01 slots=4`")
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Layout:
     """How many ranks, on which hosts (none: this machine, or the allocation hydra finds itself)."""
     processes: int
     hosts: Hosts = field(default_factory=list)
-    hostfile: Path | None = None  # the file as the user gave it (hydra reads it itself with -f)
+    hostfile: Path | None = None  # the file as the user gave it (for the resume hint)
     allocation: int | None = None  # the Slurm allocation's tasks, when inside one and no hosts were given
 
     @property
@@ -39,41 +40,51 @@ class Layout:
 
 
 def _entry(text: str) -> tuple[str, int] | None:
+    """(host, slots) of `host`, hydra's `host:slots` or Open MPI's `host slots=N [max_slots=M]`."""
     match = _ENTRY.fullmatch(text.strip())
-    slots = int(match.group(2) or 1) if match else 0
+    slots = int(match.group(2) or match.group(3) or 1) if match else 0
     return (match.group(1), slots) if match and slots >= 1 else None
 
 
 def read_hostfile(path: Path) -> Hosts:
-    """The hosts of a hydra hostfile; a malformed line is named by file and line."""
+    """The hosts of a hostfile in hydra's or Open MPI's format (`#` starts a comment); a host named
+    twice takes the slots of both; a malformed line is named by file and line."""
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
     except FileNotFoundError:
         raise MagmaError(f"--hostfile {path}: not found; give a file of `host:slots` lines") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MagmaError(f"--hostfile {path}: cannot be read ({exc})") from None
     hosts: Hosts = []
     for number, line in enumerate(lines, 1):
-        if not line.strip() or line.strip().startswith("#"):
+        text = line.partition("#")[0]
+        if not text.strip():
             continue
-        entry = _entry(line)
+        entry = _entry(text)
         if entry is None:
-            comment = " A comment takes a whole line (start it with #)." if "#" in line else ""
-            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received {line.strip()!r}.{comment}")
+            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received {line.strip()!r}")
         hosts.append(entry)
     if not hosts:
         raise MagmaError(f"--hostfile {path}: names no host; write one `host:slots` a line, as in `node01:4`")
-    return hosts
+    return _merged(hosts)
+
+
+def _merged(hosts: Hosts) -> Hosts:
+    """One entry a host, in the order of first mention, with the slots of all its mentions."""
+    slots: dict[str, int] = {}
+    for host, count in hosts:
+        slots[host] = slots.get(host, 0) + count
+    return list(slots.items())
 
 
 def parse_hosts(text: str) -> Hosts:
-    """`--hosts h1:4,h2:4` (a host without slots has 1)."""
+    """`--hosts h1:4,h2:4` (a host without slots has 1; one named twice, the slots of both)."""
     parts = text.split(",")
     hosts = [_entry(part) for part in parts]
     for part, entry in zip(parts, hosts):
         if entry is None:
             raise MagmaError(f"--hosts: {part.strip()!r}: {_EXAMPLE}, comma-separated: --hosts node01:4,node02:4")
-    return hosts  # type: ignore[return-value]
+    return _merged(hosts)  # type: ignore[arg-type]
 
 
 def expand_nodelist(text: str) -> list[str]:
@@ -153,16 +164,14 @@ def resolve_layout(processes: str | None, hostfile: Path | None, hosts: str | No
 
 
 def mpiexec_command(mpiexec: str, version: str, layout: Layout, argv: list[str]) -> list[str]:
-    """`mpiexec [hosts] -n N python -m magmadnn_cli ARGV`: hydra reads the hostfile itself (`-f`) or
-    takes `-hosts`; Open MPI takes `--host h:slots,...` (its hostfile format differs)."""
+    """`mpiexec [hosts] -n N python -m magmadnn_cli ARGV`, the hosts as hydra's `-hosts h:slots,...`
+    or Open MPI's `--host h:slots,...` (whichever format the hostfile was in)."""
     flags: list[str] = []
     if is_open_mpi(version):
         flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
         if layout.hosts:
             flags += ["--host", ",".join(f"{host}:{slots}" for host, slots in layout.hosts)]
-    elif layout.hostfile is not None:
-        flags = ["-f", str(Path(layout.hostfile).resolve())]
-    elif layout.hosts:
+    elif layout.hosts:  # hydra's -hosts: a hostfile may be in Open MPI's format, which `-f` cannot read
         flags = ["-hosts", ",".join(f"{host}:{slots}" for host, slots in layout.hosts)]
     return [mpiexec, *flags, "-n", str(layout.processes), sys.executable, "-m", "magmadnn_cli", *argv]
 
