@@ -68,6 +68,18 @@ def test_predict_matches_in_process_forward_and_keeps_string_labels(capsys, blob
     assert sum(r["prediction"] == "abc"[i % 3] for i, r in enumerate(rows)) >= 114
 
 
+def test_small_probabilities_keep_their_digits():
+    """A probability of 3e-9 is written as such, not rounded to 0 (a log loss of it would be infinite),
+    to the 7 significant digits float32 holds."""
+    from types import SimpleNamespace
+
+    from magmadnn_cli.commands.predict import _rows
+    saved = SimpleNamespace(task="binary", classes=["no", "yes"])
+    rows = _rows(np.array([[3e-9], [0.123456789]], dtype=np.float32), saved, proba=True)
+    assert rows[:, 0].tolist() == ["no", "no"]
+    assert float(rows[0, 2]) == pytest.approx(3e-9, rel=1e-6) and rows[1, 2] == "0.1234568", rows
+
+
 def test_predict_to_stdout_and_from_npz(capsys, blobs, tmp_path):
     _train(capsys, blobs, tmp_path / "run", "-q")
     code, out, _ = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "blobs.csv")

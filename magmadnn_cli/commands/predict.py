@@ -334,14 +334,15 @@ def _outputs(network: Any, x: np.ndarray, saved: SavedModel) -> np.ndarray:
 
 
 def _rows(outputs: np.ndarray, saved: SavedModel, proba: bool) -> np.ndarray:
-    """Output rows as text: values to the precision the model computes in (7 significant digits for
-    float32), labels as the training data spells them, probabilities to 6 digits."""
+    """Output rows as text: values and probabilities to the precision the model computes in (7
+    significant digits for float32: a probability of 3e-9 stays one), labels as the training data
+    spells them."""
+    digits = "%.7g" if outputs.dtype == np.float32 else "%.15g"
     if saved.task == "regression":
-        digits = "%.7g" if outputs.dtype == np.float32 else "%.15g"
         return np.char.mod(digits, outputs.reshape(len(outputs), -1))
     probs = np.concatenate([1 - outputs, outputs], axis=1) if saved.task == "binary" else outputs
     labels = np.array([str(c) for c in saved.classes], dtype=object)
     predicted = labels[probs.argmax(axis=1)][:, None]
     if not proba:
         return predicted
-    return np.concatenate([predicted, np.char.mod("%.6g", np.round(probs.astype(np.float64), 6)).astype(object)], axis=1)
+    return np.concatenate([predicted, np.char.mod(digits, probs).astype(object)], axis=1)
