@@ -305,6 +305,15 @@ training: {epochs: 40, checkpoint: false}
     (tmp_path / "with_header.csv").write_text(_color_data())      # a headed export of the same rows
     code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "with_header.csv", "--json")
     assert code == 0 and json.loads(out)["rows"] == 90
+    code, expected, err = run_cli(capsys, "predict", model, tmp_path / "h.data", "--proba")
+    assert code == 0, err
+    (tmp_path / "new.data").write_text("".join(r.rsplit(",", 1)[0] + "\n" for r in rows))  # new rows: no label
+    (tmp_path / "new.csv").write_text("size,color\n" + (tmp_path / "new.data").read_text())
+    for new in ("new.data", "new.csv"):  # data.names but the target, with or without their header
+        code, out, err = run_cli(capsys, "predict", model, tmp_path / new, "--proba")
+        assert code == 0 and out == expected, err
+    code, _, err = run_cli(capsys, "evaluate", model, tmp_path / "new.data")
+    assert code == 2 and "label" in err, err
 
 
 def test_a_misspelt_column_in_data_columns_is_named_with_a_suggestion(tmp_path):

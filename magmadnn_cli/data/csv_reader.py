@@ -79,15 +79,16 @@ def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line:
 
 
 def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
-           names: list[str] | tuple[str, ...] | None = None) -> CsvFormat:
+           names: list[str] | tuple[str, ...] | None = None, optional: str | None = None) -> CsvFormat:
     """The delimiter: given, tab for .tsv, else the one of , ; tab | that splits the header into
-    the most fields and every sampled row into as many (quotes respected). `names`: see `_named`.
+    the most fields and every sampled row into as many (quotes respected). `names`: see `_named`;
+    `optional`: the one of them a file may lack (the target, for predict).
     A UTF-16 or UTF-32 byte-order mark sets the encoding (`marked_encoding`)."""
     encoding = marked_encoding(path, encoding)
     if delimiter is not None:
-        return _named(path, CsvFormat(delimiter, encoding), names)
+        return _named(path, CsvFormat(delimiter, encoding), names, optional)
     if ".tsv" in path.name.lower():
-        return _named(path, CsvFormat("\t", encoding), names)
+        return _named(path, CsvFormat("\t", encoding), names, optional)
     lines = _first_lines(path, encoding)
     best, fields = ",", 1
     for candidate in DELIMITERS:
@@ -97,7 +98,7 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
             continue
         if counts and counts[0] > fields and all(c == counts[0] for c in counts):
             best, fields = candidate, counts[0]
-    return _named(path, CsvFormat(best, encoding), names)
+    return _named(path, CsvFormat(best, encoding), names, optional)
 
 
 def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands: str | None) -> CsvFormat:
@@ -113,14 +114,18 @@ def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands
 STYLE_LINES = 200  # lines sampled to detect how numbers are written
 
 
-def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None) -> CsvFormat:
+def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None,
+           optional: str | None = None) -> CsvFormat:
     """The columns' names (data.names) against the file's first row: the same names in any order are
     the file's header, read as it is; a header (`_is_header`) with a name in its place renames the
     columns by position (a duplicate column, say), and one with a name in another place is refused
-    (read by position it would mix columns); any other first row is data."""
+    (read by position it would mix columns); any other first row is data. A first row one field
+    short of the names, where the `optional` column may be left out, names the others."""
     if not names:
         return fmt
     first, second = _first_rows(path, fmt)
+    if optional in names and len(first) == len(names) - 1:
+        names = tuple(name for name in names if name != optional)
     if sorted(first) == sorted(names):
         return fmt
     position = {name: i for i, name in enumerate(names)}

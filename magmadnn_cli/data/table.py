@@ -56,7 +56,8 @@ class ReadSpec:
 
     def csv_format(self, path: Path) -> CsvFormat:
         data = self.data
-        fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header)
+        fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header,
+                     None if self.need_target or not data else data.target)
         return with_number_style(path, fmt, data.decimal if data else None, data.thousands if data else None)
 
     def blanked(self, table: "Table") -> "Table":
