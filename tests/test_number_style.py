@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from magmadnn_cli.data.numbers import detect_style, respelled
+from magmadnn_cli.data.numbers import detect_style, respelled, two_way_cells
 
 CONFIG = """\
 name: spelled
@@ -195,3 +195,32 @@ def test_thousands_grouped_by_a_space_are_named_with_the_setting_that_reads_them
     _write(tmp_path, "plain.csv", rows, lambda v, grouped=True: repr(float(v)), ",")
     plain, _ = _train(capsys, tmp_path, "plain.csv")
     assert spaced["train"]["loss"] == plain["train"]["loss"]
+
+
+@pytest.mark.parametrize("lines, delimiter, expected", [
+    (["w;p", "70;1.200", "80;8.795", "75;950"], ";", ["1.200", "8.795"]),  # every dotted cell: groups of 3
+    (["w\tp", "70\t12.500.000"], "\t", ["12.500.000"]),
+    (["w;p", "70;1.200", "80;0.795"], ";", []),    # 0.795 is no thousands grouping: decimals
+    (["w;p", "70;1.200", "80;8.79"], ";", []),     # 8.79: a decimal point
+    (["w;p", "70;1.200", "80;3,5"], ";", []),      # a decimal comma: detected as the European style
+    (["w,p", "70,1.200", "80,8.795"], ",", []),    # comma-separated: '.' is no thousands mark there
+])
+def test_cells_that_read_two_ways_are_found(lines, delimiter, expected):
+    assert two_way_cells([line + "\n" for line in lines], delimiter) == expected
+
+
+def test_a_european_file_whose_dots_may_group_thousands_is_warned_about(capsys, tmp_path):
+    """`1.200` in a ;-separated file with no decimal comma: 1.2 or 1200? Read as 1.2 (the plain style),
+    with a warning that names the cells and the settings that read them as thousands."""
+    rng = np.random.default_rng(0)
+    prices = rng.integers(300, 20000, 200)
+    rows = [f"{w};{p // 1000}.{p % 1000:03d};{w + p / 1000:.0f}" if p >= 1000 else f"{w};{p};{w + p / 1000:.0f}"
+            for w, p in zip(rng.integers(50, 90, 200), prices)]
+    (tmp_path / "euro3.csv").write_text("weight;price;target\n" + "\n".join(rows) + "\n")
+    _, log = _train(capsys, tmp_path, "euro3.csv")
+    assert "'.' may group thousands" in log and "data.thousands: '.'" in log and "data.decimal: ','" in log, log
+    assert "read as decimals" in log
+    (tmp_path / "declared").mkdir()
+    (tmp_path / "declared" / "euro3.csv").write_bytes((tmp_path / "euro3.csv").read_bytes())
+    _, log = _train(capsys, tmp_path / "declared", "euro3.csv", extra=", decimal: ',', thousands: '.'")
+    assert "may group thousands" not in log, log

@@ -16,7 +16,7 @@ import numpy as np
 from .. import signals
 from ..errors import DataError
 from .columns import is_missing, is_number
-from .numbers import OffStyle, detect_style, is_plain, typed_cells
+from .numbers import OffStyle, detect_style, is_plain, two_way_cells, typed_cells
 from .text_source import READ_ERRORS, ReadBound, binary_error, check_file, is_stream, marked_encoding, open_text
 
 MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
@@ -33,6 +33,7 @@ class CsvFormat:
     thousands: str = ""
     style_detected: bool = False          # decimal and thousands were read off the file, not declared
     style_seen: tuple[str, str] | None = None  # declared: how the file's own lines write numbers, if they show it
+    two_way: tuple[str, ...] = ()          # undeclared: cells such as '1.200' that read two ways (numbers.two_way_cells)
 
     @property
     def plain_numbers(self) -> bool:
@@ -104,11 +105,13 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
 def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands: str | None) -> CsvFormat:
     """`fmt` with how its numbers are written: as declared (data.decimal, data.thousands), else
     detected from the file's first lines (a decimal comma in a file not separated by commas)."""
-    detected = None if is_stream(path) and (decimal or thousands) else \
-        detect_style(_first_lines(path, fmt.encoding, count=STYLE_LINES), fmt.delimiter)
+    lines = None if is_stream(path) and (decimal or thousands) else _first_lines(path, fmt.encoding, count=STYLE_LINES)
+    detected = detect_style(lines, fmt.delimiter) if lines is not None else None
     if decimal is not None or thousands is not None:
         return replace(fmt, decimal=decimal or ".", thousands=thousands or "", style_seen=detected)
-    return replace(fmt, decimal=detected[0], thousands=detected[1], style_detected=True) if detected else fmt
+    if detected:
+        return replace(fmt, decimal=detected[0], thousands=detected[1], style_detected=True)
+    return replace(fmt, two_way=tuple(two_way_cells(lines, fmt.delimiter)))
 
 
 STYLE_LINES = 200  # lines sampled to detect how numbers are written

@@ -88,6 +88,33 @@ def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
     return (",", ".") if any("," in c and comma.fullmatch(c) for c in cells) else None
 
 
+_GROUPS_OF_THREE = re.compile(r"[+-]?[1-9]\d{0,2}(\.\d{3})+")
+
+
+def two_way_cells(lines: list[str], delimiter: str, shown: int = 3) -> list[str]:
+    """Number cells of a file not separated by commas that read two ways ('1.200': 1.2, or 1200 with
+    '.' between thousands) where no cell settles it: every cell with a '.' is digits in groups of
+    three after a first digit, and none has a decimal comma (else `detect_style` decides). The first
+    `shown` of them; none where the style is plain beyond doubt."""
+    if delimiter == ",":
+        return []
+    cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
+    dotted = [c for c in cells if "." in c and (is_number(c) or _GROUPS_OF_THREE.fullmatch(c))]
+    if not dotted or any(not _GROUPS_OF_THREE.fullmatch(c) for c in dotted) or detect_style(lines, delimiter):
+        return []
+    return list(dict.fromkeys(dotted))[:shown]
+
+
+def two_way_note(path: Any, cells: list[str]) -> str:
+    """The warning for `two_way_cells`: how they are read, and the settings that read them otherwise."""
+    first = cells[0]
+    read = f"They are read as decimals ({first} = {float(first):g})" if is_number(first) else "They are read as text"
+    return (f"{path}: number cells such as {', '.join(repr(c) for c in cells)} have three digits after every '.': "
+            f"'.' may group thousands (a European export) or be a decimal point. {read}; if '.' groups thousands "
+            f"({first} = {first.replace('.', '')}), set "
+            "data.decimal: ',' and data.thousands: '.'; to keep decimals and drop this warning, set data.decimal: '.'")
+
+
 def other_style_note(path: Any, seen: tuple[str, str] | None, decimal: str, thousands: str) -> str | None:
     """A warning for a file whose own lines write numbers in style `seen`, read in the declared (or
     the model's) style instead; None when they agree."""

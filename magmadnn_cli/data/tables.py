@@ -22,7 +22,7 @@ from .columns import RawColumns
 from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
 from .text_source import STDIN, check_file, is_stream
 from .images import image_format, read_images
-from .numbers import OffStyle, other_style_note, respelled_labels
+from .numbers import OffStyle, other_style_note, respelled_labels, two_way_note
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
 
 __all__ = ["READERS", "Reader", "ReadSpec", "Table", "read_table", "reader_for", "synthetic", "typed_labels"]
@@ -87,6 +87,8 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     table = table or joined(list(csv_chunks(path, spec, whole=True)), spec, path)
     if note := other_style_note(path, fmt.style_seen, fmt.decimal, fmt.thousands):
         table.notes.append(note)
+    if fmt.two_way:
+        table.notes.append(two_way_note(path, list(fmt.two_way)))
     if fmt.style_detected:
         table.settled.update(decimal=fmt.decimal, thousands=fmt.thousands)
         table.notes.append(f"{path}: numbers are written with {fmt.decimal!r} as the decimal mark and "
