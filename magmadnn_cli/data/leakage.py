@@ -63,3 +63,59 @@ def _one_to_one(x: np.ndarray, classes: np.ndarray) -> np.ndarray:
     same = (x == representative[classes]).all(axis=0)
     distinct = np.array([len(set(representative[:, j].tolist())) == len(first) for j in range(x.shape[1])])
     return same & distinct
+
+
+REPEATED = 0.05  # the share of held-out rows repeating training rows that is said
+BLOCK = 4096     # rows hashed at a time
+
+
+def repeated_rows(train_x: np.ndarray, train_y: np.ndarray, held_x: np.ndarray, held_y: np.ndarray) -> int:
+    """How many held-out rows repeat a training row exactly, features and target together (by a
+    64-bit hash of each row's bytes, in blocks: memory of one block, not of the table)."""
+    if not len(held_x) or not len(train_x):
+        return 0
+    return int(np.isin(_row_hashes(held_x, held_y), _row_hashes(train_x, train_y)).sum())
+
+
+def _row_hashes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A random linear hash modulo 2^64 of each row's 32-bit words (features, then the target)."""
+    x, y = x.reshape(len(x), -1), np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+    width = (x.shape[1] * x.dtype.itemsize + y.shape[1] * 8) // 4
+    weights = np.random.default_rng(0).integers(0, 2**64 - 1, width, dtype=np.uint64, endpoint=True)
+    hashes = np.empty(len(x), dtype=np.uint64)
+    for start in range(0, len(x), BLOCK):
+        block = np.concatenate([np.ascontiguousarray(x[start:start + BLOCK]).view(np.uint32),
+                                np.ascontiguousarray(y[start:start + BLOCK]).view(np.uint32)], axis=1)
+        hashes[start:start + BLOCK] = (block.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    return hashes
+
+
+def chance_share(x: np.ndarray, sample: int = 5000) -> float:
+    """The share of held-out rows that would match one of `x`'s rows by coincidence, were the
+    columns independent: 1 - exp(-rows x the product of each column's collision probability
+    (estimated without bias on a sample of rows)). Records of few distinct values repeat naturally."""
+    x = x.reshape(len(x), -1)
+    rows = x[np.random.default_rng(0).choice(len(x), sample, replace=False)] if len(x) > sample else x
+    n, log_match = len(rows), 0.0
+    if n < 2:
+        return 0.0
+    for j in range(rows.shape[1]):
+        counts = np.unique(rows[:, j], return_counts=True)[1].astype(np.float64)
+        collision = (np.sum(counts * counts) - n) / (n * (n - 1))
+        if collision <= 0:
+            return 0.0
+        log_match += np.log(collision)
+    return float(-np.expm1(-len(x) * np.exp(log_match)))
+
+
+def repeats_note(repeats: dict[str, tuple[int, int]], chance: float, source: str) -> str | None:
+    """The run-log warning for held-out parts ({name: (repeating rows, rows)}) of which at least
+    REPEATED, and three times what coincidence gives (`chance`), repeat training rows; None if none."""
+    named = {k: (n, total) for k, (n, total) in repeats.items()
+             if total and n >= 2 and n >= total * max(REPEATED, 3 * chance)}
+    if not named:
+        return None
+    parts = "; ".join(f"{name}: {n} of its {total} rows ({100 * n / total:.0f}%)" for name, (n, total) in named.items())
+    return (f"held-out rows repeat a training row exactly, features and target ({parts}), far more than coincidence "
+            f"gives ({100 * chance:.1f}%): their scores count them as unseen, and read high. If {source} holds "
+            "duplicate records, remove them before training")

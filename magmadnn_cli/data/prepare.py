@@ -19,7 +19,7 @@ from ..errors import DataError
 from .columns import ColumnEncoder, RawColumns
 from .fitting import fit
 from .classes import case_variants, rare_classes, unseen_note
-from .leakage import target_copies
+from .leakage import chance_share, repeated_rows, repeats_note, target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 
@@ -276,6 +276,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     scale_targets = task == "regression" and cfg.target_normalize != "none"
     targets = TargetScaler.fit(labels[parts["train"]], table.source) if scale_targets else TargetScaler()
     splits: dict[str, Split | None] = {"train": Split(normalizer(x[parts["train"]]), targets(labels[parts["train"]]))}
+    held: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each held-out part's encoded rows and targets
     for name in ("validation", "test"):
         path = getattr(cfg, name) if fold is None else None
         if path is not None:
@@ -286,14 +287,23 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             if ox.shape[1:] != x.shape[1:]:
                 raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
             notes += other.notes + [n for n in [unseen_note(unseen, str(path), encoder)] if n]
-            oy = map_labels(other.y, cfg.label_map)
-            splits[name] = Split(normalizer(ox), targets(encode_targets(oy, task, classes, str(path), other.raw)))
+            oy = encode_targets(map_labels(other.y, cfg.label_map), task, classes, str(path), other.raw)
+            held[f"{name} ({path})"] = ox, oy
+            splits[name] = Split(normalizer(ox), targets(oy))
         elif len(parts[name]):
+            held[name] = x[parts[name]], labels[parts[name]]
             splits[name] = Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
         else:
             splits[name] = None
+    notes += [n for n in [_repeats(x[parts["train"]], labels[parts["train"]], held, table.source)] if n]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled)
+
+
+def _repeats(x: np.ndarray, y: np.ndarray, held: dict[str, tuple[np.ndarray, np.ndarray]], source: str) -> str | None:
+    """The warning for held-out parts that repeat training rows (duplicate records split apart)."""
+    counts = {name: (repeated_rows(x, y, hx, hy), len(hx)) for name, (hx, hy) in held.items()}
+    return repeats_note(counts, chance_share(x) if any(n for n, _ in counts.values()) else 0.0, source)
 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
