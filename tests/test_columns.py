@@ -43,23 +43,23 @@ def test_types_are_inferred_and_missing_cells_filled_from_training_rows(tmp_path
     assert [cols[n].kind for n in ("size", "color", "member", "weight")] == ["number", "category", "boolean", "number"]
     assert cols["size"].fill == np.median([1, 3, 4, 5])          # NA: the median of the present cells
     assert cols["weight"].fill == np.median([10, 30, 40])        # blank and n/a both missing
-    assert cols["color"].categories == ["blue", "green", "red"]  # '?' is missing, filled with the mode
-    assert cols["color"].fill == "green"
+    assert cols["color"].categories == ["(missing)", "blue", "green", "red"]  # '?' is missing: its own category
+    assert cols["color"].fill == "(missing)"
     assert cols["member"].fill in ("true", "false")
-    # encoded width: size 1 + color 3 + member 1 + weight 1
-    assert data.sample_shape == (6,)
+    # encoded width: size 1 + color 4 + member 1 + weight 1
+    assert data.sample_shape == (7,)
     x = data.train.x
     assert np.isfinite(x).all()
     # rows in the data's order are recovered through the split permutation: find the row with size 2
     # (impossible: size NA was filled with the median 3.5) -> exactly two rows have size 3.5? no: one
     assert sum(np.isclose(data.normalizer.shift[0] + x[:, 0] * data.normalizer.spread[0], 3.5)) == 1
-    assert any("columns read as categories" in n and "color (category, 3 values)" in n for n in data.notes)
+    assert any("columns read as categories" in n and "color (category, 4 values)" in n for n in data.notes)
     assert any("median: size (1), weight (2)" in n for n in data.notes)
 
 
 def test_one_hot_columns_are_not_normalized(tmp_path):
     data = prepare(_cfg(tmp_path, normalize="standard"), "classification", 0)
-    onehot = data.train.x[:, 1:4]
+    onehot = data.train.x[:, 1:5]  # color: (missing), blue, green, red
     assert set(np.unique(onehot)) <= {0.0, 1.0} and (onehot.sum(axis=1) == 1).all()
     assert abs(data.train.x[:, 0].mean()) < 1e-6                 # the number column is standardized
 
@@ -93,7 +93,7 @@ def test_declared_types_override_inference(tmp_path):
     data = prepare(_cfg(tmp_path, columns={"weight": "category", "member": "ignore"}), "classification", 0)
     cols = _columns(data)
     assert "member" not in cols and cols["weight"].kind == "category"
-    assert cols["weight"].categories == ["10", "30", "40"]      # numbers spelled shortest
+    assert cols["weight"].categories == ["(missing)", "10", "30", "40"]  # numbers spelled shortest
     with pytest.raises(DataError, match=r"column 'color', data row 1: 'green' is not a number"):
         prepare(_cfg(tmp_path, columns={"color": "number"}), "classification", 0)
 
@@ -544,7 +544,7 @@ def test_missing_tokens_are_missing_cells_in_every_column_and_the_target(tmp_pat
         prepare(_cfg(tmp_path, text), "classification", 0)
     data = prepare(_cfg(tmp_path, text, missing_tokens=["-", "Unknown"]), "classification", 0)
     cols = _columns(data)
-    assert cols["width"].kind == "number" and cols["colour"].categories == ["b", "g", "r"]
+    assert cols["width"].kind == "number" and cols["colour"].categories == ["(missing)", "b", "g", "r"]
     assert len(data.train.x) == 39 and any("1 row(s) without a target (blank, NA, ?, or data.missing_tokens: data rows 20)"
                                            in n for n in data.notes), data.notes
     widths = [float(line.split(",")[0]) for i, line in enumerate(lines) if i and i != 20  # row 20: no target
@@ -557,7 +557,7 @@ def test_missing_tokens_are_missing_cells_in_every_column_and_the_target(tmp_pat
     assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
     (tmp_path / "new.csv").write_text("width,colour\n-,r\n3.0,unknown\n3.0,r\n")
     code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv", "--proba")
-    assert code == 0 and "width (1: median" in err and "colour (1: most frequent value" in err, err
+    assert code == 0 and "width (1: median" in err and "colour (1: a category of its own '(missing)')" in err, err
 
 
 def test_a_number_token_is_missing_in_a_number_column_whatever_else_the_file_or_chunk_holds(tmp_path, capsys):

@@ -68,10 +68,11 @@ def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, Any]
 
 
 def _fill_of(saved: SavedModel, name: str) -> str:
-    """How training fills a column's missing cells, and with what: 'median 0.25', 'most frequent value 'blue''."""
+    """How training fills a column's missing cells, and with what: 'median 0.25', 'most frequent value 'blue'',
+    'a category of its own '(missing)''."""
     column = next(c for c in saved.encoder.columns if c.name == name)
     value = f"{column.fill:.6g}" if isinstance(column.fill, float) else repr(column.fill)
-    return f"{fill_name(_strategy(saved, name), column.kind)} {value}"
+    return f"{fill_name(_strategy(saved, name), column)} {value}"
 
 
 def _strategy(saved: SavedModel, name: str) -> str:

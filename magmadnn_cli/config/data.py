@@ -49,8 +49,9 @@ class DataConfig(Strict):
         default_factory=dict, description="per column: a type (number, category, boolean, ignore) or "
                                           "{type, missing, fill_value, indicator}; the rest are inferred")
     missing_values: MissingStrategy = Field(
-        "auto", description="missing cells (blank, NA, N/A, NaN, null, None, ?): auto = median for numbers, "
-                            "most frequent for categories and booleans; error refuses them")
+        "auto", description="missing cells (blank, NA, N/A, NaN, null, None, ?): auto = median for numbers, a "
+                            "category of their own ('(missing)') for categories, most frequent for booleans; error "
+                            "refuses them")
     missing_tokens: list[str] = Field(default_factory=list, description="more cell texts read as missing in "
                                       "every column and the target, compared without case and surrounding spaces, "
                                       "e.g. ['-', unknown] (pandas' na_values); stored with the model for predict")

@@ -63,17 +63,31 @@ def column_strategy(own: str | None, table_wide: str, kind: str) -> str:
     return own or table_wide
 
 
-def fill_name(strategy: str, kind: str) -> str:
-    """What data.missing_values `strategy` fills a column of `kind` with, in words."""
+MISSING_CATEGORY = "(missing)"  # auto's fill of a category column with missing training cells
+
+
+def fill_name(strategy: str, column: Column) -> str:
+    """What data.missing_values `strategy` fills `column` with, in words."""
+    if strategy == "auto" and _own_category(column):
+        return "a category of its own"
     if strategy in ("auto", "error"):
-        strategy = "median" if kind in ("number", "date") else "most_frequent"
-    return {"median": "median date" if kind == "date" else "median", "mean": "mean",
+        strategy = "median" if column.kind in ("number", "date") else "most_frequent"
+    return {"median": "median date" if column.kind == "date" else "median", "mean": "mean",
             "most_frequent": "most frequent value", "constant": "constant"}[strategy]
 
 
+def _own_category(column: Column) -> bool:
+    """Whether a category column's fill is auto's category for missing cells ('(missing)', or
+    '(missing 2)' where the data holds a '(missing)')."""
+    return column.kind == "category" and re.fullmatch(r"\(missing( \d+)?\)", str(column.fill)) is not None
+
+
 def _filled_with(strategy: str, column: Column) -> str:
-    """'the training rows' median', or 'the constant 'n/a'' (the run log's words for a fill)."""
-    how = fill_name(strategy, column.kind)
+    """'the training rows' median', 'the constant 'n/a'' or 'a category of their own, '(missing)''
+    (the run log's words for a fill)."""
+    how = fill_name(strategy, column)
+    if how == "a category of its own":
+        return f"a category of their own, {column.fill!r}"
     return f"the constant {column.fill!r}" if how == "constant" else f"the training rows' {how}"
 
 
@@ -330,4 +344,7 @@ def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy
         flags = booleans_in(np.where(missing, "false", cells), raw, column.name, source)[~missing]
         return "true" if flags.sum() * 2 >= len(flags) and len(flags) else "false"
     counts = Counter(canonical(cells[~missing]).tolist())
+    if strategy == "auto" and column.kind == "category" and missing.any():
+        return next(name for k in range(1, len(counts) + 2)
+                    if (name := MISSING_CATEGORY if k == 1 else f"(missing {k})") not in counts)
     return min(counts, key=lambda c: (-counts[c], c)) if counts else "missing"

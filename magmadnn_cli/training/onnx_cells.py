@@ -77,13 +77,27 @@ def boolean(g: Graph, cells: str) -> str:
 
 def one_hot(g: Graph, cells: str, categories: list[str]) -> str:
     """The category's one-hot row; an unseen category is all zeros, as `predict` encodes it by default.
-    Categories that are all numbers are compared as numbers (the cell '1.0' is the category '1', as
-    the readers spell codes; a cell that is no number matches none); others by their text."""
+    Categories that are numbers are compared as numbers (the cell '1.0' is the category '1', as the
+    readers spell codes; a cell that is no number matches none); the others by their text."""
     float_ = g.onnx.TensorProto.FLOAT
-    numbers = _as_numbers(categories)
-    if numbers is not None:
+    numbers_at = [i for i, c in enumerate(categories) if _as_number(c) is not None]
+    words_at = [i for i in range(len(categories)) if i not in set(numbers_at)]
+    parts = []
+    if numbers_at:
         values = _as_value(g, cells, float_)
-        return g.op("Cast", g.op("Equal", values, g.const([numbers], "categories")), to=float_)
+        codes = g.const([[_as_number(categories[i]) for i in numbers_at]], "categories")
+        parts.append(g.op("Cast", g.op("Equal", values, codes), to=float_))
+    if words_at:
+        parts.append(_text_one_hot(g, cells, [categories[i] for i in words_at]))
+    if len(parts) == 1:
+        return parts[0]
+    order = np.argsort(numbers_at + words_at)  # the concatenated columns back in the categories' order
+    return g.op("Gather", g.op("Concat", *parts, axis=1), g.const(order.astype(np.int64), "order", np.int64), axis=1)
+
+
+def _text_one_hot(g: Graph, cells: str, categories: list[str]) -> str:
+    """One-hot rows of categories compared by text (a cell with whitespace around it stripped first)."""
+    float_ = g.onnx.TensorProto.FLOAT
     padded = g.op("RegexFullMatch", cells, pattern=f"(?s)(?:{SPACE_CHAR}.*|.*{SPACE_CHAR})")
     count = g.op("ReduceSum", g.op("Cast", padded, to=g.onnx.TensorProto.INT64), keepdims=0)
     stripped = g.branch(lambda: g.op("Cast", g.op("Concat", *(_matches(g, cells, [c]) for c in categories), axis=1),
@@ -101,9 +115,9 @@ def _exact_one_hot(g: Graph, cells: str, categories: list[str]) -> str:
     return g.op("Cast", hot, to=g.onnx.TensorProto.FLOAT)
 
 
-def _as_numbers(categories: list[str]) -> list[float] | None:
+def _as_number(category: str) -> float | None:
     try:
-        values = [float(c) for c in categories]
+        value = float(category)
     except ValueError:
         return None
-    return values if all(math.isfinite(v) for v in values) else None
+    return value if math.isfinite(value) else None

@@ -1,0 +1,71 @@
+"""A category column's missing cells are a category of their own by default (as scikit-learn's
+OneHotEncoder and Ludwig do): a blank often says something (no lifeboat: did not survive). Filled
+with the most frequent value, that signal was thrown away."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conftest import run_cli
+from magmadnn_cli.config.data import DataConfig
+from magmadnn_cli.data.prepare import prepare
+
+
+def _boats(n: int = 400, seed: int = 0) -> str:
+    """`boat` is blank exactly for the rows labelled died; `x` is noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, x in enumerate(rng.random(n)):
+        lived = rng.random() < 0.4
+        boat = "ABCD"[i % 4] if lived else ""
+        rows.append(f"{x:.4f},{boat},{'lived' if lived else 'died'}")
+    return "x,boat,label\n" + "\n".join(rows) + "\n"
+
+
+def test_missing_cells_are_a_category_of_their_own_and_said_so(tmp_path):
+    (tmp_path / "b.csv").write_text(_boats())
+    data = prepare(DataConfig(train=tmp_path / "b.csv", target="label", validation_split=0.0), "classification", 0)
+    boat = next(c for c in data.encoder.columns if c.name == "boat")
+    assert boat.fill == "(missing)" and boat.categories == ["(missing)", "A", "B", "C", "D"]
+    assert any("a category of their own, '(missing)': boat" in n for n in data.notes), data.notes
+    mode = prepare(DataConfig(train=tmp_path / "b.csv", target="label", validation_split=0.0,
+                              missing_values="most_frequent"), "classification", 0)
+    assert next(c for c in mode.encoder.columns if c.name == "boat").fill in "ABCD"  # the choice stays
+
+
+def test_a_real_category_named_like_the_missing_one_keeps_its_own(tmp_path):
+    text = _boats().replace(",A,", ",(missing),")
+    (tmp_path / "b.csv").write_text(text)
+    data = prepare(DataConfig(train=tmp_path / "b.csv", target="label", validation_split=0.0), "classification", 0)
+    boat = next(c for c in data.encoder.columns if c.name == "boat")
+    assert boat.fill == "(missing 2)" and "(missing)" in boat.categories
+
+
+def test_a_column_complete_in_training_fills_a_blank_at_predict_with_its_most_frequent_value(tmp_path, capsys):
+    """No missing category was learned: a blank at predict is no unseen value (refused under
+    unseen_categories: error), but the most frequent one, as before."""
+    (tmp_path / "b.csv").write_text(_boats().replace(",,", ",E,"))
+    (tmp_path / "c.yaml").write_text(
+        "name: b\nseed: 0\ndata: {train: b.csv, target: label, unseen_categories: error}\n"
+        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, checkpoint: false}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    (tmp_path / "new.csv").write_text("x,boat\n0.5,\n")
+    code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv")
+    assert code == 0 and "boat (1: most frequent value 'E')" in err, err
+
+
+def test_the_missing_category_carries_the_signal_to_the_test_score(tmp_path, capsys):
+    (tmp_path / "b.csv").write_text(_boats(600))
+    (tmp_path / "c.yaml").write_text(
+        "name: b\nseed: 0\ndata: {train: b.csv, target: label, test_split: 0.3}\n"
+        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 30, checkpoint: false}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    import json
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["test"]["accuracy"] == 1.0, metrics  # blank boat <=> died; the mode (A) mixed them with A's
+    (tmp_path / "new.csv").write_text("x,boat\n0.5,\n0.5,B\n")
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv")
+    assert code == 0 and out.split() == ["prediction", "died", "lived"], (out, err)
+    assert "a category of its own '(missing)'" in err, err
