@@ -125,3 +125,45 @@ def test_the_job_is_ended_with_its_message_when_the_rank_that_should_say_it_is_l
     job, processes = _start(tmp_path, "distributed.timeout=3", ranks=3, late_rank=0)
     err = _ended(job, processes, within=30)
     assert "the job is ended" in err and f"rank 1 on {socket.gethostname()}" in err and "stopped answering" in err, err
+
+
+# The CLI, with rank 1 stopping itself as the final metrics begin (their evaluation sums over ranks).
+FINAL_STOPPER = """\
+import os, signal, sys
+from pathlib import Path
+from magmadnn_cli import cli
+from magmadnn_cli.commands import train
+marks, final_metrics = Path(os.environ["MARKS"]), train.final_metrics
+def stopping(run, *args):
+    rank = run.comm.rank
+    (marks / f"rank{rank}.tmp").write_text(str(os.getpid()))
+    (marks / f"rank{rank}.tmp").rename(marks / f"rank{rank}")
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return final_metrics(run, *args)
+train.final_metrics = stopping
+sys.argv[0] = "magmadnn"
+cli.main()
+"""
+
+
+def test_a_rank_stopped_in_the_final_evaluation_ends_the_job_too(tmp_path):
+    """The timeout watched the training loop only: a rank stopped as the final metrics began hung the
+    job forever (rank 0 in the evaluation's reduction), and SIGTERMs could not end it."""
+    config = project(tmp_path)
+    (tmp_path / "stopper.py").write_text(FINAL_STOPPER)
+    (tmp_path / "marks").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT), MARKS=str(tmp_path / "marks"))
+    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(tmp_path / "stopper.py"), "train", str(config),
+                            "--out", str(tmp_path / "run"), "-q", "--set", "training.epochs=2", "--set",
+                            "distributed.timeout=3", "--set", "distributed.strategy=allreduce"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / "marks" / f"rank{r}").exists() for r in (0, 1)):
+        assert job.poll() is None, job.communicate()
+        assert time.monotonic() < deadline, "the ranks never reached the final metrics"
+        time.sleep(0.02)
+    err = _ended(job, job_processes(job.pid), within=15)
+    assert f"rank 1 on {socket.gethostname()}" in err and "stopped answering" in err, err
+    assert not (tmp_path / "run" / "model.npz").exists()

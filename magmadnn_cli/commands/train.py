@@ -53,8 +53,12 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     started = time.perf_counter()
     config, ckpt = _starting_point(config, init_from, resume, comm)
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
+    run: Run | None = None
+    last = lambda: run.saver.last if run is not None and run.saver is not None else None  # noqa: E731
+    # watched from the first collective to the last: a rank that stops answering in any ends the job
     with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
-            tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter:
+            tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
+            comm.watched(config.distributed.timeout, last):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         if moved:  # said once the run's checks have passed: a refused run claims no folder
             reporter.info(moved)
@@ -69,8 +73,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             replace_earlier_run(out_dir, reporter)
         if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
             write_config(out_dir, run.config, {"init_from": run.trainer.origin})
-        with comm.watched(config.distributed.timeout, lambda: run.saver.last if run.saver is not None else None):
-            history = run.fit(prune)
+        history = run.fit(prune)
         run.trainer.check_weights()
         metrics = final_metrics(run, history, time.perf_counter() - started)
         weights = run.network.state_dict()  # on every rank: split layers are gathered whole
