@@ -171,12 +171,12 @@ class FolderLock:
         if holder is None:
             return  # unreadable: a writer killed before it wrote the lock's contents
         pid, host, job = holder["pid"], holder["host"], holder.get("slurm_job")
-        if host == me["host"]:
-            if pid != me["pid"] and _alive(pid):
-                raise MagmaError(_busy(self.folder, pid))
-            return
         if job is not None and job == me.get("slurm_job") and me["slurm_restart"] > holder.get("slurm_restart", 0):
             return  # this job was requeued: Slurm ended every step of the earlier run before restarting it
+        if host == me["host"]:
+            if pid != me["pid"] and _alive(pid, holder.get("started")):
+                raise MagmaError(_busy(self.folder, pid))
+            return
         raise MagmaError(_held_elsewhere(self.folder, self.path, holder, me))
 
     def __exit__(self, *exc: object) -> None:
@@ -207,8 +207,11 @@ class FolderLock:
 
 
 def _identity() -> dict[str, Any]:
-    """What a lock records of its holder: PID, host and, inside a Slurm job, the job id and restart count."""
+    """What a lock records of its holder: PID, its start (a reused PID is told apart), host and, inside a
+    Slurm job, the job id and restart count."""
     me: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname()}
+    if (started := _started(os.getpid())) is not None:
+        me["started"] = started
     if job := os.environ.get("SLURM_JOB_ID"):
         restarts = os.environ.get("SLURM_RESTART_COUNT", "")
         me.update(slurm_job=job, slurm_restart=int(restarts) if restarts.isdigit() else 0)
@@ -218,9 +221,10 @@ def _identity() -> dict[str, Any]:
 def _held_elsewhere(folder: Path, lock: Path, holder: dict[str, Any], me: dict[str, Any]) -> str:
     """Why a lock taken on another host is not taken over, and the safe fix."""
     pid, host, job = holder["pid"], holder["host"], holder.get("slurm_job")
+    here = f" (this run is on {me['host']}" + (f" in Slurm job {me['slurm_job']}" if me.get("slurm_job") else "") + ")"
     if job is None:
-        return f"{folder}: locked by a magmadnn on {host} (PID {pid}); if it is no longer running, remove {lock}"
-    said = f"{folder}: locked by a magmadnn on {host} (PID {pid}) in Slurm job {job}"
+        return f"{folder}: locked by a magmadnn on {host} (PID {pid}){here}; if it is no longer running, remove {lock}"
+    said = f"{folder}: locked by a magmadnn on {host} (PID {pid}) in Slurm job {job}{here}"
     if job == me.get("slurm_job"):
         return (f"{said}: another step of this job at the same restart ({holder.get('slurm_restart', 0)}), so not a "
                 f"requeue; two runs must not write one folder: use another --out, or once that step has ended, "
@@ -235,6 +239,8 @@ def _holder(folder: Path) -> dict[str, Any] | None:
     try:
         holder = json.loads((folder / LOCK).read_text(encoding="utf-8"))
         found: dict[str, Any] = {"pid": int(holder["pid"]), "host": str(holder["host"])}
+        if isinstance(holder.get("started"), int):
+            found["started"] = holder["started"]
         if holder.get("slurm_job") is not None:
             found.update(slurm_job=str(holder["slurm_job"]), slurm_restart=int(holder.get("slurm_restart") or 0))
         return found
@@ -247,28 +253,41 @@ def _live_holder(folder: Path) -> int | None:
     holder = _holder(folder)
     if holder is None or holder["host"] != socket.gethostname():
         return None
-    return holder["pid"] if _alive(holder["pid"]) else None
+    return holder["pid"] if _alive(holder["pid"], holder.get("started")) else None
 
 
 def _busy(folder: Path, pid: int) -> str:
     return f"{folder}: another magmadnn (PID {pid}) is writing this folder now; wait for it, stop it, or use another --out"
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
+def _alive(pid: int, started: int | None = None) -> bool:
+    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not), and started at
+    `started` where given (else its PID was reused by another process)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    fields = _stat(pid)
+    if fields is None:
+        return True  # no /proc (not Linux): trust the signal
+    return fields[0] not in ("Z", "X") and (started is None or int(fields[19]) == started)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields from the state on (None without /proc)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return True  # no /proc (not Linux): trust the signal
-    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+        return None
+    return stat[stat.rfind(")") + 2:].split()
 
 
+def _started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (None without /proc)."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None else None
 
 
 def locked(comm: Any, folder: Path, kind: Kind,
