@@ -3,6 +3,7 @@ readable message (exit 2). `--debug` shows the traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import signal
@@ -395,6 +396,7 @@ def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = 
     if not together:
         if ranked and not ACTIVE:  # failed before joining MPI: join it to end the others (no rank hangs)
             from .distributed import get_communicator
-            get_communicator("allreduce")
+            with contextlib.suppress(MagmaError):  # MPI itself cannot be joined: what was said is the error
+                get_communicator("allreduce")
         abort_if_distributed(code)
     sys.exit(code)

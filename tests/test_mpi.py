@@ -240,3 +240,14 @@ def test_commands_that_are_not_data_parallel_print_and_write_once_under_mpirun(p
     assert result.stdout.splitlines()[0] == "prediction" and len(result.stdout.splitlines()) == 8
     result = _magmadnn("validate", str(project / "syn.yaml"), ranks=2)
     assert result.returncode == 0 and result.stderr.count("valid") == 1
+
+
+def test_launcher_variables_left_over_in_the_shell_are_one_message_naming_them(project, tmp_path):
+    """PMI_SIZE=2 from another job, no launcher: a traceback (joining MPI to abort raised again) and
+    a claim that a launcher started 2 processes."""
+    result = _magmadnn("train", str(project / "syn.yaml"), "--out", str(tmp_path / "run"), "-q",
+                       PMI_SIZE="2", PMI_RANK="0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("error:") == 1 and "PMI_SIZE=2 says" in result.stderr, result.stderr
+    assert "left over in this shell" in result.stderr and "  " not in result.stderr.split("(")[1], result.stderr
+    assert not (tmp_path / "run").exists()

@@ -131,6 +131,14 @@ def launched_ranks() -> int:
     return found or 0
 
 
+def size_variable() -> str:
+    """The variable that `launched_ranks` read, with its value ('PMI_SIZE=2')."""
+    keys = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE") + (("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+                                                                 if _slurm_step() else ())
+    key = next((k for k in keys if os.environ.get(k, "").isdigit()), "PMI_SIZE")
+    return f"{key}={os.environ.get(key, '')}"
+
+
 def launched_rank() -> int:
     """This process's rank as its launcher says (a task of any srun step: its SLURM_PROCID); 0 alone."""
     found = _env_int("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")

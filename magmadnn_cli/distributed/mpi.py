@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from ..core import backend as B
 from ..errors import MagmaError
-from .comm import Communicator, launched_ranks, wait_until_read
+from .comm import Communicator, launched_ranks, size_variable, wait_until_read
 from .environment import first_line, mpi_library_text, transport
 from .launcher import share_node_cores
 from .leftovers import unlink_own_segments
@@ -52,10 +52,11 @@ class MPICommunicator(Communicator):
         self.waits = Waits()  # what this rank waits for inside MPI now (the watchdog reads it)
         expected = launched_ranks()
         if self.size == 1 and expected > 1:
-            library = MPI.Get_library_version().splitlines()[0].strip().rstrip("\x00")
+            said = size_variable()
             raise MagmaError(
-                f"the launcher started {expected} processes but MPI sees only 1 in each: the mpiexec used "
-                f"belongs to a different MPI than the one mpi4py loaded ({library}). Use the mpiexec of "
+                f"{said} says a launcher started {expected} processes, but MPI sees only 1: the mpiexec used belongs "
+                f"to a different MPI than the one mpi4py loaded ({first_line(MPI.Get_library_version())}), or "
+                f"{said.split('=')[0]} is left over in this shell from another job (unset it). Use the mpiexec of "
                 "that MPI, or `magmadnn train --processes N`, which picks the environment's own.")
         self.hosts: list[str] = self.comm.allgather(socket.gethostname())  # by rank: messages, the run's record
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
