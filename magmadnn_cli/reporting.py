@@ -252,8 +252,10 @@ def _fact_text(key: str, value: Any) -> str:
     """A fact as a person reads it: GiB for /dev/shm, yes/no, none, `a=b` pairs."""
     if key == "dev_shm_free" and isinstance(value, int):
         return f"{value / 2**30:.1f} GiB"
-    if key == "launched_ranks" and value == 0:  # this process was started alone
-        return "none: not started by mpiexec or srun"
+    if key == "launched_ranks" and value == 0:  # this process was started alone (launched_by says how)
+        return "none"
+    if key == "blas_threads" and not value:
+        return "the library's default (no thread variable set)"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:

@@ -75,6 +75,23 @@ def test_env_says_what_a_run_would_use():
     assert "none: not started by mpiexec or srun" in " ".join(table.split()), table  # not a bare 0
 
 
+def test_env_inside_a_slurm_allocation_and_an_srun_step_without_mpi():
+    """Inside an allocation of 10 tasks `env` said 8 ranks at most (this machine's cap), where training
+    takes 10; in an srun step with no MPI plugin it said 'not started by srun' beside 'this rank 1'."""
+    import json
+    allocation = dict(_env(), SLURM_JOB_ID="4242", SLURM_TASKS_PER_NODE="4(x2),2", SLURM_JOB_NODELIST="node[01-03]")
+    facts = json.loads(subprocess.run([sys.executable, "-m", "magmadnn_cli", "env", "--json"], capture_output=True,
+                                      text=True, env=allocation, timeout=60).stdout)
+    assert facts["ranks_to_fill_this_machine_or_allocation"] == 10 == facts["processes_max_without_oversubscribe"]
+    assert isinstance(facts["blas_threads"], dict)
+    assert facts["slurm_tasks"] == 10
+    step = dict(allocation, SLURM_STEP_ID="0", SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="1", COLUMNS="250")
+    table = " ".join(subprocess.run([sys.executable, "-m", "magmadnn_cli", "env"], capture_output=True, text=True,
+                                    env=step, timeout=60).stdout.split())
+    assert "not started by mpiexec or srun" not in table, table
+    assert "srun step of 2 tasks with no MPI plugin" in table and "--mpi=pmi2" in table, table
+
+
 @pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec")
 def test_env_under_mpiexec_answers_once_without_waiting_for_the_other_ranks():
     """`mpiexec -n 2 magmadnn env` hung for good: rank 1 left at once (env runs on rank 0 only) while

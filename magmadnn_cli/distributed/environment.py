@@ -27,7 +27,7 @@ def describe() -> dict[str, Any]:
     return {"host": socket.gethostname(), "python": sys.version.split()[0], "platform": platform.platform(),
             "cores": cores, **_mpi(), **_slurm(), **_blas(), **_gpus(), "dev_shm_free": _shm_free(),
             "ranks_to_fill_this_machine_or_allocation": slurm_tasks() or cores,  # what --processes auto starts
-            "processes_max_without_oversubscribe": max_processes()}
+            "processes_max_without_oversubscribe": slurm_tasks() or max_processes()}
 
 
 def _mpi() -> dict[str, Any]:
@@ -45,7 +45,18 @@ def _mpi() -> dict[str, Any]:
     except Exception as exc:  # not installed, or an MPI that fails to start
         library, version, way = f"unavailable ({type(exc).__name__}: {exc})", None, None
     return {"mpi_library": library, "mpi_standard": version, "mpi_launcher": launcher, "mpi_transport": way,
-            "launched_ranks": launched_ranks(), "this_rank": launched_rank()}
+            "launched_by": _launched_by(), "launched_ranks": launched_ranks(), "this_rank": launched_rank()}
+
+
+def _launched_by() -> str:
+    """What started this process, as far as the launchers' variables say."""
+    if launched_ranks():
+        return "an srun step with an MPI plugin" if in_srun_step() else "mpiexec"
+    if in_srun_step():
+        tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "?")
+        return (f"an srun step of {tasks} tasks with no MPI plugin: each task runs alone (srun --mpi=pmi2 joins "
+                "them into one job)")
+    return "none: not started by mpiexec or srun"
 
 
 def mpi_library_text() -> str:
@@ -118,9 +129,8 @@ def _slurm() -> dict[str, Any]:
     env = os.environ
     if "SLURM_JOB_ID" not in env:
         return {"slurm_job": None}
-    tasks = env.get("SLURM_NTASKS", "")
     return {"slurm_job": env["SLURM_JOB_ID"], "slurm_nodes": env.get("SLURM_JOB_NODELIST"),
-            "slurm_tasks": int(tasks) if tasks.isdigit() else None, "slurm_step": env.get("SLURM_STEP_ID")}
+            "slurm_tasks": slurm_tasks(env), "slurm_step": env.get("SLURM_STEP_ID")}
 
 
 def _blas() -> dict[str, Any]:
@@ -134,7 +144,7 @@ def _blas() -> dict[str, Any]:
         name = None
     kernels = cpu_kernels.describe(os.environ, kernel_name(), cpu_kernels.cpuinfo())
     return {"numpy": np.__version__, "blas": name, "blas_kernels": kernels,
-            "blas_threads": {v: os.environ[v] for v in THREAD_VARS if v in os.environ} or "the library's default"}
+            "blas_threads": {v: os.environ[v] for v in THREAD_VARS if v in os.environ}}  # none set: the library's default
 
 
 def _gpus() -> dict[str, Any]:
