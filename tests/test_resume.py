@@ -4,6 +4,7 @@ bit for bit with an uninterrupted run."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -240,6 +241,13 @@ def test_resuming_on_another_rank_count_continues_the_same_training(project):
     got, want = _weights(out), _weights(project / "reference")
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-3, atol=1e-4, err_msg=key)
+    metrics = json.loads((out / "metrics.json").read_text())  # how every epoch was trained, not the last part's
+    first, second = metrics["segments"]
+    epochs = metrics["epochs_run"]
+    assert (first["epochs"], first["processes"], first["strategy"]) == ("1-2", 1, None), metrics["segments"]
+    assert (second["epochs"], second["processes"]) == (f"3-{epochs}", 2) and second["strategy"], metrics["segments"]
+    assert metrics["wall_time_s"] == pytest.approx(first["wall_time_s"] + second["wall_time_s"], abs=2e-3)
+    assert "# trained with" in (out / "config.yaml").read_text().splitlines()[0]
 
 
 def test_resume_refuses_another_architecture_naming_the_fields(project):

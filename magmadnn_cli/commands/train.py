@@ -60,19 +60,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
             comm.watched(config.distributed.timeout, last):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
-        if moved:  # said once the run's checks have passed: a refused run claims no folder
-            reporter.info(moved)
-        if init_from is not None:
-            run.trainer.origin = weights_origin(init_from)
-            reporter.info(f"starting from the weights of {run.trainer.origin['path']}")
-        if tip := idle_cores_tip(run):
-            reporter.info(tip)
-        if ckpt is not None:
-            _resume(ckpt, run, reporter)
-        elif comm.is_root:
-            replace_earlier_run(out_dir, reporter)
-        if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
-            write_config(out_dir, run.config, {"init_from": run.trainer.origin})
+        _start(run, out_dir, ckpt, init_from, moved, reporter)
         history = run.fit(prune)
         run.trainer.check_weights()
         metrics = final_metrics(run, history, time.perf_counter() - started)
@@ -81,6 +69,28 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
             _write_and_report(run, out_dir, weights, metrics, history, reporter, resumed=ckpt is not None)
         comm.barrier()
     return RunResult(out_dir, metrics, history)
+
+
+def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | None, moved: str | None,
+           reporter: Reporter) -> None:
+    """Before the first step: say where the run goes and what it starts from, restore a checkpoint (or
+    clear an earlier run's files), begin this invocation's segment, and write the resolved config."""
+    comm = run.comm
+    if moved:  # said once the run's checks have passed: a refused run claims no folder
+        reporter.info(moved)
+    if init_from is not None:
+        run.trainer.origin = weights_origin(init_from)
+        reporter.info(f"starting from the weights of {run.trainer.origin['path']}")
+    if tip := idle_cores_tip(run):
+        reporter.info(tip)
+    if ckpt is not None:
+        _resume(ckpt, run, reporter)
+    elif comm.is_root:
+        replace_earlier_run(out_dir, reporter)
+    layout = how_it_runs(run)
+    run.trainer.segments.begin(run.trainer.position.epoch, comm.size, layout.get("strategy"))
+    if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
+        write_config(out_dir, run.config, {"init_from": run.trainer.origin, "distributed": layout})
 
 
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,
@@ -210,7 +220,7 @@ def final_metrics(run: Run, history: History, seconds: float) -> dict[str, Any]:
              for name, split in zip(SPLITS, (data.train, data.validation, data.test)) if split is not None}
     return {"name": run.config.name, "task": run.task, "device": run.backend.device, "processes": run.comm.size,
             "epochs_run": len(history.epochs), "stopped_early": history.stopped_early, "pruned": history.pruned,
-            "best_epoch": history.best_epoch, "wall_time_s": round(seconds, 3),
+            "best_epoch": history.best_epoch, **run.trainer.segments.record(seconds, len(history.epochs)),
             "parameters": run.network.num_parameters, "data_sha256": file_sha256(run.config.data.train),
             **run.trainer.parallel.summary(), **({"distributed": record} if (record := how_it_runs(run)) else {}),
             **({"conv_algorithms": run.network.conv_algorithms()} if run.network.conv_layers() else {}),

@@ -33,6 +33,7 @@ from ..signals import StopSignals
 from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
+from .segments import Segments
 from . import advice
 
 Array = Any
@@ -109,6 +110,7 @@ class Trainer:
         self.stopper: EarlyStopper | None = None
         self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
         self.origin: dict[str, str] | None = None  # the weights file it started from: path, sha256
+        self.segments = Segments()  # the invocations that trained the run (kept by checkpoints)
         self._encoded: list[Any] = [None, []]  # (history epochs, their JSON lines so far): _epoch_lines
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
 
@@ -117,7 +119,7 @@ class Trainer:
         """Where training stands (epoch, step, running sums) and the metrics history."""
         history = {k: v for k, v in vars(self.history).items() if k != "epochs"}
         return {"position": asdict(self.position), "history": history, "conv_algorithms": self.conv_algorithms,
-                "history_epochs": self._epoch_lines(), "origin": self.origin}
+                "history_epochs": self._epoch_lines(), "origin": self.origin, "segments": self.segments.state()}
 
     def _epoch_lines(self) -> np.ndarray:
         """The history's epochs as JSON lines (bytes): each epoch encoded once, when first
@@ -134,6 +136,7 @@ class Trainer:
         self.history = History(**{**state["history"], "epochs": epochs_of(state)})
         self.conv_algorithms = state.get("conv_algorithms")
         self.origin = state.get("origin")
+        self.segments.load(state.get("segments"))
 
     def state_dicts(self) -> dict[str, dict[str, Any]]:
         """Every stateful object of a training, by owner: what a checkpoint holds."""
