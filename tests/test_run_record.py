@@ -40,10 +40,10 @@ def test_auto_records_what_it_chose_the_mpi_its_transport_and_ranks_per_host(tmp
     assert record["strategy"] == "shared_memory" and record["configured_strategy"] == "auto"
     assert record["ranks_per_host"] == {socket.gethostname(): 2}
     assert record["mpi_library"].startswith("MPICH Version:") and "\n" not in record["mpi_library"]
-    assert record["mpi_transport"].startswith("ofi (MPIR_CVAR_CH4_NETMOD=ofi)")
+    assert record["mpi_transport"].startswith("shared memory (every rank on one host; between hosts: ofi (MPIR_CVAR_CH4_NETMOD=ofi)")
     log = " ".join(done.stdout.split())  # as said, whatever the terminal's width
     assert "strategy shared_memory (auto chose it)" in log and f"{socket.gethostname()}: 2 ranks" in log
-    assert "transport ofi" in log
+    assert "transport shared memory (every rank on one host; between hosts: ofi" in log
     written = (tmp_path / "run" / "config.yaml").read_text()
     assert written.startswith("# trained with strategy shared_memory (auto chose it)")
     assert yaml.safe_load(written)["distributed"]["strategy"] == "auto"  # re-runs choose again for their layout
@@ -54,7 +54,7 @@ def test_a_named_strategy_is_recorded_and_config_yaml_trains_again(tmp_path):
     _train(tmp_path, "distributed.strategy=ring")
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())["distributed"]
     assert record["strategy"] == record["configured_strategy"] == "ring"
-    assert record["mpi_transport"].startswith("ucx (")
+    assert record["mpi_transport"].startswith("shared memory (every rank on one host; between hosts: ucx (")
     again = subprocess.run([sys.executable, "-m", "magmadnn_cli", "validate", str(tmp_path / "run" / "config.yaml")],
                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert again.returncode == 0, again.stderr

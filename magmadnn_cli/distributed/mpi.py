@@ -78,8 +78,10 @@ class MPICommunicator(Communicator):
     def placement(self) -> dict[str, Any]:
         """The MPI library (its first line), its transport, and how many ranks run on each host."""
         root, text = self._root(), mpi_library_text()
-        return {"mpi_library": first_line(text), "mpi_transport": transport(text),
-                "ranks_per_host": dict(Counter(root.hosts))}
+        hosts, way = dict(Counter(root.hosts)), transport(text)
+        if len(hosts) == 1:  # MPICH and Open MPI move messages between a host's ranks through shared memory
+            way = f"shared memory (every rank on one host; between hosts: {way})"
+        return {"mpi_library": first_line(text), "mpi_transport": way, "ranks_per_host": hosts}
 
     def reducer(self) -> str:
         nccl = isinstance(self._nccl, NcclReducer)
