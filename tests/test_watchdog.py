@@ -95,6 +95,7 @@ def test_a_stopped_rank_ends_the_job_after_the_timeout_naming_it(tmp_path):
     assert f"rank 1 on {socket.gethostname()}" in err and "stopped answering" in err, err
     assert "distributed.timeout (3 s)" in err, err
     assert f"last checkpoint: {tmp_path / 'run' / 'checkpoints' / 'step00000010.npz'}" in err, err
+    assert f"Continue with: magmadnn train {tmp_path / 'c.yaml'} -q " in err and f"--resume {tmp_path / 'run'}" in err, err
 
 
 def test_sigterm_while_a_collective_is_stuck_ends_the_job(tmp_path):

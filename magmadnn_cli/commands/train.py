@@ -22,6 +22,7 @@ from ..distributed import Communicator, SingleProcess
 from ..errors import ConfigError, MagmaError
 from ..files import MODEL, file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
+from ..training.advice import last_checkpoint_note
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
 from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, clear, load_for_resume, restore, \
     starting_file
@@ -58,7 +59,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     # watched from the first collective to the last: a rank that stops answering in any ends the job
     with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
-            comm.watched(config.distributed.timeout, last):
+            comm.watched(config.distributed.timeout, lambda: last_checkpoint_note(last(), comm.size)):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         _start(run, out_dir, ckpt, init_from, moved, reporter)
         history = run.fit(prune)

@@ -14,7 +14,6 @@ import stat
 import sys
 import termios
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import MagmaError
@@ -86,9 +85,9 @@ class Communicator:
         return contextlib.nullcontext()
 
     def watched(self, timeout: float | None,
-                last_checkpoint: Callable[[], Path | None]) -> contextlib.AbstractContextManager:
+                resume_note: Callable[[], str | None]) -> contextlib.AbstractContextManager:
         """While the block runs, a wait longer than `timeout` s (None or 0: none), or a stop signal during a
-        wait that a rank no longer answers, ends the job naming that rank and `last_checkpoint()`
+        wait that a rank no longer answers, ends the job naming that rank, then `resume_note()` (how to go on)
         (distributed/watchdog.py); every rank enters it together."""
         return contextlib.nullcontext()
 

@@ -8,7 +8,6 @@ import contextlib
 import socket
 import sys
 import time
-from pathlib import Path
 from collections import Counter
 from typing import Any, Callable
 
@@ -87,9 +86,9 @@ class MPICommunicator(Communicator):
         nccl = isinstance(self._nccl, NcclReducer)
         return self.reduction + " (NCCL)" * nccl
 
-    def watched(self, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> Any:
+    def watched(self, timeout: float | None, resume_note: Callable[[], str | None]) -> Any:
         """The world's watchdog (a part's ranks alone cannot start it: it is collective over the world)."""
-        return watching(self, timeout, last_checkpoint) if self.parent is None else contextlib.nullcontext()
+        return watching(self, timeout, resume_note) if self.parent is None else contextlib.nullcontext()
 
     def waiting(self, what: str) -> Any:
         return self.waits.on(what)

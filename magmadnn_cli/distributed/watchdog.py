@@ -20,7 +20,6 @@ import socket
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mpi4py import MPI
@@ -64,11 +63,11 @@ class Waits:
 class Watchdog(threading.Thread):
     """Started and stopped by `watching` (collective: every rank enters and leaves it together)."""
 
-    def __init__(self, world: Any, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> None:
+    def __init__(self, world: Any, timeout: float | None, resume_note: Callable[[], str | None]) -> None:
         super().__init__(name="magmadnn-watchdog", daemon=True)
         self.comm = world.comm.Dup()  # its own: pings never meet the training's messages
         world.owned.append(self.comm)  # freed with the others before MPI_Finalize (not here: a rank may be failing)
-        self.waits, self.timeout, self.last_checkpoint = world.waits, timeout, last_checkpoint
+        self.waits, self.timeout, self.resume_note = world.waits, timeout, resume_note
         self.rank, self.size, self.hosts = world.rank, world.size, world.hosts
         self.can_ask = MPI.Query_thread() == MPI.THREAD_MULTIPLE  # else this thread must not call MPI but to abort
         self.done = threading.Event()
@@ -164,10 +163,9 @@ class Watchdog(threading.Thread):
             who = "which rank stopped is not known (this MPI gives threads no access: no MPI_THREAD_MULTIPLE)"
         else:
             who = "every rank answers and waits: they wait in different collectives (a bug: please report it)"
-        last = self.last_checkpoint()
-        resume = f"last checkpoint: {last} (continue with --resume {last})" if last else "no checkpoint was written"
+        resume = self.resume_note() or "no checkpoint was written"
         longer = "; if a rank may rightly wait longer, raise distributed.timeout (seconds; 0: no limit)"
-        return f"the job is ended: {why}; {who}; {resume}{longer if not self.signals else ''}"
+        return f"the job is ended: {why}; {who}{longer if not self.signals else ''}\n{resume}"
 
     def _ranks(self, ranks: list[int]) -> str:
         return ", ".join(f"rank {r} on {self.hosts[r]}" for r in ranks)
@@ -184,10 +182,10 @@ UNFINISHED: list[Any] = []  # answers sent to a rank that no longer asked (kept:
 
 
 @contextlib.contextmanager
-def watching(world: Any, timeout: float | None, last_checkpoint: Callable[[], Path | None]) -> Iterator[None]:
+def watching(world: Any, timeout: float | None, resume_note: Callable[[], str | None]) -> Iterator[None]:
     """The watchdog over `world` (the MPICommunicator of the job) for the `with` block; entered by
     every rank together. Without a timeout it still ends a job stuck when a stop signal came."""
-    dog = Watchdog(world, timeout, last_checkpoint)
+    dog = Watchdog(world, timeout, resume_note)
     main = threading.current_thread() is threading.main_thread()
     previous = signal.set_wakeup_fd(dog.wakeup_end.fileno(), warn_on_full_buffer=False) if main else -1
     dog.start()

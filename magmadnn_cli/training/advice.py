@@ -40,6 +40,13 @@ def interrupted(signal_name: str, where: str, checkpoint: Path | None, ranks: in
             f"Continue with: {resume_command(checkpoint.parent.parent, ranks)}")
 
 
+def last_checkpoint_note(checkpoint: Path | None, ranks: int) -> str | None:
+    """The newest checkpoint of a run that was ended, and the command that continues it (None: none)."""
+    if checkpoint is None:
+        return None
+    return f"last checkpoint: {checkpoint}\nContinue with: {resume_command(checkpoint.parent.parent, ranks)}"
+
+
 def stopped_at_once(signal_name: str, where: str, checkpoint: Path | None, ranks: int, why: str) -> str:
     """A signal that stopped training mid-step (`why`: on_signal off, or a second signal): nothing was
     written for it; how to go on from the newest `checkpoint` written before (None: none)."""
