@@ -83,11 +83,15 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     from .distributed import get_communicator
     from .distributed.environment import check_srun_step
     from .data.text_source import refuse_streams
-    from .distributed.launcher import ranks_asked, relaunch
+    from .distributed.launcher import JobForced, ranks_asked, relaunch
     check_srun_step()
     cfg = _load(config, overrides, draw_seed=False)
     refuse_streams(cfg.data, ranks_asked(*layout, cfg.distributed.processes))
-    code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
+    try:
+        code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
+    except JobForced as forced:  # killed after a second stop signal: how to go on
+        from .commands.run_dir import forced_job
+        raise forced_job(forced) from None
     if code is not None:  # the job ended: as it ended (one a killed rank ended says how to go on)
         from .commands.run_dir import killed_job
         raise killed_job(code) or typer.Exit(code)

@@ -49,3 +49,37 @@ def test_a_killed_rank_is_said_with_the_resume_command_and_leaves_no_shared_memo
     assert f"--resume {out}" in said and "--processes 2" in said, said
     assert not wait_until_gone(processes), "a process of the job outlived it"
     assert not _segments() - before, "shared-memory segments of the job were left in /dev/shm"
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec in this environment")
+def test_a_job_that_outlives_a_second_sigterm_is_killed_saying_how_to_go_on(tmp_path):
+    """Ranks that cannot act on a signal (stopped here; inside MPI_Init in the field, before any
+    watchdog runs) outlived any number of SIGTERMs to the launcher: the job hung. FORCE_AFTER s
+    after the second one, every process of the job is killed, and the launcher says how to go on."""
+    from magmadnn_cli.distributed.launcher import FORCE_AFTER
+    config, out = project(tmp_path), tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    job = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q",
+                            "--processes", "2", "--set", "training.epochs=5000", "--set", "distributed.timeout=0",
+                            "--set", "training.checkpoint.every_steps=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while job.poll() is None and not list((out / "checkpoints").glob("step*.npz")):
+        assert time.monotonic() < deadline, "no checkpoint in 120 s"
+        time.sleep(0.02)
+    processes = job_processes(job.pid)
+    for pid in processes - {job.pid}:
+        if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + FORCE_AFTER + 60
+    while job.poll() is None:  # SIGTERMs, as a scheduler or an impatient person sends them (two at once would merge)
+        assert time.monotonic() < deadline, "the job outlived its SIGTERMs"
+        job.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+    _, err = job.communicate()
+    said = " ".join(err.split())
+    assert job.returncode == 128 + signal.SIGTERM, err
+    assert f"went on {FORCE_AFTER:g} s after a second SIGTERM" in said and "every process of it was killed" in said, said
+    assert f"--resume {out}" in said and "--processes 2" in said, said
+    assert not wait_until_gone(processes), "a process of the job outlived it"

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Literal
 
 from .. import __version__
 from ..distributed.comm import on_root
-from ..distributed.launcher import KILLING, JobEnded
+from ..distributed.launcher import FORCE_AFTER, KILLING, JobEnded, JobForced
 from ..distributed.leftovers import record_run_folder, take_run_folder
 from ..errors import MagmaError, ModelFileError
 from ..files import MODEL, write_json
@@ -354,12 +354,24 @@ def killed_job(code: int) -> MagmaError | None:
     return JobEnded(killed_job_message(code - 128, folder), code) if code - 128 in KILLING else None
 
 
+def forced_job(forced: JobForced) -> MagmaError:
+    """The error for a job killed after a second stop signal, saying how to go on."""
+    head = (f"the job went on {FORCE_AFTER:g} s after a second {forced} (its ranks were inside MPI, or starting it, "
+            "where a signal waits), so every process of it was killed")
+    return JobEnded(_going_on(head, take_run_folder()), forced.exit_code)
+
+
 def killed_job_message(signum: int, folder: Path | None) -> str:
     """What the launcher of --processes says when a rank was killed, which ended the whole job: how to
     go on from what the run folder (`folder`: the one its rank 0 claimed) holds."""
+    return _going_on(f"a rank was {CAUSES.get(signum, f'ended by signal {signum}')}, which ends every rank of the job",
+                     folder)
+
+
+def _going_on(head: str, folder: Path | None) -> str:
+    """`head`, and how to go on from what the run folder holds (None: the job claimed none)."""
     from ..training.checkpoint import listing  # noqa: PLC0415 (only after a killed job)
     from .trial_log import resume_command as search_resume  # noqa: PLC0415
-    head = f"a rank was {CAUSES.get(signum, f'ended by signal {signum}')}, which ends every rank of the job"
     if folder is None:
         return f"{head}, before it claimed its folder: nothing was written; run the command again"
     if classify(folder) == "search":

@@ -211,13 +211,16 @@ def launch(layout: Layout, argv: list[str]) -> int:
     for relay in relays:
         relay.start()
 
+    stops: list[tuple[int, float]] = []  # the stop signals passed on, and when
+
     def forward(signum: int, frame: object) -> None:
+        stops.append((signum, time.monotonic()))
         job.send_signal(carriers.get(signum, signum))
 
     previous = {sig: signal.signal(sig, forward) for sig in SIGNALS}
     code = None
     try:
-        code = _wait(job)
+        code = _wait(job, stops)
         return 128 + code if code in KILLING else code
     finally:
         if code != 0:  # killed ranks never unlinked their shared memory
@@ -232,16 +235,33 @@ RELAY_DRAIN = 10.0  # seconds to pass on what the job wrote last, once it has en
 LONELY = 15.0  # seconds mpiexec may run with no process of its own (proxy, rank, srun) before it is ended
 
 
-def _wait(job: subprocess.Popen) -> int:
+FORCE_AFTER = 10.0  # seconds a job may go on after a second stop signal before every process of it is killed
+
+
+class JobForced(MagmaError):
+    """The job outlived a second stop signal by FORCE_AFTER s (its ranks inside MPI, or starting it, where
+    signals wait): every process of it on this host was killed (hydra's proxies then end the others)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.exit_code = signum, 128 + signum
+
+
+def _wait(job: subprocess.Popen, stops: list[tuple[int, float]] | None = None) -> int:
     """The job's exit code, once mpiexec ends. An mpiexec left with no process of its own for LONELY s
     (its proxies, ranks or srun gone) is ended: under Slurm, hydra's proxies exit when a node's name
-    does not resolve, and mpiexec would wait for them until the job's time limit."""
-    alone_since = None
+    does not resolve, and mpiexec would wait for them until the job's time limit. A job still running
+    FORCE_AFTER s after a second stop signal is killed (`JobForced`)."""
+    alone_since, stops = None, stops if stops is not None else []
     while True:
         try:
             return job.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             pass
+        if len(stops) >= 2 and time.monotonic() - stops[1][1] > FORCE_AFTER:
+            _kill_tree(job.pid)
+            job.wait()
+            raise JobForced(stops[-1][0])
         children = _children(job.pid)  # None: not known, never judged alone
         alone_since = None if children is None or children else alone_since or time.monotonic()
         if alone_since is not None and time.monotonic() - alone_since > LONELY:
@@ -250,6 +270,17 @@ def _wait(job: subprocess.Popen) -> int:
             raise LaunchFailed(f"mpiexec has had no proxy or rank left for {LONELY:g} s and did not end; the job is "
                                "ended. Its lines above say why; under Slurm, hydra's proxies exit when the allocation's "
                                "node names do not resolve on every node (docs/clusters.md)")
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process below it (found first, then killed: none escapes by re-parenting)."""
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(_children(found[-1]) or ())
+    for process in found:
+        with contextlib.suppress(OSError):
+            os.kill(process, signal.SIGKILL)
 
 
 def _children(pid: int) -> set[int] | None:
