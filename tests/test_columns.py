@@ -178,7 +178,8 @@ def test_category_features_train_and_predict_from_the_model_file(capsys, tmp_pat
     (tmp_path / "new.csv").write_text("id,color,size,extra\n7,blue,0,x\n8,red,0.5,y\n9,purple,1,z\n")
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv", "--strict", "-o", tmp_path / "p.csv")
     assert code == 2 and "column 'color', data row 3: category 'purple' was not in the training data (known: 'blue', " in err
-    assert not (tmp_path / "p.csv").exists()
+    assert "--strict refuses them (without it they are encoded as all zeros" in " ".join(err.split()), err
+    assert "unseen_categories" not in err and not (tmp_path / "p.csv").exists()  # --strict refused it, not the config
     code, out, err = run_cli(capsys, "evaluate", model, tmp_path / "train.csv", "--json")
     assert code == 0 and json.loads(out)["accuracy"] == 1.0
     said = " ".join(err.split())

@@ -52,10 +52,8 @@ def _inputs(table: Table, saved: SavedModel, strict: bool, tally: dict[str, Any]
     Counts, per column, the unseen categories and the missing cells filled into `tally`."""
     _refuse_infinite_cells(table)
     x, unseen = encode_features(table, saved.encoder, strict)  # checks the width first
-    filled = _filled_cells(table, saved, strict)
+    _filled_cells(table, saved, strict, tally)
     add_unseen(tally["unseen"], unseen)
-    for name, n in filled.items():
-        tally["filled"][name] = tally["filled"].get(name, 0) + n
     width = int(np.prod(saved.sample_shape))
     got = int(np.prod(x.shape[1:]))
     if got != width:
@@ -80,11 +78,12 @@ def _strategy(saved: SavedModel, name: str) -> str:
     return column_strategy(cfg.column_spec(name).missing, cfg.missing_values, kind)
 
 
-def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, int]:
-    """Per column, the missing cells filled as in training; the first in file order is refused with
-    --strict, or in a column the model takes complete only (data.missing_values: error)."""
+def _filled_cells(table: Table, saved: SavedModel, strict: bool, tally: dict[str, Any]) -> None:
+    """Counts into `tally`, per column, the missing cells filled as in training, and the rows that
+    hold no feature at all; the first missing cell in file order is refused with --strict, or in a
+    column the model takes complete only (data.missing_values: error)."""
     if table.x.ndim > 2 or saved.encoder.width == 0:
-        return {}  # arrays: NaN is refused by encode_features
+        return  # arrays: NaN is refused by encode_features
     masks, raw = saved.encoder.missing(table.raw), table.raw
     refused = [n for n in masks if strict or _strategy(saved, n) == "error"]
     if refused:
@@ -94,7 +93,22 @@ def _filled_cells(table: Table, saved: SavedModel, strict: bool) -> dict[str, in
                f"--strict refuses them (without --strict it is filled as in training: {_fill_of(saved, name)})")
         raise DataError(f"{table.source}: column {name!r}, data row {raw.row(raw.first(masks[name]))}: a missing "
                         f"cell; {why}")
-    return {name: int(mask.sum()) for name, mask in masks.items()}
+    for name, mask in masks.items():
+        tally["filled"][name] = tally["filled"].get(name, 0) + int(mask.sum())
+    inputs = [c.name for c in saved.encoder.columns if c.kind != "constant"]
+    if inputs and all(name in masks for name in inputs):  # rows of blanks (a spreadsheet's trailing rows)
+        empty = np.flatnonzero(np.logical_and.reduce([masks[name] for name in inputs]))
+        tally["empty"] += [raw.row(int(i)) for i in empty[:EMPTY_SHOWN - len(tally["empty"])]]
+        tally["empty_rows"] += len(empty)
+
+
+EMPTY_SHOWN = 5  # rows of blanks named by number
+
+
+def _new_tally() -> dict[str, Any]:
+    """What encoding rows counts (`_inputs`): rows, unseen categories and filled cells by column, and
+    the rows of blanks (the first EMPTY_SHOWN by number, and how many)."""
+    return {"rows": 0, "unseen": {}, "filled": {}, "empty": [], "empty_rows": 0}
 
 
 def _tally_notes(tally: dict[str, Any], saved: SavedModel, source: str) -> list[str]:
@@ -103,7 +117,11 @@ def _tally_notes(tally: dict[str, Any], saved: SavedModel, source: str) -> list[
     note = (f"{source}: missing cells filled as in training: "
             f"{', '.join(f'{name} ({n}: {_fill_of(saved, name)})' for name, n in filled.items())} (--strict refuses "
             "them)") if filled else None
-    return [n for n in (unseen_note(tally["unseen"], source, saved.encoder), note) if n]
+    empty = (f"{source}: {tally['empty_rows']} row(s) hold no feature at all, every cell missing (data rows "
+             f"{', '.join(map(str, tally['empty']))}{', ...' if tally['empty_rows'] > len(tally['empty']) else ''}): "
+             "their predictions come from the training fills alone, one answer for all; leave such rows out (a "
+             "spreadsheet's empty rows?)") if tally["empty_rows"] else None
+    return [n for n in (unseen_note(tally["unseen"], source, saved.encoder), note, empty) if n]
 
 
 def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:
@@ -186,7 +204,7 @@ def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split
             "; evaluate needs the true values to score the model against. To predict without them: "
             f"magmadnn predict {shlex.quote(str(model_path))} {shlex.quote(str(data_path))}"))
         table = reader_for(data_path).read(data_path, spec)
-        tally: dict[str, Any] = {"unseen": {}, "filled": {}}
+        tally = _new_tally()
         x = _inputs(table, saved, strict, tally)
         if warn:
             for note in (*table.notes, *_tally_notes(tally, saved, str(data_path)),
@@ -254,13 +272,15 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     with B.using(B.select(device, saved.config.precision)):
         network = restore(saved)
         _check_keep(keep, _columns(saved, network, proba, ()).names)
-        tally: dict[str, Any] = {"rows": 0, "unseen": {}, "filled": {}}
+        tally = _new_tally()
         rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path)
                 for table in _input_chunks(data_path, saved, tuple(keep), chunk_rows, warn))
-        first = next(rows)  # predicted before the header is written: its mistakes leave no output behind
+        first = next(rows, None)  # predicted before the header is written: its mistakes leave no output behind
+        if first is None and warn:  # a header and no rows (a batch with nothing new): the header alone
+            warn(f"{data_path}: no data rows; the output holds the header alone")
 
         columns = _columns(saved, network, proba, keep)
-        chunks = (np.asarray(chunk, dtype=object) for chunk in itertools.chain([first], rows))
+        chunks = (np.asarray(chunk, dtype=object) for chunk in itertools.chain([first] if first is not None else [], rows))
         if out is None:
             write_rows(sys.stdout.buffer, None, columns, chunks)
         else:
@@ -279,9 +299,9 @@ def _input_chunks(data_path: Path, saved: SavedModel, keep: tuple[str, ...], chu
         raise DataError(f"{data_path}: --keep copies a table's columns; this is {reader.name} data (arrays)")
     spec = _spec(data_path, saved, False, keep)
     chunks = reader.chunks(data_path, spec, chunk_rows)
-    first = next(chunks, None)
+    first = next(chunks, None)  # the header is checked against the model even where no row follows
     if first is None:
-        raise DataError(f"{data_path}: no data rows")
+        return iter(())
     if warn and (note := style_note(data_path, spec)):
         warn(note)
     extra = _extra_columns(data_path, spec, saved)

@@ -407,4 +407,4 @@ def _cross_validation_note(folder: Path, folds: int) -> str:
     command = shlex.join(["magmadnn", "train", str(config) if config.is_file() else "CONFIG", "--out", str(out)])
     unfinished = "" if config.is_file() else " (it did not finish; CONFIG: the config it ran)"
     return (f"{folder} is a cross-validation (train --folds {folds}), which writes no model{unfinished}; train one "
-            f"on all its rows with: {command}")
+            f"with its config (holding back its validation and test splits) with: {command}")

@@ -71,8 +71,15 @@ def _listed(values: list[str]) -> str:
     return ", ".join(values if plain else map(repr, values))
 
 
+# other tools' names for keys (Keras' `lr`, Lightning's `max_epochs`) that no spelling of ours is close to
+OTHER_NAMES = {"lr": "learning_rate", "n_epochs": "epochs", "num_epochs": "epochs", "max_epochs": "epochs",
+               "bs": "batch_size", "loss_function": "loss", "optim": "optimizer", "activation_function": "activation",
+               "num_units": "units", "hidden_size": "units", "out_features": "units", "dropout": "rate"}
+
+
 def _suggest(word: Any, choices: list[str]) -> str:
-    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    close = [OTHER_NAMES[str(word)]] if OTHER_NAMES.get(str(word)) in choices else \
+        difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
     return f"\n  did you mean {close[0]!r}?" if close else ""
 
 

@@ -183,7 +183,7 @@ class ColumnEncoder:
         parts, unseen, unreadable = [], {}, []
         for j, col in enumerate(self.columns):
             try:
-                block, count = _encode(col, raw, j, x.dtype, source, strict or self.unseen == "error", self.saved)
+                block, count = _encode(col, raw, j, x.dtype, source, self._refusal(strict), self.saved)
             except UnreadableCells as exc:
                 unreadable.append(exc)
                 continue
@@ -194,6 +194,14 @@ class ColumnEncoder:
             raise UnreadableCells.combined(unreadable)
         return np.concatenate(parts, axis=1) if parts else np.zeros((len(x), 0), x.dtype), unseen
 
+    def _refusal(self, strict: bool) -> str | None:
+        """What refuses unseen categories, and how to encode them instead (None: they are encoded)."""
+        if strict:
+            return "--strict refuses them (without it they are encoded as all zeros, and counted)"
+        if self.unseen == "error":
+            return "data.unseen_categories: error refuses them (ignore encodes them as all zeros)"
+        return None
+
     def to_json(self) -> dict[str, Any]:
         return {"unseen": self.unseen, "columns": [asdict(c) for c in self.columns]}
 
@@ -202,10 +210,10 @@ class ColumnEncoder:
         return cls([Column(**c) for c in data["columns"]], data.get("unseen", "ignore"), saved=True)
 
 
-def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, strict: bool,
+def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, refusal: str | None,
             saved: bool) -> tuple[np.ndarray, Counter]:
     """The column's block, and its cells of categories unseen in training, by value (none but in a
-    category column)."""
+    category column); `refusal`: what refuses unseen categories (None: encoded as all zeros)."""
     if col.kind == "constant":
         return np.zeros((len(raw.x), 0), dtype), Counter()
     if col.kind == "number":
@@ -228,11 +236,10 @@ def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, stric
     unique_codes = np.array([index.get(u, -1) for u in uniques], dtype=np.int64)
     codes = unique_codes[inverse.ravel()]
     unknown = Counter({str(u): int(n) for u, n, code in zip(uniques, counts, unique_codes) if code < 0})
-    if unknown and strict:
+    if unknown and refusal:
         row = raw.first(codes < 0)
         raise DataError(f"{source}: column {col.name!r}, data row {raw.row(row)}: category {str(cells[row])!r} was not in the "
-                        f"training data (known: {', '.join(map(repr, col.categories[:12]))}); unseen categories are refused "
-                        "(data.unseen_categories: ignore encodes them as all zeros)")
+                        f"training data (known: {', '.join(map(repr, col.categories[:12]))}); {refusal}")
     block = (codes[:, None] == np.arange(len(col.categories))[None, :]).astype(dtype)
     return _with_indicator(block, missing, col.indicator), unknown
 

@@ -5,6 +5,7 @@ parsed by numpy's C reader into the chosen columns."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -60,7 +61,23 @@ def _first_lines(path: Path, encoding: str, count: int = 20) -> list[str]:
                         "or corrupt file?)")
     if "\x00" in lines[0]:
         raise _nul_error(path, lines[0].rstrip("\r\n"), encoding)
+    if _is_json_object(lines[0]):
+        name = "stdin" if is_stream(path) else str(path)
+        raise DataError(f"{name}: JSON Lines (one object a line), read as CSV text: give it as a file named "
+                        ".jsonl (or .ndjson; also .gz), which is read as JSON Lines" +
+                        (" (a pipe takes CSV text)" if is_stream(path) else ""))
     return [line for line in lines if line.strip()]
+
+
+def _is_json_object(line: str) -> bool:
+    """Whether a first line is a JSON object ({"a": 1}): JSON Lines, not a CSV header."""
+    text = line.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _nul_error(path: Path, line: str, encoding: str) -> DataError:

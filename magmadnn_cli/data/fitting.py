@@ -239,7 +239,7 @@ def _category_unless_identifier(name: str, source: str, present: int, values: np
     if present < rows or len(values) < present:
         return "category"
     shown = ", ".join(repr(str(v)) for v in values[:3])  # quoted: a value may hold a comma
-    hint = _looks_like(values)
+    hint = looks_like(values)
     raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
                     f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
                     f"no new row matches{'; ' + hint if hint else ''}; leave it out (data.columns.{name}: ignore), or "
@@ -250,7 +250,7 @@ def _category_warning(name: str, categories: list[str], present: int, rows: int 
     """A warning for an inferred category column whose values are mostly distinct (more than `share`
     of at least `rows` present training cells: free text, dates or numbers in a spelling not read as
     such, one-hot inputs that new rows would rarely match), or are all dates or signed numbers; '' otherwise."""
-    hint = _looks_like(np.array(categories, dtype=str))
+    hint = looks_like(np.array(categories, dtype=str))
     shown = f"{', '.join(map(repr, categories[:3]))}, ..."
     if present >= rows and len(categories) > share * present:
         return (f"column {name!r} has {len(categories)} different values in its {present} present training cells "
@@ -280,7 +280,7 @@ def _row_number(name: str, values: np.ndarray, rows: int = 20) -> str:
 SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after it
 
 
-def _looks_like(values: np.ndarray) -> str:
+def looks_like(values: np.ndarray) -> str:
     """What mostly-distinct text values are, where they are dates in a common format or numbers
     written with currency or percent signs (neither read as such without help); '' otherwise."""
     values = values[::max(1, -(-len(values) // 200))]  # 200 spread over the sorted values (sorted ones start alike)

@@ -17,7 +17,7 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder, RawColumns
-from .fitting import fit
+from .fitting import fit, looks_like
 from .classes import case_variants, rare_classes, unseen_note
 from .leakage import chance_share, repeated_rows, repeats_note, target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
@@ -113,8 +113,10 @@ def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
     if task == "binary" and len(labels) != 2:
         twins = case_variants(labels)
         shown = ", ".join(repr(str(label)) for label in labels[:12]) + (", ..." if len(labels) > 12 else "")
+        fix = (f"; for {len(labels)} classes use loss: cross_entropy with an output layer of {len(labels)} units "
+               "(activation: softmax), or map them onto two with data.label_map")
         raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)} "
-                        f"({shown})" + (f"; {twins}" if twins else ""))
+                        f"({shown})" + (f"; {twins}" if twins else fix))
     _check_class_count(len(labels), len(y), source)
     return labels
 
@@ -350,6 +352,8 @@ def _text_targets(y: np.ndarray, source: str, rows: RawColumns) -> str:
     bad = np.flatnonzero(text[inverse])
     if len(bad) * 2 > len(inverse):
         labels = ", ".join(repr(str(u)) for u in uniques[text][:5]) + (", ..." if text.sum() > 5 else "")
+        if hint := looks_like(uniques[text]):  # amounts with signs, grouped thousands, dates: not labels
+            return f"{source}: the regression target holds text ({labels}): {hint}"
         return (f"{source}: the target holds labels ({labels}), not numbers, but the loss is a regression loss: for "
                 f"classes use loss: cross_entropy with a softmax output of one unit per class (or "
                 f"binary_cross_entropy with one sigmoid unit for two)")

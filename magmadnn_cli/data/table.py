@@ -120,7 +120,8 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
             "in training, unless --strict)"
         raise DataError(f"{path}: missing feature column(s) {', '.join(missing[:10])}"
                         + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else "")
-                        + f"{wanted_by}; the file has {', '.join(names[:20])}{_closest(missing[0], names)}{fix}")
+                        + f"{wanted_by}; the file has {', '.join(names[:20])}"
+                        + (_case_twins(missing, names) or _closest(missing[0], names) + fix))
     if not wanted:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
     unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]
@@ -129,8 +130,19 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
                         + (_closest(unknown[0], names) or f"; columns are {', '.join(names[:20])}"))
     absent = [k for k in spec.keep if k not in present]
     if absent:
-        raise DataError(f"{path}: no column {absent[0]!r} to keep; columns are {', '.join(names[:20])}")
+        raise DataError(f"{path}: no column {absent[0]!r} to keep; columns are {', '.join(names[:20])}"
+                        + (_case_twins(absent, names) or _closest(absent[0], names)))
     return wanted
+
+
+def _case_twins(missing: list[str], names: list[str]) -> str:
+    """Where the file has missing columns under other case ('pclass' for 'Pclass'): the pairs, and the fix."""
+    folded = {name.casefold(): name for name in names}
+    twins = [(folded[m.casefold()], m) for m in missing if m.casefold() in folded]
+    if not twins:
+        return ""
+    shown = ", ".join(f"{have!r} for {want!r}" for have, want in twins[:6]) + (", ..." if len(twins) > 6 else "")
+    return f"; names differ only in case ({shown}): write them as the model has them (names are case-sensitive)"
 
 
 def _check_width(path: Path, names: list[str], spec: ReadSpec) -> None:

@@ -260,7 +260,7 @@ def output_width_problem(config: Config, units: int, classes: list[Any], source:
         task, f"{source} has {targets} regression target column(s)")
     twins = case_variants(classes) if task == "classification" else ""
     place = config.where("model", "layers", index, *([field] if field else []))
-    return (f"{place + ': ' if place else ''}{where}: the output layer has {units} units; expected {expected} "
+    return (f"{place + ': ' if place else ''}{where}: the output layer has {units} unit{'s' * (units != 1)}; expected {expected} "
             f"({why})" + (f"; {twins}" if twins else ""))
 
 
