@@ -9,7 +9,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 import yaml
@@ -76,6 +76,12 @@ def _reporter(quiet: bool, comm):
     return make_reporter(quiet, comm.rank, output_is_terminal(comm.size))
 
 
+def _processes_key(cfg: Any, config: Path) -> str:
+    """Where distributed.processes was set, as the user wrote it, `{}` for the count (launcher messages)."""
+    origin = cfg.where("distributed", "processes") or str(config)
+    return "--set distributed.processes={}" if origin.startswith("--set") else f"{origin}: distributed.processes: {{}}"
+
+
 def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, strategy: bool = True):
     """Load the config; re-launch under mpiexec when ranks or hosts are asked for (`layout`: --processes,
     --hostfile, --hosts, --oversubscribe); else this rank's communicator (tune's ranks share out trials:
@@ -88,7 +94,7 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     cfg = _load(config, overrides, draw_seed=False)
     refuse_streams(cfg.data, ranks_asked(*layout, cfg.distributed.processes))
     try:
-        code = relaunch(*layout, cfg.distributed.processes, f"{config}: distributed.processes:")
+        code = relaunch(*layout, cfg.distributed.processes, _processes_key(cfg, config))
     except JobForced as forced:  # killed after a second stop signal: how to go on
         from .commands.run_dir import forced_job
         raise forced_job(forced) from None
@@ -271,7 +277,7 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     from .commands.train import validate_run
     from .distributed.launcher import check_processes
     cfg = _load(config, set_)
-    check_processes(cfg.distributed.processes, False, f"{config}: distributed.processes:")  # as train checks it
+    check_processes(cfg.distributed.processes, False, _processes_key(cfg, config))  # as train checks it
     notes = validate_run(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),

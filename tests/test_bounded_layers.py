@@ -31,7 +31,7 @@ def test_a_process_count_from_the_config_is_named_as_the_config_key(capsys, tmp_
     config = project(tmp_path)
     for command in ("validate", "train"):
         code, _, err = run_cli(capsys, command, config, "--set", "distributed.processes=1000")
-        assert code == 2 and "c.yaml: distributed.processes: 1000: this machine has" in err, err
+        assert code == 2 and "--set distributed.processes=1000: this machine has" in err, err  # what gave it
         assert "--processes 1000" not in err
 
 

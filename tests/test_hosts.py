@@ -32,7 +32,7 @@ def test_a_hostfile_in_open_mpis_format_with_comments_and_a_host_twice(tmp_path)
     """Open MPI's, Horovod's and DeepSpeed's `host slots=N` lines read as hydra's `host:N`; a comment
     may end a line; a host named twice takes the slots of both (its ranks consecutive, as one node's)."""
     path = tmp_path / "hosts"
-    path.write_bytes("\ufeffnode01 slots=4 max_slots=8  # fast\r\nnode02:2 # gpu\r\nnode03\r\nnode01 slots=2\r\n"
+    path.write_bytes("\ufeffnode01 slots=4 max_slots=8  # fast\r\nnode02:2 # gpu\r\nnode03\r\nnode01 slots = 2\r\n"
                      .encode())
     assert H.read_hostfile(path) == [("node01", 6), ("node02", 2), ("node03", 1)]
 
@@ -40,7 +40,8 @@ def test_a_hostfile_in_open_mpis_format_with_comments_and_a_host_twice(tmp_path)
 @pytest.mark.parametrize("line, found", [("node02:four", "'node02:four'"), ("node02:0", "'node02:0'"),
                                          ("node02 slots=0", "'node02 slots=0'"), ("a b", "'a b'"),
                                          ("node02 slots=2 cpus=3", "'node02 slots=2 cpus=3'"),
-                                         ("node02:2 slots=2", "'node02:2 slots=2'"), (":4", "':4'")])
+                                         ("node02:2 slots=2", "'node02:2 slots=2'"), (":4", "':4'"),
+                                         ("node02:99999999999999999999", "'node02:99999999999999999999'")])
 def test_a_malformed_hostfile_line_is_named_by_file_and_line(tmp_path, line, found):
     path = tmp_path / "hosts"
     path.write_text(f"# cluster\nnode01:4\n{line}\n")
@@ -188,7 +189,10 @@ def test_sigusr1_checkpoints_and_exits_for_requeue(tmp_path):
 def test_a_config_count_beyond_the_hosts_names_the_config_key(capsys, tmp_path):
     config = project(tmp_path)
     code, _, err = run_cli(capsys, "train", config, "--hosts", "a:2", "--set", "distributed.processes=3")
-    assert code == 2 and f"{config}: distributed.processes: 3: the hosts of --hosts offer 2 slots" in err, err
+    assert code == 2 and "--set distributed.processes=3: the hosts of --hosts offer 2 slots" in err, err  # what gave it
+    config.write_text(config.read_text() + "distributed: {processes: 3}\n")
+    code, _, err = run_cli(capsys, "train", config, "--hosts", "a:2")
+    assert code == 2 and f"{config}:" in err and "distributed.processes: 3: the hosts of --hosts offer 2" in err, err
 
 
 @needs_mpi

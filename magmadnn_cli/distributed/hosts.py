@@ -17,9 +17,9 @@ from typing import Mapping
 from ..errors import MagmaError
 
 Hosts = list[tuple[str, int]]
-_ENTRY = re.compile(r"([A-Za-z0-9_.\-]+)(?::([0-9]+)|\s+slots=([0-9]+)(?:\s+max[_-]slots=[0-9]+)?)?")
-_EXAMPLE = ("expected `host`, `host:slots` or `host slots=N` (slots a whole number, 1 or more), as in `node01:4` "
-            "or `node01 slots=4`")
+_ENTRY = re.compile(r"([A-Za-z0-9_.\-]+)(?::([0-9]+)|\s+slots\s*=\s*([0-9]+)(?:\s+max[_-]slots\s*=\s*[0-9]+)?)?")
+_EXAMPLE = ("expected `host`, `host:slots` or `host slots=N` (slots a whole number from 1 to 65536), as in "
+            "`node01:4` or `node01 slots=4`")
 
 
 @dataclass
@@ -39,11 +39,14 @@ class Layout:
         return f"--hostfile {self.hostfile}" if self.hostfile is not None else "--hosts"
 
 
+MAX_SLOTS = 65536  # ranks a host may take (hydra fails on a count past its rank map with an assertion)
+
+
 def _entry(text: str) -> tuple[str, int] | None:
-    """(host, slots) of `host`, hydra's `host:slots` or Open MPI's `host slots=N [max_slots=M]`."""
+    """(host, slots) of `host`, hydra's `host:slots` or Open MPI's `host slots = N [max_slots=M]`."""
     match = _ENTRY.fullmatch(text.strip())
     slots = int(match.group(2) or match.group(3) or 1) if match else 0
-    return (match.group(1), slots) if match and slots >= 1 else None
+    return (match.group(1), slots) if match and 1 <= slots <= MAX_SLOTS else None
 
 
 def read_hostfile(path: Path) -> Hosts:
