@@ -459,6 +459,17 @@ def test_a_cpu_cnn_on_one_process_is_told_the_cores_it_leaves_idle(capsys, blobs
         assert len(said) == 1 and expected in said[0] and "4 cores" in said[0], stdout
 
 
+def test_a_one_process_run_in_a_slurm_allocation_of_several_tasks_is_told_of_processes_auto(capsys, blobs,
+                                                                                           tmp_path, monkeypatch):
+    """Inside `sbatch --ntasks 2`, a plain `train` ran one process with no word (Lightning warns here)."""
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    stdout = _train(capsys, blobs, tmp_path / "run", "--set", "training.epochs=1")
+    assert "this Slurm allocation has 2 tasks and this run uses one process: `--processes auto`" in stdout, stdout
+
+
 def test_quiet_still_says_where_the_results_were_written(capsys, blobs, tmp_path):
     code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "-q")
     assert code == 0, err

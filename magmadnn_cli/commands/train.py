@@ -190,8 +190,13 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
 
 
 def idle_cores_tip(run: Run) -> str | None:
-    """On one process a CPU convolutional network runs all but its GEMMs on one core (numpy): the
+    """A one-process run inside a Slurm allocation of several tasks: `--processes auto` uses them. On
+    one process a CPU convolutional network runs all but its GEMMs on one core (numpy): the
     data-parallel ranks that would use the others (same steps; 1.5x faster on 2 cores, docs/performance.md)."""
+    from ..distributed.hosts import slurm_tasks  # noqa: PLC0415
+    if run.comm.size == 1 and (tasks := slurm_tasks() or 0) > 1:
+        return (f"tip: this Slurm allocation has {tasks} tasks and this run uses one process: `--processes auto` "
+                "trains on all of them, the same steps (docs/clusters.md)")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if run.comm.size > 1 or run.backend.device != "cpu" or cores < 2 or not run.network.conv_algorithms():
         return None
