@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import find_mpiexec, job_processes, project, wait_until_gone
+from conftest import find_mpiexec, job_processes, project, still_running, wait_until_gone
 
 SHM = Path("/dev/shm")
 
@@ -69,14 +69,18 @@ def test_a_job_that_outlives_a_second_sigterm_is_killed_saying_how_to_go_on(tmp_
         assert time.monotonic() < deadline, "no checkpoint in 120 s"
         time.sleep(0.02)
     processes = job_processes(job.pid)
-    for pid in processes - {job.pid}:
-        if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + FORCE_AFTER + 60
-    while job.poll() is None:  # SIGTERMs, as a scheduler or an impatient person sends them (two at once would merge)
-        assert time.monotonic() < deadline, "the job outlived its SIGTERMs"
-        job.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+    try:
+        for pid in processes - {job.pid}:
+            if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + FORCE_AFTER + 60
+        while job.poll() is None:  # SIGTERMs, as a scheduler or a person sends them (two at once would merge)
+            assert time.monotonic() < deadline, "the job outlived its SIGTERMs"
+            job.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+    finally:  # a failure leaves no stopped rank behind
+        for pid in still_running(processes) if job.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
     _, err = job.communicate()
     said = " ".join(err.split())
     assert job.returncode == 128 + signal.SIGTERM, err
