@@ -91,3 +91,14 @@ def test_rows_of_blanks_are_named_with_what_their_predictions_are(capsys, tmp_pa
     assert "2 row(s) hold no feature at all, every cell missing (data rows 2, 4)" in said, said
     rows = out.splitlines()[1:]
     assert rows[1] == rows[3] and np.unique(rows).size >= 2
+
+
+def test_a_last_line_cut_short_is_said_so(capsys, tmp_path, model):
+    (tmp_path / "cut.csv").write_text("f1,f2,f3,f4\n1,2,3,4\n4,3")  # a download or copy that stopped
+    code, _, err = run_cli(capsys, "predict", model, tmp_path / "cut.csv")
+    said = " ".join(err.split())
+    assert code == 2 and "cut.csv:3: the row has 2 fields; the header has 4 (the file's last line, with no line " \
+                         "break after it: cut short?)" in said, said
+    (tmp_path / "short.csv").write_text("f1,f2,f3,f4\n1,2,3,4\n4,3\n5,6,7,8\n")  # a short row inside: no such guess
+    code, _, err = run_cli(capsys, "predict", model, tmp_path / "short.csv")
+    assert code == 2 and "short.csv:3: the row has 2 fields" in err and "cut short" not in err, err

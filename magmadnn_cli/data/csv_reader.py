@@ -242,7 +242,9 @@ def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int
     ragged = np.flatnonzero(fields != len(names))
     if ragged.size:
         i = int(ragged[0])
-        raise DataError(f"{path}:{first_line + i}: the row has {fields[i]} fields; the header has {len(names)}")
+        cut = (" (the file's last line, with no line break after it: cut short?)"
+               if i == len(lines) - 1 and fields[i] < len(names) and not lines[i].endswith("\n") else "")
+        raise DataError(f"{path}:{first_line + i}: the row has {fields[i]} fields; the header has {len(names)}{cut}")
     try:
         return np.loadtxt(lines, delimiter=fmt.delimiter, dtype=dtype, usecols=columns, ndmin=2, comments=None,
                           quotechar='"' if quoted else None)
