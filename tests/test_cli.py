@@ -470,6 +470,18 @@ def test_a_one_process_run_in_a_slurm_allocation_of_several_tasks_is_told_of_pro
     assert "this Slurm allocation has 2 tasks and this run uses one process: `--processes auto`" in stdout, stdout
 
 
+def test_metrics_csv_grows_with_each_checkpoint_so_a_stopped_run_has_its_epochs(capsys, blobs, tmp_path, monkeypatch):
+    """metrics.csv was written only at the end: nothing to follow (tail -f), and a run stopped or
+    killed had none until resumed. Now it is rewritten with each checkpoint (every epoch by default)."""
+    from conftest import ctrl_c_in_epoch
+    ctrl_c_in_epoch(monkeypatch, 4)
+    code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "run", "-q")
+    assert code == 130, err
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("epoch,") and [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3"], rows
+    assert not (tmp_path / "run" / "metrics.json").exists()  # the end's files are the end's
+
+
 def test_quiet_still_says_where_the_results_were_written(capsys, blobs, tmp_path):
     code, out, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "r", "-q")
     assert code == 0, err

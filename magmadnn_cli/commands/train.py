@@ -92,6 +92,8 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
     run.trainer.segments.begin(run.trainer.position.epoch, comm.size, layout.get("strategy"))
     if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
         write_config(out_dir, run.config, {"init_from": run.trainer.origin, "distributed": layout})
+    if comm.is_root and run.saver is not None:  # the epochs so far, with each checkpoint: to follow, or after a kill
+        run.saver.after_write = lambda trainer: write_text(out_dir / "metrics.csv", history_csv(trainer.history))
 
 
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,

@@ -99,6 +99,7 @@ class Saver:
         self.folder, self.policy, self.config, self.comm = Path(folder), policy, config, comm
         self.data = rows_digest(train)
         self.last: Path | None = None
+        self.after_write: Callable[[Trainer], None] | None = None  # rank 0, after each checkpoint (metrics.csv)
 
     def due(self, global_step: int, epoch_done: int | None) -> bool:
         """After a step: every `every_steps`. After an epoch: every `every_epochs`, or when the
@@ -116,6 +117,8 @@ class Saver:
             np.savez(buffer, **arrays)
             atomic_write(path, lambda f: f.write(buffer.getvalue()))
             prune(self.folder, self.policy.keep)
+            if self.after_write is not None:
+                self.after_write(trainer)
         self.last = path
         return path
 
