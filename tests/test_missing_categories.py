@@ -69,3 +69,50 @@ def test_the_missing_category_carries_the_signal_to_the_test_score(tmp_path, cap
     code, out, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv")
     assert code == 0 and out.split() == ["prediction", "died", "lived"], (out, err)
     assert "a category of its own '(missing)'" in err, err
+
+
+def test_a_run_checkpointed_when_blanks_took_the_most_frequent_value_is_told_how_to_continue(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """A checkpoint from before this default (blanks filled with the most frequent value) was refused
+    as 'the training data differs', with no way on; the refusal names the --set that continues it."""
+    from magmadnn_cli.data import fitting
+    (tmp_path / "b.csv").write_text(_boats())
+    (tmp_path / "c.yaml").write_text(
+        "name: b\nseed: 0\ndata: {train: b.csv, target: label}\n"
+        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 2}\n")
+    real = fitting._fill
+    with monkeypatch.context() as before:  # the earlier default: auto fills a category with its most frequent value
+        before.setattr(fitting, "_fill", lambda column, raw, j, missing, strategy, *rest: real(
+            column, raw, j, missing, "most_frequent" if strategy == "auto" else strategy, *rest))
+        assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--resume", tmp_path / "run",
+                           "--set", "training.epochs=3", "-q")
+    said = " ".join(err.split())
+    fix = "--set 'data.columns.boat={type: category, missing: most_frequent}'"
+    assert code == 2 and "a category of their own" in said and fix in said, said
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--resume", tmp_path / "run", "--set",
+                           "training.epochs=3", "--set", "data.columns.boat={type: category, missing: most_frequent}",
+                           "-q")
+    assert code == 0, err
+
+
+def test_evaluate_on_the_runs_own_split_encodes_with_the_models_encoder(tmp_path, capsys, monkeypatch):
+    """`evaluate RUN --split test` fitted the columns again with today's defaults: a model trained
+    before the missing-category default got inputs of another width."""
+    from magmadnn_cli.data import fitting
+    (tmp_path / "b.csv").write_text(_boats())
+    (tmp_path / "c.yaml").write_text(
+        "name: b\nseed: 0\ndata: {train: b.csv, target: label, test_split: 0.2}\n"
+        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 20, checkpoint: false}\n")
+    real = fitting._fill
+    with monkeypatch.context() as before:
+        before.setattr(fitting, "_fill", lambda column, raw, j, missing, strategy, *rest: real(
+            column, raw, j, missing, "most_frequent" if strategy == "auto" else strategy, *rest))
+        assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    import json
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", "--split", "test", "--json")
+    assert code == 0, err
+    recorded = json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]
+    assert json.loads(out)["accuracy"] == recorded["accuracy"]

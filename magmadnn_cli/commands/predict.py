@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..data.classes import add_unseen, unseen_note
-from ..data.prepare import Split, encode_features, encode_targets, map_labels, prepare
+from ..data.prepare import Split, encode_features, encode_targets, map_labels, rebuilt_split
 from ..data.fitting import column_strategy, fill_name
 from ..data.tables import ReadSpec, Table, reader_for, style_note, typed_labels
 from ..data.writers import Columns, output_format, write_rows
@@ -247,8 +247,8 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
         if file_sha256(cfg.train) != recorded:
             raise DataError(f"{cfg.train}: the file changed since the run (sha256 differs), so its {split} split "
                             "cannot be rebuilt; evaluate on a file instead: magmadnn evaluate MODEL DATA")
-    data = prepare(cfg, task_of(saved.config), saved.config.seed or 0)
-    chosen = {"train": data.train, "validation": data.validation, "test": data.test}[split]
+    chosen = rebuilt_split(cfg, task_of(saved.config), saved.config.seed or 0, split, saved.encoder, saved.normalizer,
+                           saved.targets)
     if chosen is None:
         raise MagmaError(f"{model_path}: the run had no {split} split (data.{split}_split is 0)")
     return chosen

@@ -17,6 +17,7 @@ import yaml
 
 from ..config.schema import Config
 from ..core import backend as B
+from ..data.fitting import own_missing_category
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess
 from ..errors import ConfigError, MagmaError
@@ -287,7 +288,8 @@ def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     """Check the checkpoint against this run, restore it, and say where training goes on from."""
     trainer, config = run.trainer, run.config
     trainer.stopper = run.stopper
-    notes = check_compatible(ckpt, config, run.data.train, run.network.state_dict) + restore(ckpt, trainer)
+    own = [c.name for c in run.data.encoder.columns if own_missing_category(c)]
+    notes = check_compatible(ckpt, config, run.data.train, run.network.state_dict, own) + restore(ckpt, trainer)
     _refuse_ending_a_stopped_run(ckpt, trainer, config.training.epochs)
     notes += schedule_change(ckpt.meta["config"], config, trainer, len(run.data.train.x))
     if run.saver is not None:

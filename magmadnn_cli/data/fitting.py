@@ -68,7 +68,7 @@ MISSING_CATEGORY = "(missing)"  # auto's fill of a category column with missing 
 
 def fill_name(strategy: str, column: Column) -> str:
     """What data.missing_values `strategy` fills `column` with, in words."""
-    if strategy == "auto" and _own_category(column):
+    if strategy == "auto" and own_missing_category(column):
         return "a category of its own"
     if strategy in ("auto", "error"):
         strategy = "median" if column.kind in ("number", "date") else "most_frequent"
@@ -76,7 +76,7 @@ def fill_name(strategy: str, column: Column) -> str:
             "most_frequent": "most frequent value", "constant": "constant"}[strategy]
 
 
-def _own_category(column: Column) -> bool:
+def own_missing_category(column: Column) -> bool:
     """Whether a category column's fill is auto's category for missing cells ('(missing)', or
     '(missing 2)' where the data holds a '(missing)')."""
     return column.kind == "category" and re.fullmatch(r"\(missing( \d+)?\)", str(column.fill)) is not None

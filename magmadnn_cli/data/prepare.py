@@ -302,6 +302,20 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled)
 
 
+def rebuilt_split(cfg: DataConfig, task: str, seed: int, name: str, encoder: ColumnEncoder, normalizer: Any,
+                  targets: Any) -> Split | None:
+    """A run's own split (train, validation or test) rebuilt from its config and seed, encoded and
+    scaled with what the run fitted (its model's encoder, normalizer and target scaling), not fitted
+    again: today's defaults may differ from the run's. None where the run had no such split."""
+    table = _read(cfg, seed)
+    cfg = cfg.model_copy(update=table.settled)
+    _, labels, parts = _split(table, cfg, task, seed)
+    if not len(parts[name]):
+        return None
+    x = reshaped(encode_features(table, encoder)[0], cfg.shape, table.source)
+    return Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
+
+
 def _repeats(x: np.ndarray, y: np.ndarray, held: dict[str, tuple[np.ndarray, np.ndarray]], source: str) -> str | None:
     """The warning for held-out parts that repeat training rows (duplicate records split apart)."""
     counts = {name: (repeated_rows(x, y, hx, hy), len(hx)) for name, (hx, hy) in held.items()}

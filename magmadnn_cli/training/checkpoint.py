@@ -291,14 +291,22 @@ def misfit_weights(ckpt: Checkpoint, network: dict[str, Any]) -> list[str]:
             if name not in saved or np.shape(saved[name]) != np.shape(value)]
 
 
-def check_compatible(ckpt: Checkpoint, config: Config, train: Split, network: Callable[[], dict[str, Any]]) -> list[str]:
+def check_compatible(ckpt: Checkpoint, config: Config, train: Split, network: Callable[[], dict[str, Any]],
+                     own_missing: list[str] = ()) -> list[str]:
     """Refuse a checkpoint of another architecture, data set or batch (`network()`: the built network's
-    state, to say whether --init-from fits); return notes on what changed harmlessly (epochs, learning rate)."""
+    state, to say whether --init-from fits; `own_missing`: the category columns whose missing cells
+    are a category of their own, which magmadnn filled with the most frequent value before);
+    return notes on what changed harmlessly (epochs, learning rate)."""
     saved, current = ckpt.meta["config"], config.model_dump(mode="json")
     problems = differences(saved, current, MUST_MATCH)
     if ckpt.meta["data"] != rows_digest(train):
+        earlier = "; ".join(f"--set 'data.columns.{name}={{type: category, missing: most_frequent}}'"
+                            for name in own_missing[:8])
         problems.append("the training data (after data.* splitting and normalization) differs from the "
-                        "checkpoint's")
+                        "checkpoint's" + (f" (if the file is unchanged: missing cells of a category column are now "
+                                          f"a category of their own, where magmadnn filled them with the most frequent "
+                                          f"value before; continue a run checkpointed then with {earlier})"
+                                          if own_missing else ""))
     _refuse(ckpt, problems, misfit_weights(ckpt, network()) if problems else [])
     ignore = ("name", "training.epochs", "training.checkpoint", "distributed", "data", "device", "memory")
     return [d for d in differences(saved, current, None) if not any(d.startswith(i) for i in ignore)]
