@@ -68,3 +68,20 @@ def test_the_share_coincidence_gives_matches_independent_draws():
     observed = repeated_rows(train, y, held, np.zeros((len(held), 1), np.float32)) / len(held)
     assert chance_share(train) == pytest.approx(1 - (1 - 1 / 8000) ** 2000, abs=0.02)
     assert observed == pytest.approx(chance_share(train), abs=0.03)
+
+
+def test_categories_of_few_values_repeat_by_coincidence_without_a_warning(tmp_path):
+    """Twelve independent a/b columns: 1 in 4,096 rows alike, so a held-out row matches one of 800
+    training rows ~18% of the time. Judged per one-hot unit (p^2 for a 2-value column, not p) the
+    chance came out ~0% and the warning fired on ordinary data."""
+    rng = np.random.default_rng(5)
+    cells = rng.choice(["a", "b"], (1000, 12))
+    labels = np.where((cells == "a").sum(axis=1) > 6, "yes", "no")
+    (tmp_path / "d.csv").write_text(",".join(f"c{j}" for j in range(12)) + ",label\n"
+                                    + "".join(",".join(row) + f",{y}\n" for row, y in zip(cells, labels)))
+    data = prepare(DataConfig(train=tmp_path / "d.csv", target="label", validation_split=0.2), "classification", 0)
+    assert not [n for n in data.notes if "repeat" in n], data.notes
+    doubled = (tmp_path / "d.csv").read_text().splitlines()
+    (tmp_path / "d.csv").write_text("\n".join(doubled + doubled[1:]) + "\n")  # the file written twice: said
+    data = prepare(DataConfig(train=tmp_path / "d.csv", target="label", validation_split=0.2), "classification", 0)
+    assert [n for n in data.notes if "repeat a training row" in n], data.notes

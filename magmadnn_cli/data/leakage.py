@@ -90,22 +90,34 @@ def _row_hashes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return hashes
 
 
+def column_codes(raw: RawColumns) -> np.ndarray:
+    """Each source column's cells as integer codes (rows x columns): one column per category, not per
+    one-hot unit, for `chance_share` (a 2-value category is one column of two values)."""
+    codes = np.empty(raw.x.shape[:2], dtype=np.int64)
+    for j in range(raw.x.shape[1]):
+        cells = raw.text[j] if j in raw.text else raw.x[:, j]
+        codes[:, j] = np.unique(cells, return_inverse=True)[1].reshape(-1)
+    return codes
+
+
 def chance_share(x: np.ndarray, sample: int = 5000) -> float:
-    """The share of held-out rows that would match one of `x`'s rows by coincidence, were the
-    columns independent: 1 - exp(-rows x the product of each column's collision probability
-    (estimated without bias on a sample of rows)). Records of few distinct values repeat naturally."""
+    """The share of held-out rows that would match a training row by coincidence, were the columns
+    independent: the distinct training rows x the product of each column's collision probability. Both
+    are judged on the distinct rows (of a sample), so that copies of one record, the thing looked
+    for, do not pass for values that recur by nature (records of few distinct values repeat)."""
     x = x.reshape(len(x), -1)
     rows = x[np.random.default_rng(0).choice(len(x), sample, replace=False)] if len(x) > sample else x
-    n, log_match = len(rows), 0.0
+    distinct = np.unique(rows, axis=0)
+    n, log_match = len(distinct), 0.0
     if n < 2:
         return 0.0
-    for j in range(rows.shape[1]):
-        counts = np.unique(rows[:, j], return_counts=True)[1].astype(np.float64)
+    for j in range(distinct.shape[1]):
+        counts = np.unique(distinct[:, j], return_counts=True)[1].astype(np.float64)
         collision = (np.sum(counts * counts) - n) / (n * (n - 1))
         if collision <= 0:
             return 0.0
         log_match += np.log(collision)
-    return float(-np.expm1(-len(x) * np.exp(log_match)))
+    return float(min(1.0, len(x) * n / len(rows) * np.exp(log_match)))  # distinct rows: disjoint matches
 
 
 def repeats_note(repeats: dict[str, tuple[int, int]], chance: float, source: str) -> str | None:

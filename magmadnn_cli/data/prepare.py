@@ -19,7 +19,7 @@ from ..errors import DataError
 from .columns import ColumnEncoder, RawColumns
 from .fitting import fit, looks_like
 from .classes import case_variants, rare_classes, unseen_note
-from .leakage import chance_share, repeated_rows, repeats_note, target_copies
+from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 
@@ -297,7 +297,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
             splits[name] = Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
         else:
             splits[name] = None
-    notes += [n for n in [_repeats(x[parts["train"]], labels[parts["train"]], held, table.source)] if n]
+    train_raw = table.raw.rows(parts["train"]) if table.x.ndim == 2 else None
+    notes += [n for n in [_repeats(x[parts["train"]], labels[parts["train"]], held, table.source, train_raw)] if n]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled)
 
@@ -316,10 +317,14 @@ def rebuilt_split(cfg: DataConfig, task: str, seed: int, name: str, encoder: Col
     return Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
 
 
-def _repeats(x: np.ndarray, y: np.ndarray, held: dict[str, tuple[np.ndarray, np.ndarray]], source: str) -> str | None:
-    """The warning for held-out parts that repeat training rows (duplicate records split apart)."""
+def _repeats(x: np.ndarray, y: np.ndarray, held: dict[str, tuple[np.ndarray, np.ndarray]], source: str,
+             raw: RawColumns | None) -> str | None:
+    """The warning for held-out parts that repeat training rows (duplicate records split apart); the
+    chance of a repeat is judged on the source columns (`raw`: the training rows' cells) where known."""
     counts = {name: (repeated_rows(x, y, hx, hy), len(hx)) for name, (hx, hy) in held.items()}
-    return repeats_note(counts, chance_share(x) if any(n for n, _ in counts.values()) else 0.0, source)
+    if not any(n for n, _ in counts.values()):
+        return None
+    return repeats_note(counts, chance_share(column_codes(raw) if raw is not None else x), source)
 
 
 def sample_shape_of(cfg: DataConfig, task: str, seed: int) -> tuple[int, ...]:
