@@ -116,3 +116,38 @@ def test_evaluate_on_the_runs_own_split_encodes_with_the_models_encoder(tmp_path
     assert code == 0, err
     recorded = json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]
     assert json.loads(out)["accuracy"] == recorded["accuracy"]
+
+
+def test_a_column_of_one_value_or_blank_is_kept_as_two_values(tmp_path):
+    """'A' or blank: with blanks a category of their own, the column says something (it was left out
+    as constant, and the run log said both)."""
+    (tmp_path / "b.csv").write_text(_boats().replace(",B,", ",A,").replace(",C,", ",A,").replace(",D,", ",A,"))
+    data = prepare(DataConfig(train=tmp_path / "b.csv", target="label", validation_split=0.0), "classification", 0)
+    boat = next(c for c in data.encoder.columns if c.name == "boat")
+    assert boat.kind == "category" and boat.categories == ["(missing)", "A"], boat
+    assert not any("constant columns" in n for n in data.notes), data.notes
+
+
+def test_the_missing_category_does_not_hide_what_the_values_look_like(tmp_path):
+    """US dates and one blank: the date hint was lost, as '(missing)' is no date; counts said it too."""
+    rows = [f"{1 + i % 40 % 12}/{13 + i % 40 % 15}/2019,{i % 2}" for i in range(60)]  # 40 dates, day first > 12
+    rows[5] = f",{1}"
+    (tmp_path / "d.csv").write_text("when,label\n" + "\n".join(rows) + "\n")
+    notes = " ".join(prepare(DataConfig(train=tmp_path / "d.csv", target="label", validation_split=0.0),
+                             "classification", 0).notes)
+    assert "'%m/%d/%Y'" in notes and "'(missing)'" not in notes.split("filled with")[0], notes
+
+
+def test_an_unseen_category_refused_by_the_models_setting_is_not_blamed_on_strict(tmp_path, capsys):
+    (tmp_path / "b.csv").write_text(_boats())
+    (tmp_path / "c.yaml").write_text(
+        "name: b\nseed: 0\ndata: {train: b.csv, target: label, unseen_categories: error}\n"
+        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        "optimizer: adam\ntraining: {epochs: 1, checkpoint: false}\n")
+    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    (tmp_path / "new.csv").write_text("x,boat\n0.5,Z\n")
+    for strict in ((), ("--strict",)):
+        code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv", *strict)
+        said = " ".join(err.split())
+        assert code == 2 and "trained with data.unseen_categories: error, which refuses them" in said, said
+        assert "without it" not in said

@@ -199,7 +199,8 @@ def test_thousands_grouped_by_a_space_are_named_with_the_setting_that_reads_them
 
 @pytest.mark.parametrize("lines, delimiter, expected", [
     (["w;p", "70;1.200", "80;8.795", "75;950"], ";", ["1.200", "8.795"]),  # every dotted cell: groups of 3
-    (["w\tp", "70\t12.500.000"], "\t", ["12.500.000"]),
+    (["w;p", "70;12.500.000"], ";", ["12.500.000"]),
+    (["w\tp", "72.500\t1.750"], "\t", []),         # tab-separated measurements to 3 decimals: plain
     (["w;p", "70;1.200", "80;0.795"], ";", []),    # 0.795 is no thousands grouping: decimals
     (["w;p", "70;1.200", "80;8.79"], ";", []),     # 8.79: a decimal point
     (["w;p", "70;1.200", "80;3,5"], ";", []),      # a decimal comma: detected as the European style

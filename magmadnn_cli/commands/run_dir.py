@@ -268,7 +268,7 @@ def _alive(pid: int, started: int | None = None) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # another user's process: its start time still tells a reused PID apart
     fields = _stat(pid)
     if fields is None:
         return True  # no /proc (not Linux): trust the signal

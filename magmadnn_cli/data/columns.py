@@ -196,10 +196,10 @@ class ColumnEncoder:
 
     def _refusal(self, strict: bool) -> str | None:
         """What refuses unseen categories, and how to encode them instead (None: they are encoded)."""
+        if self.unseen == "error":  # the model's own setting: refused with or without --strict
+            return "the model was trained with data.unseen_categories: error, which refuses them"
         if strict:
             return "--strict refuses them (without it they are encoded as all zeros, and counted)"
-        if self.unseen == "error":
-            return "data.unseen_categories: error refuses them (ignore encodes them as all zeros)"
         return None
 
     def to_json(self) -> dict[str, Any]:

@@ -36,11 +36,11 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
         if spec.type is None and column.kind != "number":
             inferred[name] = _described(column)
             if column.kind == "category":
-                sparse.append(_category_warning(name, column.categories, len(raw.x) - missing))
+                sparse.append(_category_warning(name, present_categories(column), len(raw.x) - missing))
         elif spec.type is None and j not in raw.text and cfg.shape is None:
             sparse.append(_row_number(name, raw.x[:, j]))
         if column.kind == "category":
-            sparse.append(category_twins(name, column.categories))
+            sparse.append(category_twins(name, present_categories(column)))
         if missing:
             how = _filled_with(column_strategy(spec.missing, cfg.missing_values, column.kind), column)
             imputed.setdefault(how, []).append((name, missing, column.indicator))
@@ -74,6 +74,12 @@ def fill_name(strategy: str, column: Column) -> str:
         strategy = "median" if column.kind in ("number", "date") else "most_frequent"
     return {"median": "median date" if column.kind == "date" else "median", "mean": "mean",
             "most_frequent": "most frequent value", "constant": "constant"}[strategy]
+
+
+def present_categories(column: Column) -> list[str]:
+    """A category column's values as the training cells hold them (its missing category left out)."""
+    own = own_missing_category(column)
+    return [c for c in column.categories if not (own and c == column.fill)]
 
 
 def own_missing_category(column: Column) -> bool:
@@ -122,6 +128,7 @@ def _without_constants(columns: list[Column], raw: RawColumns, source: str) -> t
     for j, column in enumerate(columns):
         cells = raw.cells(j) if j in raw.text else None
         values = 1 + spread[j] if cells is None else len(np.unique(canonical(cells[~is_missing(cells)])))
+        values += int(own_missing_category(column))  # blank or a value: two values to learn from
         if values <= 1 and not column.indicator and column.kind != "constant":
             constant.append(column.name)
             columns[j] = Column(column.name, "constant")

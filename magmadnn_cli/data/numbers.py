@@ -92,11 +92,12 @@ _GROUPS_OF_THREE = re.compile(r"[+-]?[1-9]\d{0,2}(\.\d{3})+")
 
 
 def two_way_cells(lines: list[str], delimiter: str, shown: int = 3) -> list[str]:
-    """Number cells of a file not separated by commas that read two ways ('1.200': 1.2, or 1200 with
-    '.' between thousands) where no cell settles it: every cell with a '.' is digits in groups of
-    three after a first digit, and none has a decimal comma (else `detect_style` decides). The first
-    `shown` of them; none where the style is plain beyond doubt."""
-    if delimiter == ",":
+    """Number cells of a ;-separated file (a European spreadsheet's export) that read two ways ('1.200':
+    1.2, or 1200 with '.' between thousands) where no cell settles it: every cell with a '.' is digits
+    in groups of three after a first digit, and none has a decimal comma (else `detect_style` decides).
+    The first `shown` of them; none where the style is plain beyond doubt, or the file is separated
+    otherwise (tab-separated measurements to 3 decimals are common, and plain)."""
+    if delimiter != ";":
         return []
     cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
     dotted = [c for c in cells if "." in c and (is_number(c) or _GROUPS_OF_THREE.fullmatch(c))]

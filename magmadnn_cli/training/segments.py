@@ -34,7 +34,8 @@ class Segments:
         if not self.done or self.current is None:
             return {"wall_time_s": total}
         every = self.done + [dict(self.current, wall_time_s=round(seconds, 3))]
-        ends = [s["from_epoch"] - 1 for s in every[1:]] + [max(epochs_run, every[-1]["from_epoch"])]
+        ends = [max(s["from_epoch"], after["from_epoch"] - 1) for s, after in zip(every, every[1:])]
+        ends.append(max(epochs_run, every[-1]["from_epoch"]))  # an epoch two segments shared is named in both
         return {"wall_time_s": total, "segments": [
             {"epochs": f"{s['from_epoch']}-{end}", "processes": s["processes"], "strategy": s["strategy"],
              "wall_time_s": s["wall_time_s"]} for s, end in zip(every, ends)]}
