@@ -9,7 +9,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 import yaml
@@ -76,12 +76,6 @@ def _reporter(quiet: bool, comm):
     return make_reporter(quiet, comm.rank, output_is_terminal(comm.size))
 
 
-def _processes_key(cfg: Any, config: Path) -> str:
-    """Where distributed.processes was set, as the user wrote it, `{}` for the count (launcher messages)."""
-    origin = cfg.where("distributed", "processes") or str(config)
-    return "--set distributed.processes={}" if origin.startswith("--set") else f"{origin}: distributed.processes: {{}}"
-
-
 def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, strategy: bool = True):
     """Load the config; re-launch under mpiexec when ranks or hosts are asked for (`layout`: --processes,
     --hostfile, --hosts, --oversubscribe); else this rank's communicator (tune's ranks share out trials:
@@ -89,17 +83,17 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
     from .distributed import get_communicator
     from .distributed.environment import check_srun_step
     from .data.text_source import refuse_streams
-    from .distributed.launcher import JobForced, ranks_asked, relaunch
+    from .distributed.launcher import JobForced, processes_origin, ranks_asked, relaunch
     check_srun_step()
     cfg = _load(config, overrides, draw_seed=False)
     refuse_streams(cfg.data, ranks_asked(*layout, cfg.distributed.processes))
     try:
-        code = relaunch(*layout, cfg.distributed.processes, _processes_key(cfg, config))
+        code = relaunch(*layout, cfg.distributed.processes, processes_origin(cfg, config))
     except JobForced as forced:  # killed after a second stop signal: how to go on
-        from .commands.run_dir import forced_job
+        from .commands.job_end import forced_job
         raise forced_job(forced) from None
     if code is not None:  # the job ended: as it ended (one a killed rank ended says how to go on)
-        from .commands.run_dir import killed_job
+        from .commands.job_end import killed_job
         raise killed_job(code) or typer.Exit(code)
     return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
 
@@ -275,9 +269,9 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     """Check a config as `train` does before its first step (data, shapes, output width, memory);
     print it resolved, with every default and the seed."""
     from .commands.train import validate_run
-    from .distributed.launcher import check_processes
+    from .distributed.launcher import check_processes, processes_origin
     cfg = _load(config, set_)
-    check_processes(cfg.distributed.processes, False, _processes_key(cfg, config))  # as train checks it
+    check_processes(cfg.distributed.processes, False, processes_origin(cfg, config))  # as train checks it
     notes = validate_run(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     out.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default") if out.is_terminal else Text(text),

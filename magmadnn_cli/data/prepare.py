@@ -9,6 +9,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -282,25 +283,28 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     for name in ("validation", "test"):
         path = getattr(cfg, name) if fold is None else None
         if path is not None:
-            other = read_table(path, replace(ReadSpec.of(cfg, features=table.features),
-                                             features_from=f"the training file ({table.source})"))
-            ox, unseen = encode_features(other, encoder)
-            ox = reshaped(ox, cfg.shape, str(path))
-            if ox.shape[1:] != x.shape[1:]:
-                raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {x.shape[1:]}")
-            notes += other.notes + [n for n in [unseen_note(unseen, str(path), encoder)] if n]
-            oy = encode_targets(map_labels(other.y, cfg.label_map), task, classes, str(path), other.raw)
-            held[f"{name} ({path})"] = ox, oy
-            splits[name] = Split(normalizer(ox), targets(oy))
+            held[f"{name} ({path})"] = part = _held_out_file(path, table, cfg, task, classes, encoder, x.shape[1:], notes)
         elif len(parts[name]):
-            held[name] = x[parts[name]], labels[parts[name]]
-            splits[name] = Split(normalizer(x[parts[name]]), targets(labels[parts[name]]))
-        else:
-            splits[name] = None
+            held[name] = part = x[parts[name]], labels[parts[name]]
+        splits[name] = Split(normalizer(part[0]), targets(part[1])) if path is not None or len(parts[name]) else None
     train_raw = table.raw.rows(parts["train"]) if table.x.ndim == 2 else None
     notes += [n for n in [_repeats(x[parts["train"]], labels[parts["train"]], held, table.source, train_raw)] if n]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
                     tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled)
+
+
+def _held_out_file(path: Path, table: Table, cfg: DataConfig, task: str, classes: list[Any], encoder: ColumnEncoder,
+                   shape: tuple[int, ...], notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """A separate validation or test file, encoded as the training rows were into samples of `shape`
+    (their encoded rows and targets; its notes added to `notes`)."""
+    other = read_table(path, replace(ReadSpec.of(cfg, features=table.features),
+                                     features_from=f"the training file ({table.source})"))
+    ox, unseen = encode_features(other, encoder)
+    ox = reshaped(ox, cfg.shape, str(path))
+    if ox.shape[1:] != shape:
+        raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {shape}")
+    notes += other.notes + [n for n in [unseen_note(unseen, str(path), encoder)] if n]
+    return ox, encode_targets(map_labels(other.y, cfg.label_map), task, classes, str(path), other.raw)
 
 
 def rebuilt_split(cfg: DataConfig, task: str, seed: int, name: str, encoder: ColumnEncoder, normalizer: Any,

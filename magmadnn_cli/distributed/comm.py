@@ -124,17 +124,18 @@ def _slurm_step() -> bool:
 def launched_ranks() -> int:
     """How many ranks the launcher says it started (0 when not under a launcher): mpiexec (hydra,
     Open MPI, PMIx) or `srun --mpi=pmi2|pmix` inside a Slurm allocation."""
-    found = _env_int("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
-    if found is None and _slurm_step():
-        found = _env_int("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-    return found or 0
+    return _env_int(*_size_variables()) or 0
+
+
+def _size_variables() -> tuple[str, ...]:
+    """Where a launcher says the rank count, in the order believed (an srun step's own after MPI's)."""
+    return ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE") + (
+        ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") if _slurm_step() else ())
 
 
 def size_variable() -> str:
     """The variable that `launched_ranks` read, with its value ('PMI_SIZE=2')."""
-    keys = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE") + (("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-                                                                 if _slurm_step() else ())
-    key = next((k for k in keys if os.environ.get(k, "").isdigit()), "PMI_SIZE")
+    key = next((k for k in _size_variables() if os.environ.get(k, "").isdigit()), "PMI_SIZE")
     return f"{key}={os.environ.get(key, '')}"
 
 

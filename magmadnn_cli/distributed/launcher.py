@@ -126,6 +126,12 @@ def check_layout(layout: Layout, oversubscribe: bool, asked_by: str) -> None:
         check_processes(layout.processes, oversubscribe, asked_by)
 
 
+def processes_origin(cfg: Any, config: Path) -> str:
+    """Where distributed.processes was set, as the user wrote it, `{}` for the count (`check_layout`)."""
+    origin = cfg.where("distributed", "processes") or str(config)
+    return "--set distributed.processes={}" if origin.startswith("--set") else f"{origin}: distributed.processes: {{}}"
+
+
 def ranks_asked(processes: str | None, hostfile: Path | None, hosts: str | None, oversubscribe: bool,
                 configured: int) -> int:
     """How many ranks this command runs on: its launcher's, or what the options (or the config's
@@ -196,22 +202,8 @@ def launch(layout: Layout, argv: list[str]) -> int:
     mpiexec = locate_mpi_launcher()
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     carriers = CARRIERS if is_open_mpi(version) else {}  # its mpirun kills on SIGINT/SIGTERM: see signals
-    env = dict(os.environ, **{GUARD: "1", TERMINAL: "1" if sys.stdout.isatty() else "0", RUN_RECORD: str(record_path())},
-               **({RELAY_VARIABLE: relay_text(carriers)} if carriers else {}))
-    piped = {name: subprocess.PIPE if _is_pipe(getattr(sys, name)) else None for name in ("stdout", "stderr")}
-    for stream in (sys.stdout, sys.stderr):  # what this process printed goes before the job's output
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
     before = segments()
-    # its own session: a terminal's Ctrl-C reaches the job once, through `forward`, not twice
-    job = subprocess.Popen(mpiexec_command(mpiexec, version, layout, argv), env=env, start_new_session=True,
-                           preexec_fn=_die_with_parent(carriers.get(signal.SIGTERM, signal.SIGTERM))
-                           if sys.platform == "linux" else None, **piped)
-    relays = [_Relay(source, getattr(sys, name)) for name, source in (("stdout", job.stdout), ("stderr", job.stderr))
-              if source is not None]
-    for relay in relays:
-        relay.start()
-
+    job, relays = _start(mpiexec_command(mpiexec, version, layout, argv), carriers)
     stops: list[tuple[int, float]] = []  # the stop signals passed on, and when
 
     def forward(signum: int, frame: object) -> None:
@@ -226,10 +218,29 @@ def launch(layout: Layout, argv: list[str]) -> int:
     finally:
         if code != 0:  # killed ranks never unlinked their shared memory
             sweep(before)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in previous.items():  # a job this launcher ended: further stops find nothing to stop
+            signal.signal(sig, handler if code is not None else signal.SIG_IGN)
         for relay in relays:
             relay.join(RELAY_DRAIN)
+
+
+def _start(command: list[str], carriers: dict[int, int]) -> tuple[subprocess.Popen, list["_Relay"]]:
+    """mpiexec started in a session of its own (a terminal's Ctrl-C reaches the job once, through the
+    launcher, not twice), told it runs under this launcher; and the threads relaying its output."""
+    env = dict(os.environ, **{GUARD: "1", TERMINAL: "1" if sys.stdout.isatty() else "0", RUN_RECORD: str(record_path())},
+               **({RELAY_VARIABLE: relay_text(carriers)} if carriers else {}))
+    piped = {name: subprocess.PIPE if _is_pipe(getattr(sys, name)) else None for name in ("stdout", "stderr")}
+    for stream in (sys.stdout, sys.stderr):  # what this process printed goes before the job's output
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    job = subprocess.Popen(command, env=env, start_new_session=True,
+                           preexec_fn=_die_with_parent(carriers.get(signal.SIGTERM, signal.SIGTERM))
+                           if sys.platform == "linux" else None, **piped)
+    relays = [_Relay(source, getattr(sys, name)) for name, source in (("stdout", job.stdout), ("stderr", job.stderr))
+              if source is not None]
+    for relay in relays:
+        relay.start()
+    return job, relays
 
 
 RELAY_DRAIN = 10.0  # seconds to pass on what the job wrote last, once it has ended
@@ -274,7 +285,10 @@ def _wait(job: subprocess.Popen, stops: list[tuple[int, float]] | None = None) -
 
 
 def _kill_tree(pid: int) -> None:
-    """SIGKILL `pid` and every process below it (found first, then killed: none escapes by re-parenting)."""
+    """SIGKILL `pid` and every process below it (found first, then killed: none escapes by re-parenting),
+    and its process group (the job's session: where /proc lists no children)."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
     found, todo = [], [pid]
     while todo:
         found.append(todo.pop())

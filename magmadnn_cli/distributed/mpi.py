@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import socket
 import sys
 import time
@@ -78,7 +79,7 @@ class MPICommunicator(Communicator):
         """The MPI library (its first line), its transport, and how many ranks run on each host."""
         root, text = self._root(), mpi_library_text()
         hosts, way = dict(Counter(root.hosts)), transport(text)
-        if len(hosts) == 1:  # MPICH and Open MPI move messages between a host's ranks through shared memory
+        if len(hosts) == 1 and os.environ.get("MPIR_CVAR_NOLOCAL", "0") in ("0", ""):  # a host's ranks share memory
             way = f"shared memory (every rank on one host; between hosts: {way})"
         return {"mpi_library": first_line(text), "mpi_transport": way, "ranks_per_host": hosts}
 
