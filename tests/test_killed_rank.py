@@ -23,15 +23,14 @@ def _segments() -> set[str]:
     return {p.name for p in SHM.iterdir() if p.name.startswith("mpich_shm_")} if SHM.is_dir() else set()
 
 
-@pytest.mark.mpi
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec in this environment")
-def test_a_killed_rank_is_said_with_the_resume_command_and_leaves_no_shared_memory(tmp_path):
+def _checkpointing_job(tmp_path, *sets: str) -> tuple[subprocess.Popen, set[int], list[int]]:
+    """`train --processes 2` into tmp_path/run, checkpointing every step: the launcher, every process
+    of the job, and its ranks, once the first checkpoint is on disk."""
     config, out = project(tmp_path), tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    before = _segments()
+    sets = ("training.epochs=5000", "training.checkpoint.every_steps=1", *sets)
     job = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q",
-                            "--processes", "2", "--set", "training.epochs=5000",
-                            "--set", "training.checkpoint.every_steps=1"],
+                            "--processes", "2", *[a for s in sets for a in ("--set", s)]],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while job.poll() is None and not list((out / "checkpoints").glob("step*.npz")):
@@ -39,8 +38,15 @@ def test_a_killed_rank_is_said_with_the_resume_command_and_leaves_no_shared_memo
         time.sleep(0.02)
     assert job.poll() is None, job.communicate()
     processes = job_processes(job.pid)
-    ranks = sorted(pid for pid in processes - {job.pid}
-                   if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    ranks = sorted(pid for pid in processes - {job.pid} if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    return job, processes, ranks
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec in this environment")
+def test_a_killed_rank_is_said_with_the_resume_command_and_leaves_no_shared_memory(tmp_path):
+    out, before = tmp_path / "run", _segments()
+    job, processes, ranks = _checkpointing_job(tmp_path)
     os.kill(ranks[-1], signal.SIGKILL)
     _, err = job.communicate(timeout=60)
     said = " ".join(err.split())
@@ -58,30 +64,20 @@ def test_a_job_that_outlives_a_second_sigterm_is_killed_saying_how_to_go_on(tmp_
     watchdog runs) outlived any number of SIGTERMs to the launcher: the job hung. FORCE_AFTER s
     after the second one, every process of the job is killed, and the launcher says how to go on."""
     from magmadnn_cli.distributed.launcher import FORCE_AFTER
-    config, out = project(tmp_path), tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    job = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q",
-                            "--processes", "2", "--set", "training.epochs=5000", "--set", "distributed.timeout=0",
-                            "--set", "training.checkpoint.every_steps=1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while job.poll() is None and not list((out / "checkpoints").glob("step*.npz")):
-        assert time.monotonic() < deadline, "no checkpoint in 120 s"
-        time.sleep(0.02)
-    processes = job_processes(job.pid)
+    out = tmp_path / "run"
+    job, processes, ranks = _checkpointing_job(tmp_path, "distributed.timeout=0")
     try:
-        for pid in processes - {job.pid}:
-            if b"magmadnn_cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGSTOP)
+        for pid in ranks:
+            os.kill(pid, signal.SIGSTOP)
         deadline = time.monotonic() + FORCE_AFTER + 60
-        while job.poll() is None:  # SIGTERMs, as a scheduler or a person sends them (two at once would merge)
+        while still_running(set(ranks)):  # SIGTERMs, as a scheduler or a person sends them (two at once merge)
             assert time.monotonic() < deadline, "the job outlived its SIGTERMs"
             job.send_signal(signal.SIGTERM)
             time.sleep(0.2)
+        _, err = job.communicate(timeout=60)  # the launcher says how to go on once the ranks are gone
     finally:  # a failure leaves no stopped rank behind
         for pid in still_running(processes) if job.poll() is None else ():
             os.kill(pid, signal.SIGKILL)
-    _, err = job.communicate()
     said = " ".join(err.split())
     assert job.returncode == 128 + signal.SIGTERM, err
     assert f"went on {FORCE_AFTER:g} s after a second SIGTERM" in said and "every process of it was killed" in said, said

@@ -22,6 +22,24 @@ def _boats(n: int = 400, seed: int = 0) -> str:
     return "x,boat,label\n" + "\n".join(rows) + "\n"
 
 
+def _config(tmp_path, data: str = "", training: str = "epochs: 3, checkpoint: false", text: str | None = None):
+    """boats (or `text`) in b.csv and c.yaml training a softmax layer on it (`data`: more data settings)."""
+    (tmp_path / "b.csv").write_text(_boats() if text is None else text)
+    (tmp_path / "c.yaml").write_text(
+        f"name: b\nseed: 0\ndata: {{train: b.csv, target: label{data}}}\n"
+        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
+        f"optimizer: {{type: adam, learning_rate: 0.05}}\ntraining: {{{training}}}\n")
+    return tmp_path / "c.yaml"
+
+
+def _legacy_fill(monkeypatch) -> None:
+    """The earlier default: auto filled a category's missing cells with its most frequent value."""
+    from magmadnn_cli.data import fitting
+    real = fitting._fill
+    monkeypatch.setattr(fitting, "_fill", lambda column, raw, j, missing, strategy, *rest: real(
+        column, raw, j, missing, "most_frequent" if strategy == "auto" else strategy, *rest))
+
+
 def test_missing_cells_are_a_category_of_their_own_and_said_so(tmp_path):
     (tmp_path / "b.csv").write_text(_boats())
     data = prepare(DataConfig(train=tmp_path / "b.csv", target="label", validation_split=0.0), "classification", 0)
@@ -44,24 +62,16 @@ def test_a_real_category_named_like_the_missing_one_keeps_its_own(tmp_path):
 def test_a_column_complete_in_training_fills_a_blank_at_predict_with_its_most_frequent_value(tmp_path, capsys):
     """No missing category was learned: a blank at predict is no unseen value (refused under
     unseen_categories: error), but the most frequent one, as before."""
-    (tmp_path / "b.csv").write_text(_boats().replace(",,", ",E,"))
-    (tmp_path / "c.yaml").write_text(
-        "name: b\nseed: 0\ndata: {train: b.csv, target: label, unseen_categories: error}\n"
-        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
-        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 3, checkpoint: false}\n")
-    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    config = _config(tmp_path, ", unseen_categories: error", text=_boats().replace(",,", ",E,"))
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
     (tmp_path / "new.csv").write_text("x,boat\n0.5,\n")
     code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv")
     assert code == 0 and "boat (1: most frequent value 'E')" in err, err
 
 
 def test_the_missing_category_carries_the_signal_to_the_test_score(tmp_path, capsys):
-    (tmp_path / "b.csv").write_text(_boats(600))
-    (tmp_path / "c.yaml").write_text(
-        "name: b\nseed: 0\ndata: {train: b.csv, target: label, test_split: 0.3}\n"
-        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
-        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 30, checkpoint: false}\n")
-    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    config = _config(tmp_path, ", test_split: 0.3", "epochs: 30, checkpoint: false", text=_boats(600))
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
     import json
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["test"]["accuracy"] == 1.0, metrics  # blank boat <=> died; the mode (A) mixed them with A's
@@ -75,16 +85,9 @@ def test_a_run_checkpointed_when_blanks_took_the_most_frequent_value_is_told_how
                                                                                               monkeypatch):
     """A checkpoint from before this default (blanks filled with the most frequent value) was refused
     as 'the training data differs', with no way on; the refusal names the --set that continues it."""
-    from magmadnn_cli.data import fitting
-    (tmp_path / "b.csv").write_text(_boats())
-    (tmp_path / "c.yaml").write_text(
-        "name: b\nseed: 0\ndata: {train: b.csv, target: label}\n"
-        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
-        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 2}\n")
-    real = fitting._fill
-    with monkeypatch.context() as before:  # the earlier default: auto fills a category with its most frequent value
-        before.setattr(fitting, "_fill", lambda column, raw, j, missing, strategy, *rest: real(
-            column, raw, j, missing, "most_frequent" if strategy == "auto" else strategy, *rest))
+    _config(tmp_path, training="epochs: 2")
+    with monkeypatch.context() as before:
+        _legacy_fill(before)
         assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
     code, _, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--resume", tmp_path / "run",
                            "--set", "training.epochs=3", "-q")
@@ -100,16 +103,9 @@ def test_a_run_checkpointed_when_blanks_took_the_most_frequent_value_is_told_how
 def test_evaluate_on_the_runs_own_split_encodes_with_the_models_encoder(tmp_path, capsys, monkeypatch):
     """`evaluate RUN --split test` fitted the columns again with today's defaults: a model trained
     before the missing-category default got inputs of another width."""
-    from magmadnn_cli.data import fitting
-    (tmp_path / "b.csv").write_text(_boats())
-    (tmp_path / "c.yaml").write_text(
-        "name: b\nseed: 0\ndata: {train: b.csv, target: label, test_split: 0.2}\n"
-        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
-        "optimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 20, checkpoint: false}\n")
-    real = fitting._fill
+    _config(tmp_path, ", test_split: 0.2", "epochs: 20, checkpoint: false")
     with monkeypatch.context() as before:
-        before.setattr(fitting, "_fill", lambda column, raw, j, missing, strategy, *rest: real(
-            column, raw, j, missing, "most_frequent" if strategy == "auto" else strategy, *rest))
+        _legacy_fill(before)
         assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
     import json
     code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", "--split", "test", "--json")
@@ -139,12 +135,8 @@ def test_the_missing_category_does_not_hide_what_the_values_look_like(tmp_path):
 
 
 def test_an_unseen_category_refused_by_the_models_setting_is_not_blamed_on_strict(tmp_path, capsys):
-    (tmp_path / "b.csv").write_text(_boats())
-    (tmp_path / "c.yaml").write_text(
-        "name: b\nseed: 0\ndata: {train: b.csv, target: label, unseen_categories: error}\n"
-        "model: {layers: [{type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"
-        "optimizer: adam\ntraining: {epochs: 1, checkpoint: false}\n")
-    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    config = _config(tmp_path, ", unseen_categories: error", "epochs: 1, checkpoint: false")
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")[0] == 0
     (tmp_path / "new.csv").write_text("x,boat\n0.5,Z\n")
     for strict in ((), ("--strict",)):
         code, _, err = run_cli(capsys, "predict", tmp_path / "run", tmp_path / "new.csv", *strict)

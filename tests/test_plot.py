@@ -128,13 +128,14 @@ def test_the_search_plots_legend_names_only_what_the_search_holds(capsys, blobs,
 
 
 def test_a_run_that_has_not_ended_is_drawn_from_its_newest_checkpoint(capsys, blobs, tmp_path, monkeypatch):
-    """Stopped in epoch 4 (Ctrl-C with on_signal off): no metrics.csv, but the checkpoint after epoch 3
-    holds three epochs, which are drawn, the lowest validation loss marked."""
+    """Stopped in epoch 4 (Ctrl-C with on_signal off): no metrics.json, and the checkpoint after epoch 3
+    holds three epochs (as its metrics.csv, rewritten with each checkpoint), which are drawn, the lowest
+    validation loss marked."""
     from magmadnn_cli.commands.plot import _figure
     ctrl_c_in_epoch(monkeypatch, 4)
     run = tmp_path / "run"
     code, _, err = run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.checkpoint.on_signal=false")
-    assert code == 130 and not (run / "metrics.csv").exists(), err
+    assert code == 130 and not (run / "metrics.json").exists(), err
     monkeypatch.undo()
     figure, name = _figure(run)
     loss = figure.axes[0]

@@ -49,24 +49,25 @@ sys.argv[0] = "magmadnn"
 cli.main()
 """
 
-def _start(tmp_path, *sets: str, ranks: int = 2, late_rank: int | None = None) -> tuple[subprocess.Popen, set[int]]:
-    """A 2-rank training that checkpoints every 5 steps; returns the job and its processes once rank 1
-    has stopped itself and rank 0 waits for it."""
+def _start(tmp_path, *sets: str, ranks: int = 2, late_rank: int | None = None, script: str = STOPPER,
+           defaults: tuple[str, ...] = ("training.epochs=1000", "training.checkpoint.every_steps=5",
+                                        "training.checkpoint.every_epochs=null")) -> tuple[subprocess.Popen, set[int]]:
+    """A 2-rank training under `script` (default: checkpoints every 5 steps, rank 1 stops before step
+    12's reduction); returns the job and its processes once ranks 0 and 1 have marked their place."""
     config = project(tmp_path)
-    (tmp_path / "stopper.py").write_text(STOPPER)
+    (tmp_path / "stopper.py").write_text(script)
     (tmp_path / "marks").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT), MARKS=str(tmp_path / "marks"),
                LATE_RANK=str(late_rank))
-    sets = ("training.epochs=1000", "training.checkpoint.every_steps=5", "training.checkpoint.every_epochs=null",
-            "distributed.strategy=allreduce", *sets)
+    sets = (*defaults, "distributed.strategy=allreduce", *sets)
     job = subprocess.Popen([str(MPIEXEC), "-n", str(ranks), sys.executable, str(tmp_path / "stopper.py"), "train",
                             str(config), "--out", str(tmp_path / "run"), "-q", *[a for s in sets for a in ("--set", s)]],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while not all((tmp_path / "marks" / f"rank{r}").exists() for r in (0, 1)):
         assert job.poll() is None, job.communicate()
-        assert time.monotonic() < deadline, "the ranks never reached step 12"
+        assert time.monotonic() < deadline, "the ranks never reached their marks"
         time.sleep(0.02)
     return job, job_processes(job.pid)
 
@@ -151,20 +152,7 @@ cli.main()
 def test_a_rank_stopped_in_the_final_evaluation_ends_the_job_too(tmp_path):
     """The timeout watched the training loop only: a rank stopped as the final metrics began hung the
     job forever (rank 0 in the evaluation's reduction), and SIGTERMs could not end it."""
-    config = project(tmp_path)
-    (tmp_path / "stopper.py").write_text(FINAL_STOPPER)
-    (tmp_path / "marks").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT), MARKS=str(tmp_path / "marks"))
-    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(tmp_path / "stopper.py"), "train", str(config),
-                            "--out", str(tmp_path / "run"), "-q", "--set", "training.epochs=2", "--set",
-                            "distributed.timeout=3", "--set", "distributed.strategy=allreduce"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / "marks" / f"rank{r}").exists() for r in (0, 1)):
-        assert job.poll() is None, job.communicate()
-        assert time.monotonic() < deadline, "the ranks never reached the final metrics"
-        time.sleep(0.02)
-    err = _ended(job, job_processes(job.pid), within=15)
+    job, processes = _start(tmp_path, "distributed.timeout=3", script=FINAL_STOPPER, defaults=("training.epochs=2",))
+    err = _ended(job, processes, within=15)
     assert f"rank 1 on {socket.gethostname()}" in err and "stopped answering" in err, err
     assert not (tmp_path / "run" / "model.npz").exists()

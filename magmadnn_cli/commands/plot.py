@@ -55,17 +55,18 @@ def _figure(folder: Path) -> tuple[Any, str]:
         raise MagmaError(f"{folder}: {'is a file' if folder.exists() else 'no such folder'}; plot takes a run or "
                          "search folder (the --out of train or tune)")
     kind, metrics = classify(folder), folder / "metrics.csv"
+    ended = (folder / "metrics.json").is_file()  # written last: a run without it is running or was stopped
+    if kind == "run" and not ended and (checkpoints := _checkpoints(folder)):
+        return _learning_curves(folder, _checkpointed_rows(checkpoints[-1])), "curves.png"
     if metrics.is_file():
         if "fold" in _columns(metrics) and "epoch" not in _columns(metrics):  # `train --folds`
             return _cross_validation(folder), "folds.png"
         return _learning_curves(folder), "curves.png"
     if kind == "search" or (folder / "trials.csv").is_file():
         return _search_scatter(folder), "objective.png"
-    if kind == "run" and (checkpoints := _checkpoints(folder)):
-        return _learning_curves(folder, _checkpointed_rows(checkpoints[-1])), "curves.png"
     if kind == "run":
-        raise MagmaError(f"{folder}: no metrics.csv and no checkpoint yet: a run writes metrics.csv when it ends, "
-                         "and a checkpoint after each epoch (training.checkpoint)")
+        raise MagmaError(f"{folder}: no metrics.csv and no checkpoint yet: a run writes both after each epoch "
+                         "(training.checkpoint), and metrics.csv again when it ends")
     raise MagmaError(f"{folder}: not a magmadnn run (metrics.csv) or search (trials.csv) folder")
 
 

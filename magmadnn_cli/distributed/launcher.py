@@ -211,15 +211,18 @@ def launch(layout: Layout, argv: list[str]) -> int:
         job.send_signal(carriers.get(signum, signum))
 
     previous = {sig: signal.signal(sig, forward) for sig in SIGNALS}
-    code = None
+    code, forced = None, False
     try:
         code = _wait(job, stops)
         return 128 + code if code in KILLING else code
+    except JobForced:
+        forced = True  # the job is gone and this process only says so: a further stop must not cut that short
+        raise
     finally:
         if code != 0:  # killed ranks never unlinked their shared memory
             sweep(before)
-        for sig, handler in previous.items():  # a job this launcher ended: further stops find nothing to stop
-            signal.signal(sig, handler if code is not None else signal.SIG_IGN)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if forced else handler)
         for relay in relays:
             relay.join(RELAY_DRAIN)
 
