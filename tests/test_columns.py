@@ -53,7 +53,7 @@ def test_types_are_inferred_and_missing_cells_filled_from_training_rows(tmp_path
     # rows in the data's order are recovered through the split permutation: find the row with size 2
     # (impossible: size NA was filled with the median 3.5) -> exactly two rows have size 3.5? no: one
     assert sum(np.isclose(data.normalizer.shift[0] + x[:, 0] * data.normalizer.spread[0], 3.5)) == 1
-    assert any("columns read as categories" in n and "color (category, 4 values)" in n for n in data.notes)
+    assert any("columns read as categories" in n and "color (category, 3 values and blanks)" in n for n in data.notes)
     assert any("median: size (1), weight (2)" in n for n in data.notes)
 
 

@@ -99,7 +99,8 @@ def _filled_with(strategy: str, column: Column) -> str:
 
 def _described(column: Column) -> str:
     """'name (kind, what it holds)': an inferred type, for the run log."""
-    held = (f", {len(column.categories)} values" if column.kind == "category"
+    blanks = " and blanks" if own_missing_category(column) else ""
+    held = (f", {len(present_categories(column))} values{blanks}" if column.kind == "category"
             else f": {', '.join(column.values())}" if column.kind == "date" else "")
     return f"{column.name} ({column.kind}{held})"
 
