@@ -55,12 +55,12 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     started = time.perf_counter()
     config, ckpt = _starting_point(config, init_from, resume, comm)
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
-    run: Run | None = None
-    last = lambda: run.saver.last if run is not None and run.saver is not None else None  # noqa: E731
+    run: Run | None = None  # built inside the watched block: the watchdog asks it for the newest checkpoint
+    saved = lambda: last_checkpoint_note(run.saver.last if run and run.saver else None, comm.size)  # noqa: E731
     # watched from the first collective to the last: a rank that stops answering in any ends the job
     with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
-            comm.watched(config.distributed.timeout, lambda: last_checkpoint_note(last(), comm.size)):
+            comm.watched(config.distributed.timeout, saved):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
         _start(run, out_dir, ckpt, init_from, moved, reporter)
         history = run.fit(prune)

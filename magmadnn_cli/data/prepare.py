@@ -282,11 +282,11 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     held: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each held-out part's encoded rows and targets
     for name in ("validation", "test"):
         path = getattr(cfg, name) if fold is None else None
-        if path is not None:
-            held[f"{name} ({path})"] = part = _held_out_file(path, table, cfg, task, classes, encoder, x.shape[1:], notes)
-        elif len(parts[name]):
-            held[name] = part = x[parts[name]], labels[parts[name]]
-        splits[name] = Split(normalizer(part[0]), targets(part[1])) if path is not None or len(parts[name]) else None
+        part = _held_out_file(path, table, cfg, task, classes, encoder, x.shape[1:], notes) if path is not None \
+            else (x[parts[name]], labels[parts[name]]) if len(parts[name]) else None
+        if part is not None:
+            held[f"{name} ({path})" if path is not None else name] = part
+        splits[name] = Split(normalizer(part[0]), targets(part[1])) if part is not None else None
     train_raw = table.raw.rows(parts["train"]) if table.x.ndim == 2 else None
     notes += [n for n in [_repeats(x[parts["train"]], labels[parts["train"]], held, table.source, train_raw)] if n]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,

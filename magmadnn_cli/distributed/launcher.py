@@ -90,11 +90,16 @@ def max_processes() -> int:
     return max(8, 4 * (os.cpu_count() or 1))
 
 
+def _said(asked_by: str, processes: int) -> str:
+    """`asked_by` (a place, `{}` for the count) with the count written in."""
+    return asked_by.replace("{}", str(processes))
+
+
 def check_processes(processes: int, oversubscribe: bool, asked_by: str = "--processes {}") -> None:
     """`asked_by`: where the count came from, as the user wrote it, `{}` for the count ("--processes {}",
     "c.yaml:12: distributed.processes: {}", "--set distributed.processes={}")."""
     if processes > max_processes() and not oversubscribe:
-        raise MagmaError(f"{asked_by.replace('{}', str(processes))}: this machine has {os.cpu_count()} cores, so more than "
+        raise MagmaError(f"{_said(asked_by, processes)}: this machine has {os.cpu_count()} cores, so more than "
                          f"{max_processes()} ranks would mostly wait for each other (and each holds its own copy of "
                          "the data); use fewer, or add --oversubscribe if you mean it")
 
@@ -117,11 +122,11 @@ def check_layout(layout: Layout, oversubscribe: bool, asked_by: str) -> None:
         return
     if layout.hosts and layout.processes > layout.slots:
         listed = ", ".join(f"{host}:{slots}" for host, slots in layout.hosts[:4]) + (", ..." * (len(layout.hosts) > 4))
-        raise MagmaError(f"{asked_by.replace('{}', str(layout.processes))}: the hosts of {layout.hosts_flag} offer {layout.slots} slots "
-                         f"({listed}); use --processes auto ({layout.slots}), more slots, or --oversubscribe")
+        raise MagmaError(f"{_said(asked_by, layout.processes)}: the hosts of {layout.hosts_flag} offer "
+                         f"{layout.slots} slots ({listed}); use --processes auto ({layout.slots}), more slots, or --oversubscribe")
     if not layout.hosts and layout.allocation and layout.processes > layout.allocation:
-        raise MagmaError(f"{asked_by.replace('{}', str(layout.processes))}: this Slurm allocation has {layout.allocation} tasks; use "
-                         "--processes auto, ask sbatch for more (--ntasks), or add --oversubscribe")
+        raise MagmaError(f"{_said(asked_by, layout.processes)}: this Slurm allocation has {layout.allocation} "
+                         "tasks; use --processes auto, ask sbatch for more (--ntasks), or add --oversubscribe")
     if not layout.hosts and not layout.allocation:
         check_processes(layout.processes, oversubscribe, asked_by)
 
