@@ -4,6 +4,7 @@ so a crash or a full disk never leaves a half-written file under the final name.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -48,6 +49,14 @@ def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool 
                          f"{'another path' if given else 'another with --output'})")
 
 
+def cannot_write(path: Path, exc: OSError) -> MagmaError:
+    """The error for a file or folder that could not be written: its path and the system's reason,
+    and for a full disk or quota, what to do."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return MagmaError(f"{path}: cannot write: {exc.strerror or exc}"
+                      + ("; free space on that disk (or write elsewhere) and run again" if full else ""))
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """`write(f)` into a temp file beside `path`, fsync, rename over `path`. The file gets the mode a
     new file gets (0666 less the umask), not mkstemp's private 0600."""
@@ -59,7 +68,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
                 fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
                 os.fchmod(fd, 0o666 & ~umask())
             except OSError as exc:
-                raise MagmaError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+                raise cannot_write(path, exc) from exc
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -70,7 +79,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise MagmaError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+            raise cannot_write(path, exc) from exc
         raise
 
 

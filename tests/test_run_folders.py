@@ -272,15 +272,16 @@ def test_quiet_cross_validation_and_search_say_only_where_the_results_went(capsy
     assert code == 0 and "trials/0" not in out, out
 
 
-def test_a_run_that_replaces_another_and_fails_leaves_no_model_of_the_old_one(capsys, tmp_path):
-    """--overwrite: the replaced run's model goes when the new run starts, so a folder never offers a
-    model that its config and metrics do not describe (here the new run diverges)."""
+def test_a_run_that_replaces_another_and_fails_leaves_the_old_one_whole(capsys, tmp_path):
+    """--overwrite: the replaced run is set aside as the new run starts and put back, model, config,
+    metrics and checkpoints together, when the new run fails (here it diverges): the folder never
+    offers a model that its config and metrics do not describe, nor loses the one it had."""
     config = project(tmp_path, SHORT)
     out = tmp_path / "r"
     assert run_cli(capsys, "train", config, "--out", out, "-q")[0] == 0
+    before = snapshot(out)
     code, _, err = run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q",
                            "--set", "optimizer.learning_rate=1e30", "--set", "optimizer.type=sgd")
-    assert code != 0 and "No model file was written" in err
-    assert not (out / "model.npz").exists()
-    code, _, err = run_cli(capsys, "evaluate", out, "--split", "test")
-
+    assert code == 2 and "No model file was written" in err
+    assert f"the earlier run in {out} is put back as it was" in _flat(err), err
+    assert snapshot(out) == before

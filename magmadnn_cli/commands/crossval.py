@@ -8,7 +8,6 @@ cross-validation, which writes no model."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import secrets
@@ -28,8 +27,9 @@ from ..core import backend as B
 from ..data.prepare import Prepared
 from ..training.builder import select_backend, task_of
 from ..distributed.comm import on_root
-from .run_dir import choose, locked, version_note
-from .train import SPLITS, build, replace_earlier_run, final_metrics
+from .run_dir import FolderLock, choose, locked, version_note
+from .set_aside import say_replacing
+from .train import SPLITS, build, final_metrics
 
 
 def fold_metrics(config: Config, k: int, folds: int,
@@ -96,14 +96,15 @@ def train_folds(config: Config, folds: int, out_dir: Path | None = None, reporte
         config = config.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
     wanted = out_dir or Path("runs") / config.name
     chosen = on_root(comm, lambda: choose(wanted, "run", out_dir is not None, overwrite))
-    return chosen, cross_validate(config, folds, chosen, reporter, comm, version_note(wanted, chosen, "run"))
+    return chosen, cross_validate(config, folds, chosen, reporter, comm, version_note(wanted, chosen, "run"), overwrite)
 
 
-def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter,
-                   comm: Communicator | None = None, note: str | None = None) -> dict[str, Any]:
+def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter, comm: Communicator | None = None,
+                   note: str | None = None, replace: bool = False) -> dict[str, Any]:
     """Run the K folds (dealt over the ranks), write metrics.json (per fold, mean, std), metrics.csv
     (one row per fold) and config.yaml to `out_dir`; return the metrics (on every rank). `note` (where
-    the run writes) is said once fold 1 has passed its checks."""
+    the run writes) is said once fold 1 has passed its checks; `replace`: an earlier run in `out_dir`
+    is set aside until the results are written, put back if they are not (--overwrite)."""
     comm = comm or SingleProcess()
     if config.data.validation is not None or config.data.test is not None:
         raise MagmaError("--folds splits data.train into folds; data.validation / data.test files are not used by "
@@ -112,8 +113,8 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
     how = "stratified" if config.data.stratify and task_of(config) != "regression" else "shuffled"
     reporter.info(f"{config.name}: {folds}-fold cross-validation ({how}, seed {config.seed}), {comm.size} process(es)"
                   + ("; data.test_split is not used: each fold holds out 1/K of the rows" if config.data.test_split else ""))
-    with locked(comm, out_dir, "run", {"folds": folds}):
-        results = _run_folds(config, folds, comm, reporter, lambda: _begin(out_dir, note, reporter))
+    with locked(comm, out_dir, "run", {"folds": folds}, replace) as lock:
+        results = _run_folds(config, folds, comm, reporter, lambda: _begin(lock, note, reporter))
         metrics = {"name": config.name, "folds": folds, "processes": comm.size,
                    "wall_time_s": round(time.perf_counter() - started, 3),
                    "data_sha256": file_sha256(config.data.train), **summarize(results), "per_fold": results}
@@ -145,14 +146,12 @@ def _run_folds(config: Config, folds: int, comm: Communicator, reporter: Reporte
     return [gathered[k] for k in range(folds)]
 
 
-def _begin(out_dir: Path, note: str | None, reporter: Reporter) -> None:
-    """The run starts writing `out_dir`: say where (when not the default folder), and remove the model
-    and checkpoints of a run it replaces (--overwrite), which would otherwise outlive it."""
+def _begin(lock: FolderLock | None, note: str | None, reporter: Reporter) -> None:
+    """The run starts writing its folder: say where (when not the default folder), and that the
+    earlier run it replaces (--overwrite) is set aside until it has written its results."""
     if note:
         reporter.info(note)
-    replace_earlier_run(out_dir, reporter)
-    with contextlib.suppress(OSError):
-        (out_dir / "checkpoints").rmdir()  # only when empty: a cross-validation writes none
+    say_replacing(lock, reporter)
 
 
 def _say(reporter: Reporter, result: dict[str, Any], folds: int) -> None:

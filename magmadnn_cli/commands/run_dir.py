@@ -26,11 +26,13 @@ from .. import __version__
 from ..distributed.comm import on_root
 from ..distributed.leftovers import record_run_folder
 from ..errors import MagmaError, ModelFileError
-from ..files import MODEL, write_json
+from .. import signals
+from ..files import MODEL, cannot_write, write_json
 from ..training.advice import resume_command
 
 MARKER = ".magmadnn"
 LOCK = ".magmadnn.lock"
+STASH = ".magmadnn-replaced"  # an earlier run that an --overwrite run set aside (set_aside)
 Kind = Literal["run", "search"]
 # What earlier versions (before the marker existed) left in a folder of each kind
 OLD_LAYOUTS: dict[str, tuple[set[str], str]] = {
@@ -52,9 +54,10 @@ def classify(folder: Path) -> str:
     names = {n for n in names if not (n.startswith(f".{MARKER}.") and n.endswith(".tmp"))}  # a marker killed mid-write
     if not names or (names == {MARKER} and _live_holder(folder) is None):
         return "empty"  # nothing, or only the marker of a command that ended before it wrote anything
-    if MARKER in names:
+    if MARKER in names or STASH in names:  # a stash alone: a replacing run killed as it began
         try:
-            kind = json.loads((folder / MARKER).read_text(encoding="utf-8")).get("kind")
+            marker = folder / MARKER if MARKER in names else folder / STASH / MARKER
+            kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
         except (OSError, ValueError, AttributeError):
             kind = None
         return kind if kind in OLD_LAYOUTS else "foreign"
@@ -125,12 +128,16 @@ def _next_version(folder: Path, kind: Kind) -> Path:
 class FolderLock:
     """Holds `<folder>/.magmadnn.lock` while a command writes the folder; refuses a folder that a
     live process holds (naming its PID); takes over the lock of a process that died on this host, or of
-    this Slurm job's run before it was requeued; names the host and job of any other holder."""
+    this Slurm job's run before it was requeued; names the host and job of any other holder.
+    `replace` (--overwrite): the earlier run there is set aside as the lock is taken, put back if the
+    command fails or is stopped, and deleted once it has written its model (`set_aside`)."""
 
-    def __init__(self, folder: Path, kind: Kind, detail: dict[str, Any] | None = None) -> None:
-        self.folder, self.kind, self.detail = Path(folder), kind, detail or {}
+    def __init__(self, folder: Path, kind: Kind, detail: dict[str, Any] | None = None, replace: bool = False) -> None:
+        self.folder, self.kind, self.detail, self.replace = Path(folder), kind, detail or {}, replace
         self.path = self.folder / LOCK
         self.held = False
+        self.replacing = False  # an earlier run is set aside, to put back if this command fails
+        self.stayed: list[str] = []  # a person's files beside the run it replaces, left where they are
 
     def __enter__(self) -> "FolderLock":
         self.created = [f for f in (self.folder, *self.folder.parents) if not f.exists()]  # deepest first
@@ -148,18 +155,42 @@ class FolderLock:
                 continue
             except OSError as exc:
                 self._remove_created()  # leave nothing behind
-                raise MagmaError(f"{self.folder}: cannot write here: {exc.strerror or exc}") from exc
-            with os.fdopen(fd, "w") as f:
-                json.dump(_identity(), f)
+                raise cannot_write(self.folder, exc) from exc
+            self._write_lock(fd)
             self.held = True
             try:
-                write_json(self.folder / MARKER, {"kind": self.kind, **self.detail, "magmadnn_version": __version__})
-            except BaseException:
-                self.__exit__()
-                raise
+                self._claim()
+            except BaseException as exc:
+                raise self.release(exc) from None
             record_run_folder(self.folder)  # for the launcher of --processes, if the job ends killed
             return self
         raise MagmaError(f"{self.path}: another process keeps taking this lock; try again")
+
+    def __exit__(self, kind: object = None, exc: BaseException | None = None, tb: object = None) -> None:
+        ended = self.release(exc)
+        if ended is not exc:
+            raise ended from exc
+
+    def _write_lock(self, fd: int) -> None:
+        """Who holds the lock, written whole; a full disk removes it and says so."""
+        data = memoryview(json.dumps(_identity()).encode())
+        try:
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.path.unlink(missing_ok=True)
+            self._remove_created()
+            raise cannot_write(self.path, exc) from exc
+
+    def _claim(self) -> None:
+        """Set aside the run this command replaces (`replace`), then mark the folder as this command's."""
+        from .set_aside import set_aside  # noqa: PLC0415 (set_aside reads this module's names)
+        if self.replace:
+            self.replacing, self.stayed = set_aside(self.folder)
+        write_json(self.folder / MARKER, {"kind": self.kind, **self.detail, "magmadnn_version": __version__})
 
     def _refuse_if_live(self) -> None:
         """Refuse a lock that a live run holds. On this host its PID says; on another host a requeued
@@ -177,21 +208,27 @@ class FolderLock:
             return
         raise MagmaError(_held_elsewhere(self.folder, self.path, holder, me))
 
-    def __exit__(self, *exc: object) -> None:
-        """Release the lock; a command that wrote nothing (it failed first) leaves nothing behind."""
+    def release(self, exc: BaseException | None = None) -> BaseException | None:
+        """Release the lock as the command ends (`exc`: how it failed, None: it ended well). The run it
+        replaced is deleted or put back (`settle`); a command that wrote nothing (it failed first)
+        leaves nothing behind. Returns the error to raise: `exc`, or one that says what was put back."""
         if not self.held:
-            return
-        self.path.unlink(missing_ok=True)
-        self.held = False
-        try:
-            left = {p.name for p in self.folder.iterdir()}
-            provisional = {"config.yaml"} if self.kind == "run" else set()  # a run writes it as it starts
-            if left <= {MARKER, *provisional}:
-                for name in left:
-                    (self.folder / name).unlink(missing_ok=True)
-                self._remove_created()
-        except OSError:
-            pass
+            return exc
+        with signals.held():  # a second Ctrl-C must not stop a stash halfway back
+            from .set_aside import settle  # noqa: PLC0415 (set_aside reads this module's names)
+            exc = settle(self, exc)
+            self.path.unlink(missing_ok=True)
+            self.held = False
+            try:
+                left = {p.name for p in self.folder.iterdir()}
+                provisional = {"config.yaml"} if self.kind == "run" else set()  # a run writes it as it starts
+                if left <= {MARKER, *provisional}:
+                    for name in left:
+                        (self.folder / name).unlink(missing_ok=True)
+                    self._remove_created()
+            except OSError:
+                pass
+        return exc
 
     def _remove_created(self) -> None:
         """Remove the folders `__enter__` made (the run folder, then the parents it made: runs/),
@@ -288,21 +325,26 @@ def _started(pid: int) -> int | None:
     return int(fields[19]) if fields is not None else None
 
 
-def locked(comm: Any, folder: Path, kind: Kind,
-           detail: dict[str, Any] | None = None) -> contextlib.AbstractContextManager:
-    """The folder's lock, held by rank 0 for the `with` block; a refusal is raised on every rank.
-    `detail` is recorded in the folder's marker (e.g. a cross-validation's folds)."""
-    lock = FolderLock(folder, kind, detail)
+def locked(comm: Any, folder: Path, kind: Kind, detail: dict[str, Any] | None = None,
+           replace: bool = False) -> contextlib.AbstractContextManager:
+    """The folder's lock, held by rank 0 for the `with` block (which gets it; None on other ranks); a
+    refusal is raised on every rank. `detail` is recorded in the folder's marker (e.g. a
+    cross-validation's folds); `replace`: the earlier run there is set aside (FolderLock)."""
+    lock = FolderLock(folder, kind, detail, replace)
     on_root(comm, lambda: lock.__enter__() and None)
     return _released_at_exit(lock) if comm.is_root else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def _released_at_exit(lock: FolderLock) -> Iterator[None]:
+def _released_at_exit(lock: FolderLock) -> Iterator[FolderLock]:
     try:
-        yield
-    finally:
-        lock.__exit__()
+        yield lock
+    except BaseException as exc:
+        ended = lock.release(exc)
+        if ended is exc:
+            raise
+        raise ended from exc
+    lock.release()
 
 
 # -- reading a run folder's model -------------------------------------------------------------------

@@ -25,16 +25,16 @@ from ..files import MODEL, file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.advice import last_checkpoint_note
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
-from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, clear, load_for_resume, restore, \
+from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, load_for_resume, restore, \
     starting_file
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
-from ..training.mlflow_tracking import STATE as MLFLOW_STATE
 from ..training.tracking import check_tracking, tracked
 from ..distributed.comm import on_root
 from .made_files import remove_made
-from .run_dir import choose, classify, locked, version_note
+from .run_dir import FolderLock, choose, classify, locked, version_note
+from .set_aside import say_replacing
 
 
 @dataclass
@@ -55,14 +55,15 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     started = time.perf_counter()
     config, ckpt = _starting_point(config, init_from, resume, comm)
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
+    replace = overwrite and (ckpt is None or os.path.abspath(out_dir) != os.path.abspath(ckpt.path.parent.parent))
     run: Run | None = None  # built inside the watched block: the watchdog asks it for the newest checkpoint
     saved = lambda: last_checkpoint_note(run.saver.last if run and run.saver else None, comm.size)  # noqa: E731
     # watched from the first collective to the last: a rank that stops answering in any ends the job
-    with locked(comm, out_dir, "run"), B.using(select_backend(config, comm)), \
+    with locked(comm, out_dir, "run", replace=replace) as lock, B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
             comm.watched(config.distributed.timeout, saved):
         run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
-        _start(run, out_dir, ckpt, init_from, moved, reporter)
+        _start(run, out_dir, ckpt, init_from, moved, reporter, lock)
         history = run.fit(prune)
         run.trainer.check_weights()
         metrics = final_metrics(run, history, time.perf_counter() - started)
@@ -74,9 +75,9 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
 
 
 def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | None, moved: str | None,
-           reporter: Reporter) -> None:
-    """Before the first step: say where the run goes and what it starts from, restore a checkpoint (or
-    clear an earlier run's files), begin this invocation's segment, and write the resolved config."""
+           reporter: Reporter, lock: FolderLock | None) -> None:
+    """Before the first step: say where the run goes, what it starts from and any earlier run it
+    replaces, restore a checkpoint, begin this invocation's segment, and write the resolved config."""
     comm = run.comm
     if moved:  # said once the run's checks have passed: a refused run claims no folder
         reporter.info(moved)
@@ -87,8 +88,7 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
         reporter.info(tip)
     if ckpt is not None:
         _resume(ckpt, run, reporter)
-    elif comm.is_root:
-        replace_earlier_run(out_dir, reporter)
+    say_replacing(lock, reporter)
     layout = how_it_runs(run)
     run.trainer.segments.begin(run.trainer.position.epoch, comm.size, layout.get("strategy"))
     if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
@@ -100,7 +100,7 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,
                       reporter: Reporter, resumed: bool) -> None:
     """Rank 0: the run's files, then the final metrics and what they say of the model (a fresh run's
-    folder lost its earlier export as it started: `replace_earlier_run`)."""
+    folder set its earlier run's export aside with that run as it started: `say_replacing`)."""
     if resumed:
         drop_stale_export(out_dir, reporter)
     write_outputs(out_dir, pin_conv_algorithms(run.config, run.network), run.network, weights, run.data, run.task,
@@ -141,24 +141,6 @@ def drop_stale_export(out_dir: Path, reporter: Reporter) -> None:
     elif had:
         reporter.info(f"removed {onnx}: exported from the model this run replaces; magmadnn export {out_dir} "
                       "writes this one's")
-
-
-def replace_earlier_run(out_dir: Path, reporter: Reporter) -> None:
-    """A fresh run in a folder that held one (--overwrite) starts without its checkpoints and its
-    model: until this run writes its own, the folder offers no model its metrics do not describe."""
-    had_model = (out_dir / MODEL).is_file()
-    (out_dir / MODEL).unlink(missing_ok=True)
-    removed = clear(out_dir / "checkpoints")  # with or without new ones
-    (out_dir / MLFLOW_STATE).unlink(missing_ok=True)  # a later --resume must not continue its MLflow run
-    for name in ("metrics.json", "metrics.csv"):  # they describe the replaced run
-        (out_dir / name).unlink(missing_ok=True)
-    kept = [name for name in ("curves.png", "model.onnx") if remove_made(out_dir / name)]  # drawn, exported from it
-    gone = [MODEL] * had_model + [f"{removed} checkpoint(s)"] * bool(removed)
-    if gone:
-        reporter.info(f"removed {' and '.join(gone)} of the run this one replaces in {out_dir}")
-    if kept:
-        reporter.warn(f"kept {', '.join(kept)} in {out_dir}: not written by magmadnn (or changed since), so not "
-                      "removed, though the run they sit beside is replaced")
 
 
 def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, comm: Communicator,
@@ -341,11 +323,18 @@ def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer, row
 
 def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str, Any], data: Prepared, task: str,
                   metrics: dict[str, Any], history: History) -> None:
-    save_model(out_dir / MODEL, network, config, data, task, {k: v for k, v in metrics.items() if not isinstance(v, dict)},
-               weights)
-    write_json(out_dir / "metrics.json", metrics)
-    write_text(out_dir / "metrics.csv", history_csv(history))
-    write_config(out_dir, config, metrics)
+    """The run's final files; where one cannot be written (a full disk), the model and metrics.json
+    written before it are removed: no model is left without the files that describe it."""
+    try:
+        save_model(out_dir / MODEL, network, config, data, task,
+                   {k: v for k, v in metrics.items() if not isinstance(v, dict)}, weights)
+        write_json(out_dir / "metrics.json", metrics)
+        write_text(out_dir / "metrics.csv", history_csv(history))
+        write_config(out_dir, config, metrics)
+    except BaseException:
+        for name in (MODEL, "metrics.json"):
+            (out_dir / name).unlink(missing_ok=True)
+        raise
 
 
 def write_config(out_dir: Path, config: Config, record: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from ..reporting import Reporter, grid
 from .objective import check_measurable, objective_direction, objective_value, rank_key, second_key, tie_break, weighted
 from ..distributed.comm import on_root
 from .run_dir import choose, locked, newest_version, version_note
+from .set_aside import say_replacing
 from .search_space import Trials
 from .trial_config import Overrides, check_space, one_process, split_layouts, trial_config
 from .trial_log import TrialLog, resume_command, saved_seed
@@ -140,7 +141,8 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
     if resume and out_dir is None:
         wanted = on_root(comm, lambda: newest_version(wanted, "search"))
     chosen = on_root(comm, lambda: choose(wanted, "search", out_dir is not None, overwrite, continuing=resume))
-    with locked(comm, chosen, "search"):
+    with locked(comm, chosen, "search", replace=overwrite and not resume) as lock:
+        say_replacing(lock, reporter)
         return _search(config, trials, chosen, reporter, comm, resume, version_note(wanted, chosen, "search"))
 
 
