@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -11,6 +12,26 @@ from .base import PositiveFloat, Strict, UnitFloat, problem_at
 
 ColumnKind = Literal["number", "category", "boolean", "date", "ignore"]
 MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
+
+
+STRPTIME_CODES = "aAwdbBmyYHIpMSfzZjUWcxXGuV%"  # Python's strptime directives
+CODES_SAID = ("%Y year, %y two-digit year, %m month, %b or %B month name, %d day, %j day of the year, %H hour, "
+              "%I hour (12) with %p AM/PM, %M minute, %S second, %f microseconds, %z UTC offset, %a or %A weekday "
+              "name, %% a percent sign")
+
+
+def date_format_problem(text: str) -> str:
+    """Why `text` is no strptime format ('' when it is one): an unknown code, a lone '%' at the end,
+    or no code at all (a layout such as dd/mm/yyyy)."""
+    codes = re.findall(r"%(.?)", text)
+    unknown = [c for c in codes if c and c not in STRPTIME_CODES]
+    if unknown:
+        return f"'%{unknown[0]}' is no strptime code"
+    if "" in codes:
+        return "a lone '%' at the end"
+    if not [c for c in codes if c != "%"]:
+        return "it holds no % code"
+    return ""
 
 
 class SyntheticData(Strict):
@@ -100,6 +121,14 @@ class DataConfig(Strict):
                 raise ValueError("YAML reads yes, no, on, off, true, false and null as other things than words: "
                                  "quote them, e.g. ['no', 'null']")
             return [str(v) if isinstance(v, (int, float)) else v for v in value]
+        return value
+
+    @field_validator("date_format")
+    @classmethod
+    def _strptime_codes(cls, value: str | None) -> str | None:
+        if value is not None and (problem := date_format_problem(value)):
+            raise ValueError(f"{value!r} is not a date format: {problem}; write the cells' layout in strptime "
+                             f"codes, e.g. '%d/%m/%Y' for 31/12/2024 or '%Y/%m/%d %H:%M' (the codes: {CODES_SAID})")
         return value
 
     @field_validator("target", mode="before")

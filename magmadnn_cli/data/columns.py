@@ -324,6 +324,21 @@ def booleans_in(cells: np.ndarray, raw: RawColumns, name: str, source: str, save
     return true
 
 
+def spellings(cells: np.ndarray) -> tuple[list[str], list[str]]:
+    """A boolean column's present cells as written (stripped): its true words and its false words,
+    each by how often it occurs (the most frequent first)."""
+    texts = np.char.strip(cells[~is_missing(cells)].astype(str))
+    words, counts = np.unique(texts, return_counts=True)
+    ordered = [str(w) for w in words[np.argsort(-counts, kind="stable")]]
+    return [w for w in ordered if w.lower() in TRUE], [w for w in ordered if w.lower() in FALSE]
+
+
+def said_as_written(cells: np.ndarray) -> str:
+    """'yes/no' (or 'Y, yes/N, no'): a boolean column's words as its cells write them."""
+    true, false = spellings(cells)
+    return f"{', '.join(true) or 'true'}/{', '.join(false) or 'false'}"
+
+
 def stray_cells(raw: RawColumns, cells: np.ndarray, mask: np.ndarray, most: int = 5) -> str:
     """The distinct values of the cells in `mask`, in the order of their first rows in the file, each
     with its count and first rows (at most `most` values): every fix a user needs, named at once."""

@@ -77,3 +77,13 @@ def formats_of(values: np.ndarray) -> list[str]:
     """The common date formats in which every one of these distinct text values is a date: the
     data.date_format candidates for a column that is not ISO 8601."""
     return [f for f in FORMATS if all(parse(str(v), f) is not None for v in values)] if len(values) else []
+
+
+def only_format(values: np.ndarray, sample: int = 200) -> str | None:
+    """The one common format every one of these distinct text values is a date in (candidates found on
+    `sample` values spread over them, the one left checked on all); None where none or several read
+    them (01/02/2012: January 2 or February 1 is not guessed)."""
+    if not len(values):
+        return None
+    candidates = formats_of(values[::max(1, -(-len(values) // sample))])
+    return candidates[0] if len(candidates) == 1 and all_dates(values, candidates[0]) else None

@@ -16,7 +16,7 @@ from ..errors import DataError
 from . import dates
 from .classes import category_twins
 from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in, canonical, dates_in, is_missing, \
-    is_number, numbers_in, shortest, stray_cells, UnreadableCells
+    is_number, numbers_in, said_as_written, shortest, spellings, stray_cells, UnreadableCells
 
 
 def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
@@ -34,7 +34,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
             unreadable.append(exc)
             continue
         if spec.type is None and column.kind != "number":
-            inferred[name] = _described(column)
+            inferred[name] = _described(column, raw.cells(j) if column.kind == "boolean" else None)
             if column.kind == "category":
                 sparse.append(_category_warning(name, present_categories(column), len(raw.x) - missing))
         elif spec.type is None and j not in raw.text and cfg.shape is None:
@@ -97,12 +97,26 @@ def _filled_with(strategy: str, column: Column) -> str:
     return f"the constant {column.fill!r}" if how == "constant" else f"the training rows' {how}"
 
 
-def _described(column: Column) -> str:
-    """'name (kind, what it holds)': an inferred type, for the run log."""
+def _described(column: Column, cells: np.ndarray | None = None) -> str:
+    """'name (kind, what it holds)': an inferred type, for the run log (a boolean's words as its
+    training `cells` write them)."""
     blanks = " and blanks" if own_missing_category(column) else ""
     held = (f", {len(present_categories(column))} values{blanks}" if column.kind == "category"
-            else f": {', '.join(column.values())}" if column.kind == "date" else "")
+            else f": {said_as_written(cells)}" if cells is not None
+            else f"{_written(column)}: {', '.join(column.values())}" if column.kind == "date" else "")
     return f"{column.name} ({column.kind}{held})"
+
+
+def typed(name: str, kind: str) -> str:
+    """`data.columns.NAME: KIND`, or `data.columns: {'NAME': KIND}` for a name a dotted key cannot
+    spell (empty, or holding dots, colons, quotes or brackets)."""
+    plain = name and name == name.strip() and not re.search(r"[.:'\"{}\[\],#]", name)
+    return f"data.columns.{name}: {kind}" if plain else f"data.columns: {{{name!r}: {kind}}}"
+
+
+def _written(column: Column) -> str:
+    """', written '%Y/%m/%d'' for a date column read in a format other than ISO 8601."""
+    return f", written {column.date_format!r}" if column.date_format else ""
 
 
 def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
@@ -151,7 +165,7 @@ def _spreads(x: np.ndarray) -> np.ndarray:
 def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: ColumnSpec, median: float,
                 source: str) -> tuple[Column, int]:
     """One column fitted (`spec`: its data.columns entry), and how many of its training cells were missing."""
-    kind = spec.type or _inferred(raw, j, name, source, cfg.date_format or "")
+    kind, date_format = _kind(raw, j, name, spec, cfg.date_format or "", source)
     missing = np.isnan(raw.x[:, j]) if j not in raw.text else is_missing(raw.text[j])
     strategy = column_strategy(spec.missing, cfg.missing_values, kind)
     if missing.any() and strategy == "error":
@@ -162,7 +176,7 @@ def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: Colum
                         f"fill value: give data.columns.{name}: {{missing: constant, fill_value: ...}}, or choose "
                         "median, mean or most_frequent")
     indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
-    column = Column(name, kind, indicator=bool(indicator), date_format=cfg.date_format or "" if kind == "date" else "")
+    column = Column(name, kind, indicator=bool(indicator), date_format=date_format if kind == "date" else "")
     if kind == "date":
         return _fit_date(column, raw, j, missing, strategy, spec.fill_value, source), int(missing.sum())
     fast_median = kind == "number" and strategy in ("auto", "median") and j not in raw.text
@@ -206,20 +220,34 @@ def _medians(x: np.ndarray) -> list[float]:
     return [float(v) if np.isfinite(v) else 0.0 for v in values]
 
 
-def _inferred(raw: RawColumns, j: int, name: str, source: str, date_format: str = "") -> str:
-    """number unless a cell is text; date when every text value is a date (ISO 8601, or in
-    data.date_format); boolean when every one is true/false, yes/no, ...; a column of numbers with a
-    few stray text cells (typos) is refused, not read as categories."""
+def _kind(raw: RawColumns, j: int, name: str, spec: ColumnSpec, date_format: str, source: str) -> tuple[str, str]:
+    """The column's type (declared, else inferred) and, for dates, the strptime format of its cells
+    (data.date_format; '' for ISO 8601; else the one common format every cell is written in)."""
+    if spec.type is None:
+        return _inferred(raw, j, name, source, date_format)
+    if spec.type == "date" and not date_format and j in raw.text:
+        cells = raw.text[j]
+        return "date", dates.only_format(np.unique(cells[~is_missing(cells)])) or ""
+    return spec.type, date_format
+
+
+def _inferred(raw: RawColumns, j: int, name: str, source: str, date_format: str = "") -> tuple[str, str]:
+    """number unless a cell is text; date when every text value is a date (ISO 8601, in
+    data.date_format, or else in the one common format that reads them all, which is returned);
+    boolean when every one is true/false, yes/no, ...; a column of numbers with a few stray text
+    cells (typos) is refused, not read as categories."""
     if j not in raw.text:
-        return "number"
+        return "number", ""
     cells = raw.text[j]
     present = ~is_missing(cells)
     values = np.unique(cells[present])
     if dates.all_dates(values, date_format):
-        return "date"
+        return "date", date_format
+    if not date_format and (found := dates.only_format(values)):
+        return "date", found
     if len(values) and np.isin(np.char.lower(np.char.strip(values.astype(str))), TRUE + FALSE).all():
-        return "boolean"
-    return _category_unless_numbers(raw, j, name, source, present, values)
+        return "boolean", ""
+    return _category_unless_numbers(raw, j, name, source, present, values), ""
 
 
 def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, present: np.ndarray,
@@ -238,7 +266,7 @@ def _category_unless_numbers(raw: RawColumns, j: int, name: str, source: str, pr
                           f"cells in the training rows are not numbers, while {count} are: "
                           f"{stray_cells(raw, cells, stray)}; fix those cells (or leave them blank: missing cells; "
                           f"words that mark a missing cell, such as 'unknown' or '-', go in data.missing_tokens), "
-                          f"or read the column's values as categories (data.columns.{name}: category)")
+                          f"or read the column's values as categories ({typed(name, 'category')})")
 
 
 def _category_unless_identifier(name: str, source: str, present: int, values: np.ndarray, rows: int = 20) -> str:
@@ -250,8 +278,8 @@ def _category_unless_identifier(name: str, source: str, present: int, values: np
     hint = looks_like(values)
     raise DataError(f"{source}: column {name!r} looks like an identifier: each of its {present} present training "
                     f"cells is a different value ({shown}, ...), so as categories it would add {present} inputs that "
-                    f"no new row matches{'; ' + hint if hint else ''}; leave it out (data.columns.{name}: ignore), or "
-                    f"keep it as categories if its values do repeat in new data (data.columns.{name}: category)")
+                    f"no new row matches{'; ' + hint if hint else ''}; leave it out ({typed(name, 'ignore')}), or "
+                    f"keep it as categories if its values do repeat in new data ({typed(name, 'category')})")
 
 
 def _category_warning(name: str, categories: list[str], present: int, rows: int = 20, share: float = 0.5) -> str:
@@ -263,7 +291,7 @@ def _category_warning(name: str, categories: list[str], present: int, rows: int 
     if present >= rows and len(categories) > share * present:
         return (f"column {name!r} has {len(categories)} different values in its {present} present training cells "
                 f"({shown}): as categories they add {len(categories)} inputs that new rows rarely match"
-                f"{'; ' + hint if hint else ''}; data.columns.{name}: ignore leaves it out")
+                f"{'; ' + hint if hint else ''}; {typed(name, 'ignore')} leaves it out")
     return f"column {name!r} is read as {len(categories)} categories ({shown}), but {hint}" if hint else ""
 
 
@@ -282,7 +310,7 @@ def _row_number(name: str, values: np.ndarray, rows: int = 20) -> str:
         return ""
     return (f"column {name!r} holds a different whole number in every training row ({low:.0f} to {high:.0f}): an "
             f"ID or a row number{' (or a year per row: then keep it)' if years else ''}? As a number it is an input "
-            f"the network learns from; data.columns.{name}: ignore leaves it out")
+            f"the network learns from; {typed(name, 'ignore')} leaves it out")
 
 
 SIGNS = "$€£¥%"  # a currency sign before a number, or a percent sign after it
@@ -350,7 +378,8 @@ def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy
     cells = raw.cells(j)
     if column.kind == "boolean":
         flags = booleans_in(np.where(missing, "false", cells), raw, column.name, source)[~missing]
-        return "true" if flags.sum() * 2 >= len(flags) and len(flags) else "false"
+        true, false = spellings(cells)  # the most frequent side, in its most frequent spelling
+        return (true or ["true"])[0] if flags.sum() * 2 >= len(flags) and len(flags) else (false or ["false"])[0]
     counts = Counter(canonical(cells[~missing]).tolist())
     if strategy == "auto" and column.kind == "category" and missing.any():
         return next(name for k in range(1, len(counts) + 2)

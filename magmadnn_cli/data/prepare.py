@@ -22,6 +22,7 @@ from .fitting import fit, looks_like
 from .classes import case_variants, rare_classes, unseen_note
 from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
+from .row_index import without_row_index
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 
 
@@ -234,7 +235,7 @@ def reshaped(x: np.ndarray, shape: list[int] | None, source: str) -> np.ndarray:
 
 
 def _read(cfg: DataConfig, seed: int) -> Table:
-    table = synthetic(cfg.synthetic, seed) if cfg.synthetic else read_table(cfg.train, ReadSpec.of(cfg))
+    table = synthetic(cfg.synthetic, seed) if cfg.synthetic else without_row_index(read_table(cfg.train, ReadSpec.of(cfg)), cfg)
     if table.y is None:
         raise DataError(f"{table.source}: no targets")
     table.y = map_labels(table.y, cfg.label_map, table.source)
