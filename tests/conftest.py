@@ -292,3 +292,31 @@ def ctrl_c_in_epoch(monkeypatch, epoch: int) -> None:
             raise KeyboardInterrupt
         return real(self, *args)
     monkeypatch.setattr(Trainer, "_epoch", interrupted)
+
+
+STANDIN = ROOT / "tests" / "standin"
+
+
+def _forget_cupy() -> None:
+    import sys
+    for name in [m for m in sys.modules if m == "cupy" or m.startswith("cupy.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    """The device stand-in (tests/standin/cupy) as `cupy`: `device: gpu` runs the real GPU branches on
+    numpy memory; yields the module, whose LEDGER counts what crosses the host boundary."""
+    from magmadnn_cli.core.graph import kernels
+
+    monkeypatch.syspath_prepend(str(STANDIN))
+    _forget_cupy()
+    kernels.elementwise.cache_clear()
+    import cupy
+    assert getattr(cupy, "STANDIN", False), cupy.__file__
+    cupy.LEDGER.strict = True
+    try:
+        yield cupy
+    finally:
+        _forget_cupy()
+        kernels.elementwise.cache_clear()

@@ -16,9 +16,11 @@ Array = Any
 STREAM = 0  # the augmentation's stream under the epoch key (random layers take 1, 2, ...)
 
 
-def draws(positions: np.ndarray, key: int, crop_padding: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: vertical and horizontal crop offsets in [0, 2 * crop_padding] and a flip bit."""
-    bits = bits64(derive_key(key, STREAM), np.asarray(positions), 1)[:, 0]
+def draws(positions: Array, key: int, crop_padding: int) -> tuple[Array, Array, Array]:
+    """Per row: vertical and horizontal crop offsets in [0, 2 * crop_padding] and a flip bit, drawn
+    where `positions` live (on the device for device positions: nothing crosses to or from the host)."""
+    xp = B.array_module(positions)
+    bits = bits64(derive_key(key, STREAM), positions, 1, xp)[:, 0]
     span = np.uint64(2 * crop_padding + 1)
     dy = (bits & np.uint64(0xFFFF)) % span
     dx = ((bits >> np.uint64(16)) & np.uint64(0xFFFF)) % span
@@ -26,10 +28,11 @@ def draws(positions: np.ndarray, key: int, crop_padding: int) -> tuple[np.ndarra
     return dy.astype(np.int64), dx.astype(np.int64), flip
 
 
-def augment(x: Array, positions: np.ndarray, key: int, crop_padding: int = 0, horizontal_flip: bool = False) -> Array:
+def augment(x: Array, positions: Array, key: int, crop_padding: int = 0, horizontal_flip: bool = False) -> Array:
+    """The batch `x` cropped and flipped by each row's draws (`positions`: where `x` lives)."""
     xp = B.array_module(x)
     n, _, h, w = x.shape
-    dy, dx, flip = (B.to_device(a) if xp is not np else a for a in draws(positions, key, crop_padding))
+    dy, dx, flip = draws(positions, key, crop_padding)
     if crop_padding:
         p = crop_padding
         padded = xp.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))

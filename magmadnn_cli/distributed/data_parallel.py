@@ -60,22 +60,22 @@ class DataParallel:
         """Told before a step's backward passes how many there are (gradient accumulation: more
         than one); nothing to prepare here."""
 
-    def reduce(self, loss_sum: Any, correct: Any, stop: bool) -> tuple[float, float, bool]:
+    def reduce(self, loss_sum: Any, correct: Any, stop: bool) -> Any:
         """Sum the gradients (already weighted by each rank's share of the batch) and the step's
-        statistics over ranks; returns the global loss sum, correct count, and whether any rank
-        asked to stop."""
+        statistics over ranks; returns the summed statistics (global loss sum, correct count, stop
+        requests) where they live, without reading them."""
         stats = self.stats
         stats[0], stats[1], stats[2] = loss_sum, correct, float(stop)
-        total, right, stops = (float(v) for v in B.to_host(self._reduce_buffer()))
-        return total, right, stops > 0
+        return self._reduce_buffer()
 
     def _reduce_buffer(self) -> Any:
         """Sum the step buffer over ranks; returns the summed statistics."""
         self.comm.allreduce_sum(self.buffer)
         return self.stats
 
-    def update(self) -> None:
-        self.optimizer.step(self.net.flat_params, self.net.flat_grads)
+    def update(self, finite: Any = True) -> None:
+        """The optimizer's step; skipped (on the device) unless `finite`, a device boolean."""
+        self.optimizer.step(self.net.flat_params, self.net.flat_grads, finite)
 
     def optimizer_state(self) -> dict[str, Any]:
         """The optimizer's state as one process would hold it (what checkpoints save)."""

@@ -64,7 +64,10 @@ class ModelParallel(DataParallel):
         self.groups.model.allreduce_sum(stats[2:3])  # a signal caught by any rank of the group stops all
         return stats
 
-    def update(self) -> None:
+    def update(self, finite: Any = True) -> None:
+        """The update of this rank's parts (none unless `finite`; read on the host: a GPU waits here)."""
+        if not finite:
+            return
         opt, net = self.optimizer, self.net
         opt.ensure_state(net.flat_params)
         if opt.clip_norm is not None:

@@ -162,9 +162,12 @@ class ShardedDataParallel(DataParallel):
         if self.exchange is not None:
             self.exchange.defer(backward_passes == 1)
 
-    def update(self) -> None:
-        """This rank's share of the update; clipping uses the norm summed over all shares, and so do
-        layer-wise rules (LARS, LAMB) their per-tensor norms (`total`)."""
+    def update(self, finite: Any = True) -> None:
+        """This rank's share of the update (none unless `finite`: every rank has the same sums); clipping
+        uses the norm summed over all shares, and so do layer-wise rules (LARS, LAMB) their per-tensor
+        norms (`total`)."""
+        if not finite:  # a host boolean: this strategy runs on the CPU only
+            return
         opt, part = self.optimizer, self.share
         params, grads = self.net.flat_params[part], self.net.flat_grads[part]
         if opt.clip_norm is not None:

@@ -100,20 +100,46 @@ class Optimizer:
             self.state = {s: xp.zeros_like(params) for s in self.slots}
 
     # -- one step ------------------------------------------------------------------------------
-    def step(self, params: Array, grads: Array) -> None:
+    def step(self, params: Array, grads: Array, finite: Any = True) -> None:
         """One update of `params` from `grads` (both flat; `grads` is used as scratch): clip the
-        gradient to `clip_norm`, then apply the rule."""
+        gradient to `clip_norm`, then apply the rule. None unless `finite` (the step's loss was): on
+        the CPU a host branch; on a GPU the device keeps the old values, so nothing is read back."""
+        xp = B.array_module(params)
+        if xp is np and not finite:
+            return
         self.ensure_state(params)
         if self.clip_norm is not None:
-            self.clip(grads, float(B.array_module(grads).vdot(grads, grads)))
-        self.apply(params, grads, self.state)
+            squared = xp.vdot(grads, grads)
+            self.clip(grads, float(squared) if xp is np else squared)
+        if xp is np or finite is True:
+            self.apply(params, grads, self.state)
+        else:
+            self._apply_if(finite, params, grads)
 
-    def clip(self, grads: Array, squared_norm: float) -> None:
+    def _apply_if(self, finite: Array, params: Array, grads: Array) -> None:
+        """Apply the rule, then put the old parameters and slots back where `finite` is false (device
+        arrays: the choice is made on the device)."""
+        xp = B.array_module(params)
+        targets = [params, *self.state.values()]
+        kept = [t.copy() for t in targets]
+        self.apply(params, grads, self.state)
+        for target, old in zip(targets, kept):
+            xp.copyto(target, old, where=~finite)
+
+    def clip(self, grads: Array, squared_norm: Any) -> None:
         """Scale `grads` in place so that the whole gradient, whose squared norm is given (it may be
-        summed over more than `grads`), has norm at most `clip_norm`."""
-        norm = math.sqrt(squared_norm)
-        if self.clip_norm is not None and norm > self.clip_norm:
-            grads *= self.clip_norm / norm
+        summed over more than `grads`; a host float, or a device scalar kept on the device), has norm
+        at most `clip_norm`."""
+        if self.clip_norm is None:
+            return
+        if isinstance(squared_norm, float):
+            norm = math.sqrt(squared_norm)
+            if norm > self.clip_norm:
+                grads *= self.clip_norm / norm
+            return
+        xp = B.array_module(grads)
+        norm = xp.sqrt(squared_norm.astype(np.float64))
+        grads *= xp.where(norm > self.clip_norm, self.clip_norm / norm, 1.0).astype(grads.dtype)
 
     def apply(self, params: Array, grads: Array, slots: dict[str, Array], start: int = 0,
               total: Callable[[np.ndarray], np.ndarray] | None = None) -> None:

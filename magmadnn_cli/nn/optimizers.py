@@ -143,6 +143,7 @@ class LayerWise(Optimizer):
                  epochs: int = 1) -> None:
         super().__init__(declared, steps_per_epoch, epochs)
         self._pieces: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+        self._on_device: dict[tuple, tuple[Array, Array, Array]] = {}  # _device_ratios' constants
 
     def set_segments(self, shapes: Sequence[Sequence[int]]) -> None:
         super().set_segments(shapes)
@@ -158,13 +159,37 @@ class LayerWise(Optimizer):
         decay = np.where(excluded, 0.0, self.weight_decay)
         parts = [(params[a:b], grads[a:b], {k: v[a:b] for k, v in slots.items()}) for _, a, b in pieces]
         measured = [x for (s, _, _), part in zip(pieces, parts) for x in self.measure(*part, float(decay[s]))]
+        if xp is np or total is not None:
+            ratios = self._host_ratios(pieces, measured, excluded, decay, total, xp)
+            steps = [lr * float(ratios[s]) for s, _, _ in pieces]
+        else:  # on the device: nothing read back
+            ratios = self._device_ratios(pieces, measured, excluded, decay, xp)
+            steps = [(lr * ratios[s]).astype(params.dtype) for s, _, _ in pieces]
+        for step, (p, g, state) in zip(steps, parts):
+            self.update(p, g, step, state)
+
+    def _host_ratios(self, pieces: list[tuple[int, int, int]], measured: list[Array], excluded: np.ndarray,
+                     decay: np.ndarray, total: Callable[[np.ndarray], np.ndarray] | None, xp: Any) -> np.ndarray:
+        """Each tensor's ratio on the host: the pieces' squared norms in one transfer, summed per tensor
+        (and over the ranks sharing the update)."""
         norms = np.zeros((len(excluded), 2))
         if measured:  # one transfer from the GPU for all of them
             np.add.at(norms, [s for s, _, _ in pieces], B.to_host(xp.stack(measured)).reshape(-1, 2))
         norms = np.sqrt(total(norms) if total is not None else norms)
-        ratios = np.where(excluded, 1.0, self.ratio(norms[:, 0], norms[:, 1], decay))
-        for (s, _, _), (p, g, state) in zip(pieces, parts):
-            self.update(p, g, lr * float(ratios[s]), state)
+        return np.where(excluded, 1.0, self.ratio(norms[:, 0], norms[:, 1], decay))
+
+    def _device_ratios(self, pieces: list[tuple[int, int, int]], measured: list[Array], excluded: np.ndarray,
+                       decay: np.ndarray, xp: Any) -> Array:
+        """Each tensor's ratio on the device: the pieces' squared norms summed per tensor by a 0/1
+        matrix (tensors x pieces), with the constants copied to the device once."""
+        key = tuple(pieces)
+        if key not in self._on_device:
+            member = np.zeros((len(excluded), len(pieces)))
+            member[[s for s, _, _ in pieces], np.arange(len(pieces))] = 1.0
+            self._on_device = {key: (xp.asarray(member), xp.asarray(excluded), xp.asarray(decay))}
+        member, excluded_d, decay_d = self._on_device[key]
+        norms = xp.sqrt(member @ xp.stack(measured).reshape(-1, 2).astype(np.float64))
+        return xp.where(excluded_d, 1.0, self.ratio(norms[:, 0], norms[:, 1], decay_d))
 
     def pieces(self, start: int, size: int, chunk: int, whole: bool) -> list[tuple[int, int, int]]:
         """(tensor, lo, hi) for each piece of the part [start, start + size) of the buffers that lies in
@@ -221,7 +246,7 @@ class LARS(LayerWise):
     def ratio(self, w: np.ndarray, u: np.ndarray, decay: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             trust = self.trust_coefficient * w / (u + decay * w + self.epsilon)
-        return np.where((w > 0) & (u > 0), trust, 1.0)
+        return B.array_module(w).where((w > 0) & (u > 0), trust, 1.0)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         g *= lr
@@ -261,7 +286,7 @@ class LAMB(LayerWise):
 
     def ratio(self, w: np.ndarray, u: np.ndarray, decay: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where((w > 0) & (u > 0), w / u, 1.0)
+            return B.array_module(w).where((w > 0) & (u > 0), w / u, 1.0)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         g *= lr

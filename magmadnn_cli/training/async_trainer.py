@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ..core import backend as B
 from ..core.counter_random import derive_key
 from ..data.prepare import Split
 from ..distributed.async_sgd import AsyncParallel
@@ -51,7 +50,7 @@ class AsyncTrainer(Trainer):
     def _gradient(self, batches: list[np.ndarray], step: int, x: Array, y: Array) -> tuple[float, float, bool]:
         """A worker: the gradient of the step's whole batch, into the network's flat gradients."""
         xb, yb, rows = self.rows_of(batches, step, x, y, 1, 0)
-        loss = self.net.forward_backward(xb, yb, 1.0, B.to_device(rows), derive_key(self.seed, self.position.epoch))
+        loss = self.net.forward_backward(xb, yb, 1.0, rows, derive_key(self.seed, self.position.epoch))
         return float(loss) * len(rows), float(self.count_correct(yb)), bool(self.signals.received)
 
     def _applied(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
@@ -60,7 +59,7 @@ class AsyncTrainer(Trainer):
         if self.diverged is not None:
             return
         try:
-            self.record_step(batches, step, loss_sum, correct)
+            self.record_step(step, len(batches), len(batches[step - 1]), loss_sum, correct, self.global_step)
             if step < len(batches):  # (stop_requested is agreed only after the phase: never set here)
                 self._checkpoint_if_due(None)
         except DivergenceError as exc:

@@ -34,6 +34,7 @@ from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from .segments import Segments
+from .step_log import StepLog
 from . import advice
 
 Array = Any
@@ -83,6 +84,13 @@ class Plan:
     stop_on_signal: bool = False
 
 
+def split_bounds(lo: int, hi: int, shares: int, share: int) -> tuple[int, int]:
+    """Share `share` of [lo, hi) cut into `shares` contiguous parts as `numpy.array_split` cuts them."""
+    size, extra = divmod(hi - lo, shares)
+    start = lo + share * size + min(share, extra)
+    return start, start + size + (share < extra)
+
+
 class Checkpointer(Protocol):
     last: Path | None
 
@@ -113,6 +121,8 @@ class Trainer:
         self.segments = Segments()  # the invocations that trained the run (kept by checkpoints)
         self._encoded: list[Any] = [None, []]  # (history epochs, their JSON lines so far): _epoch_lines
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
+        self.log = StepLog()  # the steps' statistics not yet read from the device
+        self.order: Array | None = None  # the epoch's order of the training rows, on the device
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -164,27 +174,34 @@ class Trainer:
             return ((logits > (0.0 if self.net.fused else 0.5)) == (y > 0.5)).sum()
         return 0
 
-    def step(self, micro: list[tuple[Array, Array, np.ndarray]], global_count: int) -> tuple[float, float]:
-        """Forward and backward on each batch accumulated into this update (gradients summed, each
-        seeded with its rows' share of the update's `global_count`), then one reduction and the
-        update. A rank with no rows in a short last batch still runs (on zero rows) to join every
-        collective. Returns the global (loss sum, correct)."""
+    def step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> tuple[float, float]:
+        """`train_step`, its global (loss sum, correct) read back at once (a sweep's step, not the loop's)."""
+        stats = self.train_step(micro, global_count)
+        values = B.to_host(stats)
+        self.stop_requested = bool(values[2] > 0)
+        return float(values[0]), float(values[1])
+
+    def train_step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> Array:
+        """The training step: forward and backward on each batch accumulated into this update
+        (gradients summed, each seeded with its rows' share of the update's `global_count`), then one
+        reduction and the update, which the device skips when the loss is not finite. A rank with no
+        rows in a short last batch still runs (on zero rows) to join every collective. Nothing is read
+        back: returns the reduced statistics (global loss sum, correct count, stop request) where they
+        were computed."""
         key = derive_key(self.seed, self.position.epoch)
         loss_sum: Any = None
         correct: Any = None
         self.parallel.start_step(len(micro))
         for i, (x, y, positions) in enumerate(micro):
-            loss = self.net.forward_backward(x, y, len(x) / global_count, B.to_device(positions), key)
+            loss = self.net.forward_backward(x, y, len(x) / global_count, positions, key)
             part, hits = loss * len(x), self.count_correct(y)
             loss_sum, correct = (part, hits) if i == 0 else (loss_sum + part, correct + hits)
             if len(micro) > 1:
                 self._accumulate(first=i == 0, last=i == len(micro) - 1)
         with self.comm.waiting(f"epoch {self.position.epoch}, step {self.position.step + 1}'s reduction"):
-            loss_sum, correct, stop = self.parallel.reduce(loss_sum, correct, bool(self.signals.received))
-            self.stop_requested = stop
-            if math.isfinite(loss_sum):
-                self.parallel.update()  # shared-memory strategies wait for the node's ranks here
-        return loss_sum, correct
+            stats = self.parallel.reduce(loss_sum, correct, bool(self.signals.received))
+            self.parallel.update(B.array_module(stats).isfinite(stats[0]))  # shared-memory strategies wait here
+        return stats
 
     def _accumulate(self, first: bool, last: bool) -> None:
         """Sum the batches' gradients of one update; the last puts the sum where the update reads it."""
@@ -200,8 +217,10 @@ class Trainer:
 
     # -- epochs --------------------------------------------------------------------------------
     def batches(self, n: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's update batches (each `gradient_accumulation_steps` batches of the batch size)."""
+        """The epoch's update batches (each `gradient_accumulation_steps` batches of the batch size);
+        the epoch's order goes to the device once, where each step takes its rows as a view of it."""
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.plan.shuffle else np.arange(n)
+        self.order = B.to_device(order)
         size = self.sizes.update_size(epoch)
         return [order[i:i + size] for i in range(0, n, size)]
 
@@ -215,51 +234,63 @@ class Trainer:
         return self.opt.t
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
-        """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch)."""
+        """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch). Each step's
+        statistics stay on the device until `self.log` is read: when full, at the epoch's end and before
+        a checkpoint."""
         batches = self.batches(len(train.x), self.position.epoch)
         for step in range(self.position.step + 1, len(batches) + 1):
-            l_sum, c = self.step(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
-            self.record_step(batches, step, l_sum, c)
+            stats = self.train_step(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
+            self.log.add(stats, step, len(batches[step - 1]), self.global_step)
+            checkpoint = step < len(batches) and self.checkpointer is not None and \
+                self.checkpointer.due(self.global_step, None)
+            if self.log.full or step == len(batches) or checkpoint:
+                self.read_steps(len(batches))
             if step < len(batches):
                 self._checkpoint_if_due(None)
         return self.epoch_metrics()
 
+    def read_steps(self, steps: int) -> None:
+        """Count the steps kept on the device into the epoch, in order (one transfer)."""
+        for record in self.log.read():
+            self.stop_requested = record.stop
+            self.record_step(record.step, steps, record.count, record.loss_sum, record.correct, record.global_step)
+
     def micro_batches(self, batches: list[np.ndarray], step: int, x: Array, y: Array) -> list[tuple[Array, Array,
-                                                                                                   np.ndarray]]:
+                                                                                                   Array]]:
         """This rank's share of each batch of the step's update, in order."""
         batch, size = batches[step - 1], self.sizes.size(self.position.epoch)
         first = (step - 1) * len(batches[0])
-        return [self.share_of(batch, first, np.arange(first + lo, first + min(lo + size, len(batch))), x, y,
-                              self.shares, self.data_comm.rank) for lo in range(0, len(batch), size)]
+        return [self.share_of(first + lo, first + min(lo + size, len(batch)), x, y, self.shares, self.data_comm.rank)
+                for lo in range(0, len(batch), size)]
 
     def rows_of(self, batches: list[np.ndarray], step: int, x: Array, y: Array, shares: int,
-                share: int) -> tuple[Array, Array, np.ndarray]:
+                share: int) -> tuple[Array, Array, Array]:
         """Share `share` of `shares` of the step's whole batch."""
-        batch, first = batches[step - 1], (step - 1) * len(batches[0])
-        return self.share_of(batch, first, np.arange(first, first + len(batch)), x, y, shares, share)
+        first = (step - 1) * len(batches[0])
+        return self.share_of(first, first + len(batches[step - 1]), x, y, shares, share)
 
-    def share_of(self, batch: np.ndarray, first: int, positions: np.ndarray, x: Array, y: Array, shares: int,
-                 share: int) -> tuple[Array, Array, np.ndarray]:
-        """Share `share` of `shares` of the rows at `positions` of the epoch's order (the batch begins
-        at `first`), augmented, with those positions (which key their random numbers)."""
-        mine = np.array_split(positions, shares)[share]
-        idx = B.to_device(batch[mine - first])
+    def share_of(self, lo: int, hi: int, x: Array, y: Array, shares: int, share: int) -> tuple[Array, Array, Array]:
+        """Share `share` of `shares` of the rows at positions [lo, hi) of the epoch's order, augmented,
+        with those positions (which key their random numbers), all on the device."""
+        a, b = split_bounds(lo, hi, shares, share)
+        idx, positions = self.order[a:b], B.current().xp.arange(a, b)
         xb = x[idx]
         if self.plan.augment is not None:
-            xb = self.plan.augment(xb, mine, derive_key(self.seed, self.position.epoch))
-        return xb, y[idx], mine
+            xb = self.plan.augment(xb, positions, derive_key(self.seed, self.position.epoch))
+        return xb, y[idx], positions
 
-    def record_step(self, batches: list[np.ndarray], step: int, loss_sum: float, correct: float) -> None:
+    def record_step(self, step: int, steps: int, count: int, loss_sum: float, correct: float,
+                    global_step: int) -> None:
         """Count a step's global loss sum and correct predictions into the epoch (a non-finite loss
         ends the training) and report the progress and the update's loss."""
-        pos, count = self.position, len(batches[step - 1])
+        pos = self.position
         if not math.isfinite(loss_sum):
             raise DivergenceError(self._divergence(f"epoch {pos.epoch}, step {step}: the loss became "
                                                    f"{loss_sum / count} (not finite)"))
         pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + loss_sum, pos.correct + correct, pos.seen + count
-        self.reporter.step(pos.epoch, step, len(batches), pos.loss_sum / pos.seen,
+        self.reporter.step(pos.epoch, step, steps, pos.loss_sum / pos.seen,
                            pos.correct / pos.seen if self.task != "regression" else None)
-        self.reporter.optimizer_step(self.global_step, loss_sum / count)
+        self.reporter.optimizer_step(global_step, loss_sum / count)
 
     def epoch_metrics(self) -> dict[str, float]:
         pos = self.position

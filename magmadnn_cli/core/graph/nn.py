@@ -240,15 +240,15 @@ class BatchNorm(Op):
         sums[:features] = x.sum(axis=axes)
         sums[features] = x.size // features
         self.mode.sum_over_ranks(sums)
-        self.count = max(1, int(sums[features]))
+        total = sums[features]  # the global batch's rows (float64: exact), left on the device
+        self.count = xp.maximum(total, 1.0)
         mean = (sums[:features] / self.count).astype(x.dtype)
         centred = x - mean.reshape(self._shape(x))
-        var = self.mode.sum_over_ranks((centred * centred).sum(axis=axes)) / x.dtype.type(self.count)
-        m = self.momentum
-        if sums[features] == 0:  # no rows anywhere this step (per-rank statistics, an empty share)
-            return mean, var
-        self.running_mean[...] = m * self.running_mean + (1 - m) * mean
-        self.running_var[...] = m * self.running_var + (1 - m) * var * (self.count / max(1, self.count - 1))
+        var = self.mode.sum_over_ranks((centred * centred).sum(axis=axes)) / self.count.astype(x.dtype)
+        m, seen = self.momentum, total > 0  # no rows anywhere this step (an empty share): nothing to learn
+        unbiased = (self.count / xp.maximum(1.0, self.count - 1)).astype(x.dtype)
+        xp.copyto(self.running_mean, m * self.running_mean + (1 - m) * mean, where=seen)
+        xp.copyto(self.running_var, m * self.running_var + (1 - m) * var * unbiased, where=seen)
         return mean, var
 
     def forward(self, x: Array, gamma: Array, beta: Array) -> Array:
@@ -269,7 +269,8 @@ class BatchNorm(Op):
         # sum(dxhat) = gamma * sum(g) and sum(dxhat * xhat) = gamma * dgamma, over the global batch
         totals = self.mode.sum_over_ranks(xp.concatenate([dbeta, dgamma])) * xp.concatenate([gamma, gamma])
         features = x.shape[1]
-        mean_dxhat = (totals[:features] / self.count).reshape(shape)
-        mean_dxhat_xhat = (totals[features:] / self.count).reshape(shape)
+        count = self.count.astype(x.dtype)
+        mean_dxhat = (totals[:features] / count).reshape(shape)
+        mean_dxhat_xhat = (totals[features:] / count).reshape(shape)
         dx = (dxhat - mean_dxhat - self.xhat * mean_dxhat_xhat) * self.inv_std
         return dx, dgamma, dbeta

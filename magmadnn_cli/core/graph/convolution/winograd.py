@@ -45,6 +45,13 @@ class Winograd:
 
     def __init__(self, geometry: Geometry) -> None:
         self.geometry = geometry
+        self._g: Array | None = None  # G where the arrays live, uploaded once
+
+    def _transform_matrix(self, like: Array) -> Array:
+        """G in the arrays' module and type (copied to the device on first use only)."""
+        if self._g is None or self._g.dtype != like.dtype or not isinstance(self._g, type(like)):
+            self._g = B.array_module(like).asarray(G, dtype=like.dtype)
+        return self._g
 
     def _tiles(self, h: int, w: int) -> tuple[int, int, int, int]:
         ho, wo = self.geometry.output_hw(h, w)
@@ -72,12 +79,10 @@ class Winograd:
             y += b
         return y.transpose(0, 3, 1, 2)
 
-    @staticmethod
-    def _kernel_transform(w: Array) -> Array:
+    def _kernel_transform(self, w: Array) -> Array:
         """U = G w G^T for every (channel, filter): (4, 4, C, F)."""
-        xp = B.array_module(w)
-        g = xp.asarray(G, dtype=w.dtype)
-        return xp.einsum("ai,fcij,bj->abcf", g, w, g)
+        g = self._transform_matrix(w)
+        return B.array_module(w).einsum("ai,fcij,bj->abcf", g, w, g)
 
     def backward(self, g: Array, w: Array, need_dx: bool) -> tuple[Array | None, Array, Array]:
         xp = B.array_module(g)
@@ -91,7 +96,7 @@ class Winograd:
             dm[a] = xp.stack(_output_adjoint(rows[:, :, :, 0], rows[:, :, :, 1]))
         dm = dm.reshape(16, -1, f)
         du = (self.v.transpose(0, 2, 1) @ dm).reshape(4, 4, c, f)
-        gm = xp.asarray(G, dtype=g.dtype)
+        gm = self._transform_matrix(g)
         dw = xp.einsum("ai,abcf,bj->fcij", gm, du, gm)
         db = gh.sum(axis=(0, 1, 2, 3, 4))
         dx = self._input_gradient(dm @ self.u.transpose(0, 2, 1)) if need_dx else None

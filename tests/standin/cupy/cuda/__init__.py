@@ -1,0 +1,154 @@
+"""cupy.cuda in the stand-in: one device, a memory pool, streams and CUDA-graph capture.
+
+Work is queued on the current stream (`with stream:`); the legacy default stream (`Stream.null`) cannot
+capture, and work issued on it while another stream captures is refused, as on a real device. A capture
+records each operation with the buffers it read and wrote; `Graph.launch` runs them again on the same
+buffers, with every host value frozen as it was at capture (a real graph's semantics)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as _np
+
+from .._ledger import LEDGER, StandInError, site
+from . import runtime  # noqa: F401
+
+
+class Device:
+    def __init__(self, device: int = 0) -> None:
+        self.id = device
+
+    def use(self) -> None:
+        if self.id != 0:
+            raise StandInError("the stand-in has one device")
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+class Graph:
+    """A captured sequence of operations, replayed on the buffers it was captured with."""
+
+    def __init__(self, tape: list) -> None:
+        self.tape = tape
+
+    def launch(self, stream: Any = None) -> None:
+        from .. import unwrap  # noqa: PLC0415
+
+        for fn, args, kwargs, result in self.tape:
+            out = fn(*unwrap(args), **unwrap(kwargs))
+            _write_back(out, result)
+            LEDGER.operation(0)
+
+    def upload(self, stream: Any = None) -> None:
+        pass
+
+
+def _write_back(out: Any, result: Any) -> None:
+    """Put a replayed operation's output into the buffer the capture gave it."""
+    from .. import ndarray  # noqa: PLC0415
+
+    if isinstance(result, tuple):
+        for o, r in zip(out, result):
+            _write_back(o, r)
+    elif isinstance(result, ndarray) and isinstance(out, (_np.ndarray, _np.generic)) and out is not result._a:
+        result._a[...] = out
+
+
+class Stream:
+    """A CUDA stream; `Stream.null` is the legacy default stream."""
+    null: "Stream"
+    _current: list["Stream"] = []
+
+    def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False) -> None:
+        self.is_legacy = null
+        self.ptr = 0 if null else id(self)
+        self.tape: list | None = None
+
+    def __enter__(self) -> "Stream":
+        Stream._current.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        Stream._current.pop()
+
+    def use(self) -> "Stream":
+        Stream._current[:] = [self]
+        return self
+
+    def synchronize(self) -> None:
+        if self.is_capturing():
+            raise StandInError("synchronize() on a capturing stream")
+
+    def begin_capture(self, mode: Any = None) -> None:
+        if self.is_legacy:
+            raise StandInError("cudaErrorStreamCaptureUnsupported: the legacy default stream cannot be captured; "
+                               "run the step on a created stream")
+        if LEDGER.capturing:
+            raise StandInError("a capture is already in progress")
+        self.tape, LEDGER.capturing = [], True
+
+    def end_capture(self) -> Graph:
+        if self.tape is None:
+            raise StandInError("end_capture without begin_capture")
+        graph, self.tape, LEDGER.capturing = Graph(self.tape), None, False
+        return graph
+
+    def is_capturing(self) -> bool:
+        return self.tape is not None
+
+
+Stream.null = Stream(null=True)
+
+
+def get_current_stream() -> Stream:
+    return Stream._current[-1] if Stream._current else Stream.null
+
+
+def record(fn: Callable, args: tuple, kwargs: dict, result: Any) -> None:
+    """Called for every device operation: appended to the tape of a capturing current stream."""
+    if not LEDGER.capturing:
+        return
+    stream = get_current_stream()
+    if stream.tape is None:
+        raise StandInError(f"work issued on {'the legacy default stream' if stream.is_legacy else 'another stream'} "
+                           f"while a stream captures (at {site()}): cudaErrorStreamCaptureImplicit")
+    stream.tape.append((fn, args, kwargs, result))
+
+
+class MemoryPool:
+    def __init__(self, allocator: Any = None) -> None:
+        self.allocator = allocator
+
+    def malloc(self, size: int) -> None:
+        return None
+
+    def free_bytes(self) -> int:
+        return 0
+
+    def used_bytes(self) -> int:
+        return 0
+
+    def total_bytes(self) -> int:
+        return 0
+
+    def free_all_blocks(self) -> None:
+        pass
+
+
+DEFAULT_POOL = MemoryPool()
+
+
+def malloc_managed(size: int) -> None:
+    return None
+
+
+def set_allocator(allocator: Any = None) -> None:
+    pass
