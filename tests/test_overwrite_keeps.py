@@ -204,3 +204,45 @@ def test_a_persons_own_file_in_a_replaced_run_folder_stays_where_it_is(capsys, e
     assert code == 2 and (out / "notes.txt").read_text() == "mine", err
     assert run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q")[0] == 0
     assert (out / "notes.txt").read_text() == "mine" and not (out / STASH).exists()
+
+
+def _killed_while_replacing(out: Path) -> None:
+    """What a replacing run killed mid-training leaves (SIGKILL, an MPI abort): the earlier run set
+    aside, the killed run's marker, config and a checkpoint, and the dead process's lock."""
+    import json
+    import subprocess
+    import sys
+
+    from magmadnn_cli.commands.run_dir import LOCK, FolderLock
+    lock = FolderLock(out, "run", replace=True)
+    lock.__enter__()
+    (out / "config.yaml").write_text("killed: run\n")
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "step00000003.npz").write_bytes(b"PK\x03\x04 of the killed run")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holder = json.loads((out / LOCK).read_text())
+    (out / LOCK).write_text(json.dumps({**holder, "pid": dead.pid, "started": 1}))
+
+
+def test_the_launcher_puts_back_the_run_a_killed_job_was_replacing(capsys, earlier):
+    from magmadnn_cli.commands.job_end import killed_job_message
+    _, out, before = earlier
+    _killed_while_replacing(out)
+    said = _flat(killed_job_message(signal.SIGKILL, out))
+    assert f"the earlier run in {out}, which it was replacing (--overwrite), is put back as it was" in said, said
+    assert snapshot(out) == before
+
+
+def test_a_later_overwrite_keeps_the_run_a_killed_one_was_replacing(capsys, earlier):
+    config, out, before = earlier
+    _killed_while_replacing(out)
+    code, _, err = run_cli(capsys, "predict", out, out.parent / "blobs.csv")
+    assert code == 2 and f"the earlier run it was replacing is kept whole in {out / STASH}" in _flat(err), err
+    code, _, err = run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q",
+                           "--set", "optimizer.learning_rate=1e30", "--set", "optimizer.type=sgd")
+    assert code == 2 and f"the earlier run in {out} is put back as it was" in _flat(err), err
+    assert snapshot(out) == before
+    _killed_while_replacing(out)
+    assert run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q")[0] == 0
+    assert not (out / STASH).exists() and (out / "config.yaml").read_text() != "killed: run\n"

@@ -291,6 +291,12 @@ def _live_holder(folder: Path) -> int | None:
     return holder["pid"] if _alive(holder["pid"], holder.get("started")) else None
 
 
+def holder_alive(folder: Path) -> bool:
+    """Whether the folder's lock is held by a live process (here or, as far as one can tell, on another host)."""
+    holder = _holder(folder)
+    return holder is not None and (holder["host"] != socket.gethostname() or _live_holder(folder) is not None)
+
+
 def _busy(folder: Path, pid: int) -> str:
     return f"{folder}: another magmadnn (PID {pid}) is writing this folder now; wait for it, stop it, or use another --out"
 
@@ -365,6 +371,10 @@ def _no_model(folder: Path) -> str:
     kind, pid = classify(folder), _live_holder(folder)
     if kind in ("run", "search") and pid is not None:
         return f"{folder}: a magmadnn (PID {pid}) is writing this {kind} now; its {MODEL} is written when it ends"
+    if (folder / STASH).is_dir():
+        return (f"{folder}: a command started with --overwrite was killed before it wrote its model; the earlier "
+                f"{kind} it was replacing is kept whole in {folder / STASH}: move its files back into {folder} to "
+                f"restore it, or run that command again")
     if kind == "run" and (checkpoints := listing(folder / "checkpoints")):
         unknown = "" if (folder / "config.yaml").is_file() else " (CONFIG: the config it was trained with)"
         return (f"{folder}: the run was interrupted before its model was written (newest checkpoint: "
