@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -36,16 +37,18 @@ def _number(cell: str) -> float:
 
 
 def _feeds(session, header: list[str], body: list[list[str]], target: str) -> dict[str, np.ndarray]:
-    """The rows as the exported graph takes them: one `features` matrix of every column but the target,
-    in file order, or one (N, 1) input per used column (text for categories and booleans)."""
+    """The rows as the exported graph takes them: one `features` matrix of the columns its metadata
+    names, or one (N, 1) input per used column (text for categories and booleans), as the metadata's
+    input_columns maps inputs to columns."""
     inputs = session.get_inputs()
+    columns = json.loads(session.get_modelmeta().custom_metadata_map["input_columns"])
     if [i.name for i in inputs] == ["features"]:
-        keep = [j for j, name in enumerate(header) if name != target]
+        keep = [header.index(name) for name in columns["features"]]
         return {"features": np.array([[_number(r[j]) for j in keep] for r in body], np.float32)}
     feeds = {}
     with np.errstate(over="ignore"):  # a number beyond float32 is fed as infinity, as a caller's cast gives
         for i in inputs:
-            j = header.index(i.name)
+            j = header.index(columns[i.name])
             feeds[i.name] = (np.array([[r[j]] for r in body], dtype=object) if i.type == "tensor(string)"
                              else np.array([[_number(r[j])] for r in body], np.float32))
     return feeds

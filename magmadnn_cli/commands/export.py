@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.tables import ReadSpec, reader_for
+from ..core import backend as B
+from ..data.tables import READERS
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
-from ..training.modelfile import SavedModel, load
+from ..training.modelfile import SavedModel, load, restore
 from ..training.onnx_graph import OPSET, required_opset
 from .made_files import record
 from .run_dir import model_file
@@ -27,6 +28,8 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
     given, out = out is not None, out or model_path.with_suffix(".onnx")
     check_output_file(out, (model_path,), overwrite, given)
     saved = load(model_path)
+    with B.using(B.select("cpu", saved.config.precision)):
+        restore(saved, model_path)  # every check predict makes: weights present and shaped, labels for the outputs
     needed = required_opset(saved)
     if opset is not None and opset < needed:
         raise MagmaError(f"--opset {opset}: {model_path} reads text columns (categories or booleans), which its graph "
@@ -38,7 +41,7 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
     except ImportError as exc:
         raise MagmaError("export needs the onnx package: pip install 'magmadnn-cli[onnx]'") from exc
     opset = opset or needed
-    model = build(saved, file_columns(saved), opset)
+    model = build(saved, input_columns(saved), opset)
     data = model.SerializeToString()
     atomic_write(out, lambda f: f.write(data))
     record(out, data)  # in a run folder: a later run that replaces the model removes this export
@@ -53,22 +56,16 @@ def written(done: dict[str, Any]) -> str:
             f"outputs {', '.join(done['outputs'])}")
 
 
-def file_columns(saved: SavedModel) -> list[str] | None:
-    """The training file's columns but the target, in order (ignored ones too, so a file row goes in
-    as it is); the model's own feature columns when the training file is gone; None for arrays and
-    images (NPZ, IDX, CIFAR, image folders, synthetic data)."""
+def input_columns(saved: SavedModel) -> list[str] | None:
+    """The `features` input's columns, from the model file alone (never from the training file, which
+    may have changed since): data.names but the target where the config gives them (a headerless
+    file's rows go in as they are), else the columns the model reads, in its order; None for arrays
+    and images (NPZ, IDX, CIFAR, image folders, synthetic data)."""
     cfg = saved.config.data
     if cfg.names:
         return [n for n in cfg.names if n != cfg.target]
-    path = Path(cfg.train) if cfg.train else None
-    reader = reader_for(path) if path is not None and path.exists() else None
-    if path is None or (reader is not None and reader.columns is None):
+    if cfg.synthetic is not None or not cfg.train:
         return None
-    if not path.is_file():
-        return list(saved.features)
-    try:
-        names = reader.columns(path, ReadSpec.of(cfg, features=saved.features))
-    except MagmaError:
-        return list(saved.features)
-    columns = [n for n in names if n != cfg.target]
-    return columns if set(saved.features) <= set(columns) else list(saved.features)
+    path = Path(cfg.train)
+    reader = next((r for r in READERS if r.name != "images" and r.matches(path)), None)  # by the name alone
+    return list(saved.features) if reader is not None and reader.columns is not None else None

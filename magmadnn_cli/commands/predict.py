@@ -196,7 +196,7 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
 
 def _evaluate(saved: SavedModel, model_path: Path, data_path: Path | None, split: str | None, strict: bool,
               warn: Warn | None) -> dict[str, Any]:
-    network = restore(saved)
+    network = restore(saved, model_path)
     if split is not None:
         data, source = _run_split(saved, model_path, split), f"{saved.config.data.train} ({split} split of the run)"
     else:
@@ -250,7 +250,10 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
     chosen = rebuilt_split(cfg, task_of(saved.config), saved.config.seed or 0, split, saved.encoder, saved.normalizer,
                            saved.targets)
     if chosen is None:
-        raise MagmaError(f"{model_path}: the run had no {split} split (data.{split}_split is 0)")
+        held = [s for s in ("validation", "test") if s != split and (getattr(cfg, f"{s}_split") > 0 or getattr(cfg, s))]
+        raise MagmaError(f"{model_path}: the run had no {split} split (data.{split}_split is 0); "
+                         + (f"--split {held[0]} scores its held-out {held[0]} rows" if held else
+                            "it held out no rows: score a file instead, magmadnn evaluate MODEL DATA"))
     return chosen
 
 
@@ -270,7 +273,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     if proba and saved.task == "regression":
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     with B.using(B.select(device, saved.config.precision)):
-        network = restore(saved)
+        network = restore(saved, model_path)
         _check_keep(keep, _columns(saved, network, proba, ()).names)
         tally = _new_tally()
         rows = (_predicted_rows(table, network, saved, proba, keep, strict, tally, model_path)

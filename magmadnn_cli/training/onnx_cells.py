@@ -1,11 +1,15 @@
 """ONNX ops that read a raw cell as `predict` reads it: text matched without the whitespace around it
 (Python's whole str.isspace set), missing words in any case (RE2 `RegexFullMatch`, opset 20), number
 tokens by value, booleans, and categories one-hot (one CategoryMapper lookup unless a cell must be
-stripped); codes compared as numbers within a double's range. Built on `onnx_graph.Graph`."""
+stripped); codes compared as numbers within a double's range, written in any script's digits
+('٢', '२', '２' are 2 to float(), so to `predict`). Built on `onnx_graph.Graph`."""
 
 from __future__ import annotations
 
 import math
+import sys
+import unicodedata
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,12 +35,65 @@ def number_tokens(g: Graph, values: str, tokens: MissingTokens) -> str:
 
 def text_missing(g: Graph, cells: str, tokens: MissingTokens) -> str:
     """(N, 1) bool: a text cell is missing: a reader's token or a word of `tokens` (any case, spaces
-    around ignored), or a number equal to a number token ('-999.0' for -999)."""
+    around ignored), or a number equal to a number token ('-999.0' for -999, '-٩٩٩' too)."""
     missing = _matches(g, cells, (*MISSING, *tokens.words), fold_case=True)
     if not tokens.numbers:
         return missing
     values = _as_value(g, cells, g.onnx.TensorProto.DOUBLE)
-    return g.op("Or", missing, _equals_any(g, values, tokens.numbers, np.float64))
+    spelled = [g.op("RegexFullMatch", cells, pattern=spelled_number(_positional(n, np.float64)))
+               for n in tokens.numbers]
+    return g.op("Or", missing, _any(g, [_equals_any(g, values, tokens.numbers, np.float64), *spelled]))
+
+
+def _any(g: Graph, flags: list[str]) -> str:
+    hit = flags[0]
+    for flag in flags[1:]:
+        hit = g.op("Or", hit, flag)
+    return hit
+
+
+@lru_cache(maxsize=None)
+def _digits() -> dict[int, list[int]]:
+    """The code points of every character float() reads as a digit (Unicode decimal digits), by value."""
+    found: dict[int, list[int]] = {d: [] for d in range(10)}
+    for i in range(sys.maxunicode + 1):
+        value = unicodedata.decimal(chr(i), None)
+        if value is not None:
+            found[value].append(i)
+    return found
+
+
+def digit_class(value: int) -> str:
+    """An RE2 class of every character float() reads as the digit `value`."""
+    return "[" + "".join(f"\\x{{{i:X}}}" for i in _digits()[value]) + "]"
+
+
+def other_digit() -> str:
+    """An RE2 pattern of text holding a digit of another script than ASCII's."""
+    codes = sorted(i for codes in _digits().values() for i in codes if i > 127)
+    return "(?s).*[" + "".join(f"\\x{{{i:X}}}" for i in codes) + "].*"
+
+
+def spelled_number(text: str) -> str:
+    """An RE2 pattern of every decimal spelling float() reads as the number `text` (positional, as
+    '-12.5'), in any script's digits: leading and trailing zeros, a '+', spaces around, a zero exponent."""
+    negative, text = text.startswith("-"), text.lstrip("-")
+    whole, _, fraction = text.partition(".")
+    zeros = digit_class(0) + "*"
+    digits = lambda part: "".join(digit_class(int(d)) for d in part)  # noqa: E731
+    whole = zeros + (digits(whole) if whole.strip("0") else "")
+    if fraction:
+        body = f"{whole}\\.{digits(fraction)}{zeros}"
+    elif text.strip("0"):
+        body = f"{whole}(?:\\.{zeros})?"
+    else:
+        body = f"(?:{digit_class(0)}+(?:\\.{zeros})?|\\.{digit_class(0)}+)"
+    sign = "-" if negative else "[+-]?" if not text.strip("0.") else "\\+?"
+    return f"{SPACE}{sign}{body}(?:[eE][+-]?{digit_class(0)}+)?{SPACE}"
+
+
+def _positional(value: float, dtype: Any) -> str:
+    return np.format_float_positional(dtype(value), trim="-")
 
 
 def _as_value(g: Graph, cells: str, to: int) -> str:
@@ -84,15 +141,27 @@ def one_hot(g: Graph, cells: str, categories: list[str]) -> str:
     words_at = [i for i in range(len(categories)) if i not in set(numbers_at)]
     parts = []
     if numbers_at:
-        values = _as_value(g, cells, float_)
-        codes = g.const([[_as_number(categories[i]) for i in numbers_at]], "categories")
-        parts.append(g.op("Cast", g.op("Equal", values, codes), to=float_))
+        parts.append(_code_one_hot(g, cells, [_as_number(categories[i]) for i in numbers_at]))
     if words_at:
         parts.append(_text_one_hot(g, cells, [categories[i] for i in words_at]))
     if len(parts) == 1:
         return parts[0]
     order = np.argsort(numbers_at + words_at)  # the concatenated columns back in the categories' order
     return g.op("Gather", g.op("Concat", *parts, axis=1), g.const(order.astype(np.int64), "order", np.int64), axis=1)
+
+
+def _code_one_hot(g: Graph, cells: str, codes: list[float]) -> str:
+    """One-hot rows of number codes: cells read as numbers (float32, as `predict` reads codes); where a
+    cell holds another script's digits ('٢'), each code's spellings matched by RE2 as well."""
+    float_ = g.onnx.TensorProto.FLOAT
+    hot = g.op("Cast", g.op("Equal", _as_value(g, cells, float_), g.const([codes], "categories")), to=float_)
+    other = g.op("RegexFullMatch", cells, pattern=other_digit())
+    count = g.op("ReduceSum", g.op("Cast", other, to=g.onnx.TensorProto.INT64), keepdims=0)
+    spelled = g.branch(lambda: g.op("Max", hot, g.op("Cast", g.op("Concat", *(
+        g.op("RegexFullMatch", cells, pattern=spelled_number(_positional(c, np.float32))) for c in codes), axis=1),
+        to=float_)), "spelled")
+    plain = g.branch(lambda: g.op("Identity", hot), "plain")
+    return g.op("If", g.op("Greater", count, g.const(0, "zero", np.int64)), then_branch=spelled, else_branch=plain)
 
 
 def _text_one_hot(g: Graph, cells: str, categories: list[str]) -> str:

@@ -7,6 +7,7 @@ only, lazily, so the package works without it."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable
 
@@ -23,7 +24,9 @@ from .onnx_cells import boolean, number_tokens, one_hot, text_missing
 
 OPSET = 17  # the lowest opset of any graph
 TEXT_OPSET = 20  # a graph that reads text cells (categories, booleans): RegexFullMatch
-DATE_INPUT = "a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time, no time zone (NaN: missing)"
+DATE_INPUT = ("a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time as written (a UTC offset or Z "
+              "dropped, not applied, as predict reads it; NaN: missing)")
+OUTPUTS = ("probabilities", "label", "prediction")
 
 
 class Graph:
@@ -37,10 +40,32 @@ class Graph:
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
         self.count = 0
+        self.inputs_of: dict[str, str] = {}  # column -> its input's name (`name_inputs`)
+        self.taken: set[str] = {"features", *OUTPUTS}  # names no node output may take
 
     def name(self, hint: str) -> str:
+        """A value name no input or output has (a column may be called 'add_3')."""
         self.count += 1
+        while f"{hint}_{self.count}" in self.taken:
+            self.count += 1
         return f"{hint}_{self.count}"
+
+    def name_inputs(self, columns: list[str]) -> None:
+        """Each column's input name: the column's own, but for an empty name (R's and pandas' row
+        index: 'Unnamed: 0' as pandas reads it back, by its place) or one an output has ('label_input')."""
+        for i, column in enumerate(columns):
+            name = column if column and column not in OUTPUTS else f"Unnamed: {i}" if not column else f"{column}_input"
+            while name in self.inputs_of.values() or name in columns[i + 1:]:
+                name += "_"
+            self.inputs_of[column] = name
+        self.taken.update(self.inputs_of.values())
+
+    def input(self, column: str, elem: int, doc: str) -> str:
+        """The (N, 1) input of a column; its doc string names the column where the input's name differs."""
+        name = self.inputs_of[column]
+        doc = doc if name == column else f"the column {column!r}: {doc}"
+        self.inputs.append(self.helper.make_tensor_value_info(name, elem, ["N", 1], doc))
+        return name
 
     def const(self, value: Any, hint: str = "c", dtype: Any = np.float32) -> str:
         from onnx import numpy_helper  # noqa: PLC0415
@@ -83,9 +108,10 @@ def required_opset(saved: SavedModel) -> int:
 
 def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
     """The ONNX ModelProto of `saved` (`opset` at least `required_opset`); `file_columns`: the
-    training file's columns but the target, in order (the `features` input's columns when every used
-    column is a number), None for arrays."""
+    `features` input's columns when every used column is a number (`export.input_columns`, from the
+    model file alone), None for arrays."""
     g = Graph()
+    g.name_inputs([c.name for c in saved.encoder.columns if c.kind != "constant"])
     if opset > g.onnx.defs.onnx_opset_version():
         raise MagmaError(f"--opset {opset}: the onnx package here (version {g.onnx.__version__}) knows opsets up to "
                          f"{g.onnx.defs.onnx_opset_version()}; give one of them (a runtime may know fewer)")
@@ -104,17 +130,31 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
     model.ir_version = g.helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # what older runtimes read
     meta = {"labels": ",".join(map(str, saved.classes)), "columns": ",".join(saved.features),
             "magmadnn_version": __version__, "task": saved.task,
-            "inputs": "; ".join(f"{i.name}: {i.doc_string}" for i in g.inputs)}
+            "inputs": "; ".join(f"{i.name}: {i.doc_string}" for i in g.inputs),
+            "input_columns": json.dumps(_input_columns(g, saved, file_columns), ensure_ascii=False)}
     g.helper.set_model_props(model, meta)
     g.onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _input_columns(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> dict[str, Any]:
+    """What each input holds: {input: column} for one input per column, {'features': [columns]} for one
+    matrix of them (None: arrays or images, as read)."""
+    if _per_column(saved):
+        return {g.inputs_of[c.name]: c.name for c in saved.encoder.columns if c.kind != "constant"}
+    return {"features": file_columns}
+
+
+def _per_column(saved: SavedModel) -> bool:
+    """Whether the graph takes one input per column (text or dates among them), not one matrix."""
+    return not all(c.kind in ("number", "constant") for c in saved.encoder.columns)
 
 
 # -- inputs and preprocessing -----------------------------------------------------------------------
 def _inputs(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> str:
     """The encoded, normalized feature matrix (N, width) from the graph's inputs."""
     columns = saved.encoder.columns
-    if all(c.kind in ("number", "constant") for c in columns):
+    if not _per_column(saved):
         encoded = _number_matrix(g, saved, file_columns)
     else:
         tokens = MissingTokens.of(saved.config.data.missing_tokens)
@@ -161,15 +201,15 @@ def _column(g: Graph, column: Column, tokens: MissingTokens) -> str:
     if column.kind == "date":
         return _date(g, column)
     text = column.kind != "number"
-    g.inputs.append(g.helper.make_tensor_value_info(column.name, tensor.STRING if text else tensor.FLOAT, ["N", 1],
-                                                    "the cell's text" if text else "float32 (NaN: missing)"))
+    cells = g.input(column.name, tensor.STRING if text else tensor.FLOAT,
+                    "the cell's text" if text else "float32 (NaN: missing)")
     if not text:
-        values = number_tokens(g, column.name, tokens)
+        values = number_tokens(g, cells, tokens)
         missing = g.op("IsNaN", values)
         block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), values)
     else:
-        missing = text_missing(g, column.name, tokens)
-        filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), column.name)
+        missing = text_missing(g, cells, tokens)
+        filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), cells)
         block = boolean(g, filled) if column.kind == "boolean" else one_hot(g, filled, column.categories)
     if not column.indicator:
         return block
@@ -177,14 +217,15 @@ def _column(g: Graph, column: Column, tokens: MissingTokens) -> str:
 
 
 def _date(g: Graph, column: Column) -> str:
-    """A date column from a float64 input of seconds since 1970-01-01 (wall-clock time; NaN missing):
+    """A date column from a float64 input of seconds since 1970-01-01 (wall-clock time as written, its
+    UTC offset dropped, as `dates.parse` reads a cell; NaN missing):
     year, month, day, weekday, day of year (and hour), by Hinnant's days-to-civil arithmetic."""
-    g.inputs.append(g.helper.make_tensor_value_info(column.name, g.onnx.TensorProto.DOUBLE, ["N", 1], DATE_INPUT))
+    cells = g.input(column.name, g.onnx.TensorProto.DOUBLE, DATE_INPUT)
     c = lambda value: g.const(float(value), "k", np.float64)  # noqa: E731
     floor_div = lambda a, b: g.op("Floor", g.op("Div", a, c(b)))  # noqa: E731
-    missing = g.op("IsNaN", column.name)
+    missing = g.op("IsNaN", cells)
     fill = (dates.seconds(np.array([str(column.fill)]), column.date_format))[0]
-    secs = g.op("Where", missing, c(fill), column.name)
+    secs = g.op("Where", missing, c(fill), cells)
     days = floor_div(secs, dates.DAY)
     era = floor_div(g.op("Add", days, c(719468)), 146097)
     doe = g.op("Sub", g.op("Add", days, c(719468)), g.op("Mul", era, c(146097)))
