@@ -32,6 +32,14 @@ ConfigArg = Annotated[Path, typer.Argument(help="YAML config file", show_default
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="override: dotted.key=value (repeatable)",
                                                      metavar="KEY=VALUE", show_default=False)]
 
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, max=2**31 - 1, metavar="N", show_default=False,
+                                                help="the run's seed (as --set seed=N) [default: the config's]")]
+
+
+def _seeded(overrides: list[str] | None, seed: int | None) -> list[str]:
+    """The --set overrides, with --seed as the last (it wins over a --set seed=...)."""
+    return [*(overrides or []), *([f"seed={seed}"] if seed is not None else [])]
+
 
 def _version(value: bool) -> None:
     if value:
@@ -99,7 +107,7 @@ def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, s
 
 
 @app.command()
-def train(config: ConfigArg, set_: SetOpt = None,
+def train(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None,
           out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="run directory [default: runs/<name>]")] = None,
           init_from: Annotated[Optional[Path], typer.Option(
               "--init-from", help="start from these weights: a model file, a checkpoint, or a run folder")] = None,
@@ -119,7 +127,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
     from .commands.train import train as run_train
     if folds is not None and (resume is not None or init_from is not None):
         raise MagmaError("--folds runs a cross-validation from scratch; it takes neither --resume nor --init-from")
-    cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe))
+    cfg, comm = _config_on_ranks(config, _seeded(set_, seed), (processes, hostfile, hosts, oversubscribe))
     if folds is not None:
         from .commands.crossval import train_folds
         train_folds(cfg, folds, out_dir, _reporter(quiet, comm), comm, overwrite)
@@ -128,7 +136,7 @@ def train(config: ConfigArg, set_: SetOpt = None,
 
 
 @app.command()
-def tune(config: ConfigArg, set_: SetOpt = None,
+def tune(config: ConfigArg, set_: SetOpt = None, seed: SeedOpt = None,
          out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="search directory [default: runs/<name>-tune]")] = None,
          resume: Annotated[bool, typer.Option("--resume", metavar="", help="run only the trials the search's "
                            "trials.jsonl lacks (without --out: the newest runs/<name>-tune*)")] = False,
@@ -141,7 +149,8 @@ def tune(config: ConfigArg, set_: SetOpt = None,
     """Grid or random hyperparameter search over the config's `search:` section (under --processes:
     rank 0 hands out trials, the others train them)."""
     from .commands.tune import tune as run_tune
-    cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe), strategy=False)
+    cfg, comm = _config_on_ranks(config, _seeded(set_, seed), (processes, hostfile, hosts, oversubscribe),
+                                 strategy=False)
     run_tune(cfg, out_dir, _reporter(quiet, comm), comm, resume, overwrite)
 
 

@@ -43,10 +43,22 @@ def parse_override(text: str) -> tuple[Location, Any]:
     return path, value
 
 
+SHORTHANDS = (("loss",), ("optimizer",), ("data", "columns", None))  # `optimizer: adam` is {type: adam}
+
+
+def _expanded(node: Any, path: Location) -> Any:
+    """A string shorthand a --set reaches inside (`optimizer: adam` and optimizer.learning_rate=...)
+    as the mapping it stands for, {type: adam}; any other value as it is."""
+    shorthand = any(len(s) == len(path) and all(a is None or a == b for a, b in zip(s, path)) for s in SHORTHANDS)
+    return {"type": node} if shorthand and isinstance(node, str) else node
+
+
 def apply_override(data: dict, path: Location, value: Any, origin: str) -> None:
     node: Any = data
     for i, part in enumerate(path[:-1]):
         where = ".".join(map(str, path[:i + 1]))
+        if isinstance(node, dict) and isinstance(node.get(part), str):
+            node[part] = _expanded(node[part], path[:i + 1])
         if isinstance(node, list):
             if not isinstance(part, int) or part >= len(node):
                 raise ConfigError(f"{origin}: {where}: no list item {part} (the list has {len(node)})")

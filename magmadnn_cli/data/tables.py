@@ -23,6 +23,7 @@ from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, par
 from .text_source import STDIN, check_file, is_stream
 from .images import image_format, read_images
 from .numbers import OffStyle, other_style_note, respelled_labels, two_way_note
+from .json_records import json_refusal
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
 
 __all__ = ["READERS", "Reader", "ReadSpec", "Table", "read_table", "reader_for", "synthetic", "typed_labels"]
@@ -199,6 +200,8 @@ def reader_for(path: Path) -> Reader:
     if path.name.lower().endswith((".xlsx", ".xls", ".xlsm", ".ods", ".numbers")):
         raise DataError(f"{path}: a spreadsheet, which is not read: save the sheet as CSV (File > Save As > CSV) and "
                         "give the .csv")
+    if path.name.lower().endswith(".json"):
+        raise json_refusal(path)
     raise DataError(f"{path}: unknown data format; expected .csv, .tsv, .txt or .data (also .gz, .bz2, .xz), "
                     ".parquet or .pq, .feather or .arrow, .jsonl or .ndjson (also .gz, .bz2, .xz), .npz, "
                     "MNIST *-idx3-ubyte[.gz] or CIFAR-10 batches (data_batch_*.bin, data_batch_*)")
