@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from .messages import format_problems, format_validation_error, where
 from .schema import Config
-from .yaml_source import Location, parse_yaml, read_yaml, shorten
+from .yaml_source import HugeNumber, Location, parse_yaml, read_yaml, shorten
 from ..errors import ConfigError
 
 Check = Callable[[Config], list[tuple[Location, str]]]  # a valid config -> (path, problem) of what it cannot run
@@ -34,7 +34,7 @@ def parse_override(text: str) -> tuple[Location, Any]:
         try:
             value = parse_yaml(raw, f"--set {shorten(text)}", labels="label_map" in key.split("."))[0]
         except ConfigError as exc:  # `,` `&` `*` `!` `|` `>` `%` `@` begin YAML syntax
-            if raw.strip().startswith(("[", "{")):  # a list or mapping meant as one, mistyped
+            if raw.strip().startswith(("[", "{")) or isinstance(exc.__cause__, HugeNumber):  # not text meant
                 raise
             quoted = shlex.quote(f"{key}={yaml.safe_dump(raw.strip(), default_style=chr(34)).strip()}")
             raise ConfigError(f"{exc}\n  the value is read as YAML; to mean the text {raw.strip()!r}, quote it: "

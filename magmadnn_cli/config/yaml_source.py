@@ -117,8 +117,34 @@ class _Loader(yaml.SafeLoader):
         try:
             return super().construct_yaml_int(node)
         except ValueError as exc:
-            raise yaml.constructor.ConstructorError(None, None, f"the number {shorten(node.value)} is too large "
-                                                    f"({len(node.value)} digits)", node.start_mark) from exc
+            raise HugeNumber(node) from exc
+
+
+class HugeNumber(yaml.constructor.ConstructorError):
+    """An integer of more digits than Python reads (4,300): named by its key once the path is known."""
+
+    def __init__(self, node: Any) -> None:
+        super().__init__(None, None, f"the number {shorten(node.value)} is too large ({len(node.value)} digits): "
+                         "no setting takes a number this long; give a smaller one", node.start_mark)
+        self.node = node
+
+
+def _path_to(root: Any, target: Any) -> Location:
+    """The dotted path of `target` (a node) within the document `root` (() where not found)."""
+    stack: list[tuple[Any, Location]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack += [(value, path + (key.value,)) for key, value in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(item, path + (i,)) for i, item in enumerate(node.value)]
+    return ()
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_int)
@@ -150,7 +176,12 @@ def parse_yaml(text: str, origin: str, labels: bool = False) -> tuple[Any, Any]:
             if expansion > MAX_EXPANSION:
                 raise ConfigError(f"{origin}: the YAML's aliases expand to {expansion:,} values beyond those written "
                                   f"(more than {MAX_EXPANSION:,}: an alias bomb?); refused")
-            data = loader.construct_document(node) if node is not None else None
+            try:
+                data = loader.construct_document(node) if node is not None else None
+            except HugeNumber as exc:
+                key = ".".join(map(str, _path_to(node, exc.node)))
+                exc.problem = f"{key}: {exc.problem}" if key else exc.problem
+                raise
         finally:
             loader.dispose()
     except RecursionError as exc:

@@ -23,6 +23,7 @@ from .classes import case_variants, rare_classes, unseen_note
 from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .row_index import without_row_index
+from .scaling import check_scale
 from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
 
 
@@ -275,6 +276,8 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     x = reshaped(x, cfg.shape, table.source)
     numbers = encoder.number_mask() if encoder.columns else None
     method = normalize_method(cfg, x)
+    check_scale(x, cfg.scale, x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx),
+                encoder.output_names(), table.source)
     normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers, encoder.output_names(), table.source)
     notes += [n for n in [scale_note(x[parts["train"]], cfg, numbers, encoder.output_names())] if n]
     scale_targets = task == "regression" and cfg.target_normalize != "none"
