@@ -8,9 +8,9 @@ site in the package (`file.py:line`): device-to-host reads (`float`, `int`, `boo
 (`asarray` of host data, indexing with host arrays), device operations and new buffers. In strict mode
 (the default) it raises where cupy raises: an implicit conversion to numpy (`__array__`), a numpy function
 called on a device array, a host array as an operand. Streams and CUDA-graph capture are modelled in
-`cuda`: capture on the legacy default stream raises, a read or a copy during capture raises, and a
-captured graph replays the recorded operations on the same buffers (host scalars stay frozen, as in a
-real graph).
+`cuda`: capture on the legacy default stream raises, a read or a copy during capture raises, captured
+work does not change memory that existed before the capture, and a captured graph replays the recorded
+operations on the same buffers (host scalars stay frozen, as in a real graph).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as _np
 
 from ._ledger import LEDGER, Ledger, site  # noqa: F401  (re-exported for tests)
 from . import cuda  # noqa: F401
-from . import random  # noqa: F401
+from . import fft, linalg, random  # noqa: F401
 
 __version__ = "14.0.0-standin"
 STANDIN = True
@@ -193,6 +193,7 @@ def _check_operands(args: Any, kwargs: dict) -> None:
 def _call(fn: Callable, args: tuple, kwargs: dict) -> Any:
     """Run one device operation: counted, recorded when a stream is capturing, results wrapped."""
     _check_operands(args, kwargs)
+    cuda.before(args, kwargs)
     raw_args, raw_kwargs = unwrap(args), unwrap(kwargs)
     result = fn(*raw_args, **raw_kwargs)
     wrapped = wrap(result)

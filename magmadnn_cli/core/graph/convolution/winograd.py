@@ -45,11 +45,11 @@ class Winograd:
 
     def __init__(self, geometry: Geometry) -> None:
         self.geometry = geometry
-        self._g: Array | None = None  # G where the arrays live, uploaded once
+        self._g = B.current().xp.asarray(G, dtype=B.current().floatx)  # G where the run's arrays live, once
 
     def _transform_matrix(self, like: Array) -> Array:
         """G in the arrays' module and type (copied to the device on first use only)."""
-        if self._g is None or self._g.dtype != like.dtype or not isinstance(self._g, type(like)):
+        if self._g.dtype != like.dtype or not isinstance(self._g, type(like)):
             self._g = B.array_module(like).asarray(G, dtype=like.dtype)
         return self._g
 

@@ -3,7 +3,9 @@
 Work is queued on the current stream (`with stream:`); the legacy default stream (`Stream.null`) cannot
 capture, and work issued on it while another stream captures is refused, as on a real device. A capture
 records each operation with the buffers it read and wrote; `Graph.launch` runs them again on the same
-buffers, with every host value frozen as it was at capture (a real graph's semantics)."""
+buffers, with every host value frozen as it was at capture (a real graph's semantics). Captured work
+is not run: the stand-in runs it to learn its results' shapes, then puts back every buffer that existed
+before the capture (the graph's own new buffers keep what they hold, as undefined as on a device)."""
 
 from __future__ import annotations
 
@@ -71,6 +73,8 @@ class Stream:
         self.is_legacy = null
         self.ptr = 0 if null else id(self)
         self.tape: list | None = None
+        self.saved: dict[int, tuple[_np.ndarray, _np.ndarray]] = {}  # memory older than the capture
+        self.fresh: dict[int, _np.ndarray] = {}  # memory the capture allocated
 
     def __enter__(self) -> "Stream":
         Stream._current.append(self)
@@ -93,12 +97,15 @@ class Stream:
                                "run the step on a created stream")
         if LEDGER.capturing:
             raise StandInError("a capture is already in progress")
-        self.tape, LEDGER.capturing = [], True
+        self.tape, self.saved, self.fresh, LEDGER.capturing = [], {}, {}, True
 
     def end_capture(self) -> Graph:
         if self.tape is None:
             raise StandInError("end_capture without begin_capture")
+        for root, old in self.saved.values():
+            root[...] = old  # captured work did not run
         graph, self.tape, LEDGER.capturing = Graph(self.tape), None, False
+        self.saved, self.fresh = {}, {}
         return graph
 
     def is_capturing(self) -> bool:
@@ -112,6 +119,39 @@ def get_current_stream() -> Stream:
     return Stream._current[-1] if Stream._current else Stream.null
 
 
+def _root(a: _np.ndarray) -> _np.ndarray:
+    while isinstance(a.base, _np.ndarray):
+        a = a.base
+    return a
+
+
+def _arrays(values: Any) -> list:
+    from .. import ndarray  # noqa: PLC0415
+
+    found = []
+    for v in values:
+        if isinstance(v, ndarray):
+            found.append(v._a)
+        elif isinstance(v, (tuple, list)):
+            found += _arrays(v)
+        elif isinstance(v, dict):
+            found += _arrays(v.values())
+    return found
+
+
+def before(args: tuple, kwargs: dict) -> None:
+    """Before an operation during capture: keep the contents of the older memory it may change."""
+    if not LEDGER.capturing:
+        return
+    stream = get_current_stream()
+    if stream.tape is None:
+        return  # refused by `record`
+    for a in _arrays((*args, *kwargs.values())):
+        root = _root(a)
+        if id(root) not in stream.fresh and id(root) not in stream.saved:
+            stream.saved[id(root)] = (root, root.copy())
+
+
 def record(fn: Callable, args: tuple, kwargs: dict, result: Any) -> None:
     """Called for every device operation: appended to the tape of a capturing current stream."""
     if not LEDGER.capturing:
@@ -121,6 +161,10 @@ def record(fn: Callable, args: tuple, kwargs: dict, result: Any) -> None:
         raise StandInError(f"work issued on {'the legacy default stream' if stream.is_legacy else 'another stream'} "
                            f"while a stream captures (at {site()}): cudaErrorStreamCaptureImplicit")
     stream.tape.append((fn, args, kwargs, result))
+    for a in _arrays(result if isinstance(result, (tuple, list)) else (result,)):
+        root = _root(a)
+        if id(root) not in stream.saved:
+            stream.fresh[id(root)] = root
 
 
 class MemoryPool:

@@ -1,0 +1,140 @@
+"""The GPU path, proven on the CPU through the device stand-in: `device: gpu` runs the real GPU branches
+end to end, and a training step neither reads from the device nor copies to it, for every shipped kind
+of model and every option that touches the step (after the warm-up step, which builds what layers make
+on first use). The statistics are read at most once per 50 steps."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+from magmadnn_cli.training import step_log
+from magmadnn_cli.training.step_log import StepLog
+from magmadnn_cli.training.trainer import Trainer
+
+SMALL = ["--set", "device=gpu", "--set", "training.epochs=1", "--set", "training.early_stopping=null"]
+
+
+class StepWatch:
+    """Ledger tallies of everything a training step does: forming its batches, the step, keeping its
+    statistics; and of every read of the step log."""
+
+    def __init__(self, monkeypatch, standin) -> None:
+        self.steps: list = []
+        self.log_reads = 0
+        self.ledger = standin.LEDGER
+        for owner, name in ((Trainer, "micro_batches"), (Trainer, "train_step"), (StepLog, "add")):
+            monkeypatch.setattr(owner, name, self._watched(getattr(owner, name)))
+        read = StepLog.read
+
+        def counted(log):
+            self.log_reads += bool(len(log))
+            return read(log)
+        monkeypatch.setattr(StepLog, "read", counted)
+
+    def _watched(self, fn):
+        def inner(*args, **kwargs):
+            with self.ledger.watch() as tally:
+                result = fn(*args, **kwargs)
+            self.steps.append(tally)
+            return result
+        return inner
+
+    def crossings(self) -> tuple[Counter, Counter]:
+        """Reads and copies of every step after the first (the warm-up, which also builds what layers
+        make on first use, as a CUDA graph's warm-up step does)."""
+        reads, copies = Counter(), Counter()
+        for tally in self.steps[3:]:
+            reads.update(tally.reads)
+            copies.update(tally.copies)
+        return reads, copies
+
+
+CASES = {
+    "mlp_adam_dropout": ("digits_mlp", []),
+    "mlp_clip_norm": ("digits_mlp", ["optimizer.clip_norm=0.5"]),
+    "mlp_lars": ("digits_mlp", ["optimizer={type: lars, learning_rate: 0.5, weight_decay: 0.001, momentum: 0.9}"]),
+    "mlp_lamb": ("digits_mlp", ["optimizer={type: lamb, learning_rate: 0.01, weight_decay: 0.01}"]),
+    "mlp_sgd_nesterov": ("digits_mlp", ["optimizer={type: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true}"]),
+    "mlp_sgd_plain_decay": ("digits_mlp", ["optimizer={type: sgd, learning_rate: 0.05, weight_decay: 0.001}"]),
+    "mlp_adamw": ("digits_mlp", ["optimizer={type: adamw, learning_rate: 0.003, weight_decay: 0.01}"]),
+    "mlp_rmsprop": ("digits_mlp", ["optimizer={type: rmsprop, learning_rate: 0.001}"]),
+    "mlp_adagrad": ("digits_mlp", ["optimizer={type: adagrad, learning_rate: 0.05}"]),
+    "mlp_adamax": ("digits_mlp", ["optimizer={type: adamax, learning_rate: 0.003}"]),
+    "mlp_accumulation_class_weights": ("digits_mlp", ["training.gradient_accumulation_steps=2",
+                                                      "training.class_weight=balanced"]),
+    "mlp_cosine_schedule": ("digits_mlp", ["optimizer.schedule={type: cosine}"]),
+    "cnn_gemm_augment": ("digits_cnn", ["model.layers.0.conv_algorithm=gemm", "model.layers.2.conv_algorithm=gemm",
+                                        "training.augment={crop_padding: 1, horizontal_flip: true}"]),
+    "cnn_winograd": ("digits_cnn", ["model.layers.0.conv_algorithm=winograd",
+                                    "model.layers.2.conv_algorithm=winograd"]),
+    "cnn_fft": ("digits_cnn", ["model.layers.0.conv_algorithm=fft", "model.layers.2.conv_algorithm=fft"]),
+    "resnet_batchnorm": ("resnet_small", []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_training_step_neither_reads_from_nor_copies_to_the_device(standin, monkeypatch, capsys, tmp_path, case):
+    config, settings = CASES[case]
+    watch = StepWatch(monkeypatch, standin)
+    sets = [arg for s in settings for arg in ("--set", s)]
+    code, out, err = run_cli(capsys, "train", ROOT / "configs" / f"{config}.yaml", *SMALL, *sets,
+                             "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    reads, copies = watch.crossings()
+    assert not reads, f"device-to-host reads inside training steps: {dict(reads)}"
+    assert not copies, f"host-to-device copies inside training steps: {dict(copies)}"
+    steps = sum(1 for t in watch.steps) // 3
+    assert steps > 0 and watch.log_reads <= math.ceil(steps / step_log.READ_EVERY) + 1
+
+
+def test_statistics_are_read_once_per_50_steps_and_at_the_epoch_end(standin, monkeypatch, capsys, tmp_path):
+    watch = StepWatch(monkeypatch, standin)
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_mlp.yaml", *SMALL,
+                           "--set", "training.batch_size=8", "--set", "training.epochs=2",
+                           "--set", "training.checkpoint=null", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    steps_per_epoch = math.ceil(1258 / 8)  # the run's training rows
+    assert watch.log_reads == 2 * math.ceil(steps_per_epoch / step_log.READ_EVERY)
+
+
+def test_a_non_finite_loss_stops_the_run_at_the_next_read_with_the_weights_unharmed(standin, monkeypatch, capsys,
+                                                                                   tmp_path):
+    """Step 7's loss is made NaN: its update is skipped on the device (so are the steps after it, up to the
+    read), and the run stops naming step 7, as on the CPU."""
+    forward_backward = __import__("magmadnn_cli.nn.network", fromlist=["Network"]).Network.forward_backward
+    calls = Counter()
+
+    def poisoned(net, x, y, *args, **kwargs):
+        calls["n"] += 1
+        loss = forward_backward(net, x, y, *args, **kwargs)
+        return loss * float("nan") if calls["n"] >= 7 else loss
+    monkeypatch.setattr("magmadnn_cli.nn.network.Network.forward_backward", poisoned)
+    code, out, err = run_cli(capsys, "train", ROOT / "configs" / "digits_mlp.yaml", *SMALL, "--out", tmp_path / "run")
+    assert code != 0
+    assert "epoch 1, step 7: the loss became nan" in " ".join(err.split()), err
+
+
+def test_device_gpu_trains_evaluates_predicts_and_resumes_on_the_standin(standin, capsys, tmp_path):
+    """The user's commands with `device: gpu`: the same model as the CPU's to float32's rounding."""
+    cfg = ROOT / "configs" / "digits_mlp.yaml"
+    for device in ("gpu", "cpu"):
+        code, _, err = run_cli(capsys, "train", cfg, "--set", f"device={device}", "--set", "training.epochs=2",
+                               "--out", tmp_path / device, "-q")
+        assert code == 0, err
+    with np.load(tmp_path / "gpu" / "model.npz") as g, np.load(tmp_path / "cpu" / "model.npz") as c:
+        weights = [k for k in g.files if k.startswith("weights/")]
+        assert weights
+        for k in weights:
+            np.testing.assert_allclose(g[k], c[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "gpu", "--split", "test", "--json")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "predict", tmp_path / "gpu", ROOT / "datasets" / "digits.csv.gz")
+    assert code == 0 and len(out.splitlines()) == 1798, err
+    code, _, err = run_cli(capsys, "train", tmp_path / "gpu" / "config.yaml", "--set", "training.epochs=3",
+                           "--resume", tmp_path / "gpu", "-q")
+    assert code == 0, err
