@@ -41,14 +41,14 @@ def test_a_runs_learning_curves(capsys, blobs, tmp_path):
 def test_plot_replaces_a_file_it_did_not_choose_only_with_overwrite(capsys, blobs, tmp_path):
     run = tmp_path / "run"
     assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.epochs=2")[0] == 0
-    (tmp_path / "notes.yaml").write_text("mine\n")
-    (tmp_path / "link.png").symlink_to(tmp_path / "notes.yaml")
-    for target, says in (("notes.yaml", "exists; it is not replaced without --overwrite"), ("link.png", "symbolic link")):
+    (tmp_path / "mine.png").write_text("mine\n")
+    (tmp_path / "link.png").symlink_to(tmp_path / "mine.png")
+    for target, says in (("mine.png", "exists; it is not replaced without --overwrite"), ("link.png", "symbolic link")):
         code, _, err = run_cli(capsys, "plot", run, "-o", tmp_path / target)
         assert code == 2 and says in err, err
-    assert (tmp_path / "notes.yaml").read_text() == "mine\n"
-    assert run_cli(capsys, "plot", run, "-o", tmp_path / "notes.yaml", "--overwrite")[0] == 0
-    assert _not_blank(_image(tmp_path / "notes.yaml"))
+    assert (tmp_path / "mine.png").read_text() == "mine\n"
+    assert run_cli(capsys, "plot", run, "-o", tmp_path / "mine.png", "--overwrite")[0] == 0
+    assert _not_blank(_image(tmp_path / "mine.png"))
 
 
 def test_a_searchs_objective_by_hyperparameter(capsys, blobs, tmp_path):
@@ -176,3 +176,90 @@ def test_plot_of_a_folder_that_is_not_there_says_so(capsys, tmp_path):
             path.write_text("x")
         code, _, err = run_cli(capsys, "plot", path)
         assert code == 2 and f"{path}: {said}; plot takes a run or search folder" in err, err
+
+
+# -- issue 44, item 8: non-finite metrics, junk folders, -o and its format -------------------------
+def _junk_run(tmp_path, text: str, name: str = "metrics.csv"):
+    folder = tmp_path / "junk"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return folder
+
+
+@pytest.mark.parametrize("values", ["nan,inf", "inf,-inf", "1e309,nan", "-inf,0.5"])
+def test_non_finite_metrics_are_drawn_as_gaps(values, capsys, tmp_path):
+    folder = _junk_run(tmp_path, "epoch,loss,val_loss,accuracy\n1,0.9,0.8,0.5\n"
+                       f"2,{values},0.6\n3,0.5,0.4,0.7\n")
+    code, _, err = run_cli(capsys, "plot", folder, "-o", tmp_path / "c.png")
+    assert code == 0, err
+    assert _not_blank(_image(tmp_path / "c.png"))
+
+
+def test_non_finite_fold_and_trial_values_are_drawn_or_said(capsys, tmp_path):
+    folds = _junk_run(tmp_path, "fold,train_loss,test_loss,test_accuracy\n1,0.5,inf,0.7\n2,nan,0.4,inf\n3,0.3,0.2,0.9\n")
+    code, _, err = run_cli(capsys, "plot", folds, "-o", tmp_path / "f.png")
+    assert code == 0, err
+    search = _junk_run(tmp_path, "trial,status,objective,param:lr\n0,ok,inf,0.1\n1,ok,0.5,inf\n2,ok,nan,0.01\n"
+                       "3,ok,0.3,0.001\n", "trials.csv")
+    (search / "metrics.csv").unlink()
+    code, _, err = run_cli(capsys, "plot", search, "-o", tmp_path / "s.png")
+    assert code == 0 and "Traceback" not in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("junk, says", [
+    (b"\x00\x01\x02garbage\xff\xfe", "metrics.csv"),
+    ("just,some,words\n1,2,3\n", "no column 'epoch'"),
+    ("epoch,loss\nabc,0.5\n", "line 2: epoch 'abc' is not a whole number"),
+    ("epoch\n1\n2\n", "no loss or accuracy column"),
+    ("", "no epochs to plot"),
+    ("epoch,loss\n1,0.5,7,8\n2\n", None),
+    ("fold,train_loss\nx,0.5\n", "line 2: fold 'x' is not a whole number"),
+])
+def test_a_folder_of_junk_gives_a_plot_or_one_message(junk, says, capsys, tmp_path):
+    folder = _junk_run(tmp_path, junk)
+    code, out, err = run_cli(capsys, "plot", folder, "-o", tmp_path / "j.png")
+    assert "internal error" not in err and "Traceback" not in out + err, err
+    if says is None:
+        assert code == 0, err
+    else:
+        assert code == 2 and says in " ".join(err.split()) and str(folder / "metrics.csv") in " ".join(err.split()), err
+
+
+@pytest.mark.parametrize("junk", ["trial,objective\n0,0.5\n", "status,param:lr\nok,0.1\n", "\xff"])
+def test_a_junk_trials_csv_is_one_message(junk, capsys, tmp_path):
+    folder = _junk_run(tmp_path, junk, "trials.csv")
+    code, _, err = run_cli(capsys, "plot", folder, "-o", tmp_path / "t.png")
+    assert code == 2 and str(folder / "trials.csv") in " ".join(err.split()) and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("name", ["metrics.csv", "model.npz", "metrics.json", "config.yaml", "checkpoints/x.npz"])
+def test_plot_never_replaces_a_file_of_the_run(name, capsys, blobs, tmp_path):
+    from conftest import snapshot
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.epochs=2")[0] == 0
+    if name.startswith("checkpoints/"):
+        name = f"checkpoints/{sorted(p.name for p in (run / 'checkpoints').iterdir())[-1]}"
+    before = snapshot(run)
+    code, _, err = run_cli(capsys, "plot", run, "-o", run / name, "--overwrite")
+    assert code == 2 and f"{run / name}: is a file of the run {run}" in " ".join(err.split()), err
+    assert snapshot(run) == before
+
+
+def test_plot_writes_the_format_its_suffix_names(capsys, blobs, tmp_path):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", blobs, "--out", run, "-q", "--set", "training.epochs=2")[0] == 0
+    for name, head in (("c.pdf", b"%PDF"), ("c.PDF", b"%PDF"), ("c.svg", b"<?xml"), ("c.png", b"\x89PNG")):
+        code, _, err = run_cli(capsys, "plot", run, "-o", tmp_path / name)
+        assert code == 0 and (tmp_path / name).read_bytes().startswith(head), (name, err)
+    assert b"<svg" in (tmp_path / "c.svg").read_bytes()
+    for name in ("c.jpg", "c.txt", "curves"):
+        code, _, err = run_cli(capsys, "plot", run, "-o", tmp_path / name)
+        assert code == 2 and "--output" in err and ".png, .pdf or .svg" in err, err
+        assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize("rows", ["1,1e308,-1e308\n2,-1e308,1e308\n", "nan,0.5,0.5\n2,0.4,0.4\n", "inf,0.5,0.5\n"])
+def test_values_too_large_to_draw_and_non_finite_epochs_give_a_plot_or_one_message(rows, capsys, tmp_path):
+    folder = _junk_run(tmp_path, "epoch,loss,val_loss\n" + rows)
+    code, out, err = run_cli(capsys, "plot", folder, "-o", tmp_path / "c.png")
+    assert "internal error" not in err and (code == 0 or (code == 2 and str(folder / "metrics.csv") in err)), err

@@ -16,9 +16,11 @@ from typing import Any
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
 from .made_files import is_made, record
-from .run_dir import classify
+from .run_dir import MARKER, classify
 
 SPLITS = ("train", "validation", "test")
+FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}  # -o's suffix: the format written
+LARGEST = 1e300  # beyond it matplotlib cannot scale an axis (its range overflows): drawn as a gap, as inf and nan
 
 
 def _pyplot() -> Any:
@@ -33,20 +35,50 @@ def _pyplot() -> Any:
 
 
 def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path:
-    """Write the folder's plot as PNG (default: <folder>/curves.png, folds.png or objective.png, redrawn
-    each time; an existing `out` is replaced only with `overwrite`); returns it."""
+    """Write the folder's plot (default: <folder>/curves.png, folds.png or objective.png, redrawn each
+    time; `out`: PNG, PDF or SVG by its suffix, an existing one replaced only with `overwrite`, never a
+    file of a run or search); returns it."""
     if out is not None:
+        _refuse_a_runs_file(out, folder)
         check_output_file(out, overwrite=overwrite)
+    image = _format(out) if out is not None else "png"
     figure, name = _figure(folder)
     target = out or folder / name
     if out is None and target.exists() and not is_made(target):  # a file of a person's, not an earlier plot
         check_output_file(target, overwrite=overwrite, given=False)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    _pyplot().close(figure)
+    try:
+        figure.savefig(buffer, format=image, dpi=100)
+    except (ValueError, OverflowError, ArithmeticError) as exc:  # numpy's LinAlgError is a ValueError
+        raise MagmaError(f"{folder}: its values cannot be drawn ({type(exc).__name__}: {exc})") from exc
+    finally:
+        _pyplot().close(figure)
     atomic_write(target, lambda f: f.write(buffer.getvalue()))
     record(target, buffer.getvalue())
     return target
+
+
+def _format(out: Path) -> str:
+    """The image format `-o`'s suffix names (png, pdf, svg), or the refusal of any other."""
+    suffix = out.suffix.lower()
+    if suffix not in FORMATS:
+        raise MagmaError(f"--output {out}: plot writes .png, .pdf or .svg files, chosen by the name's suffix "
+                         f"(got {repr(out.suffix) if out.suffix else 'no suffix'}); give a name ending in one of them")
+    return FORMATS[suffix]
+
+
+def _refuse_a_runs_file(out: Path, folder: Path) -> None:
+    """`-o` never replaces a file of a run or search (model, metrics, config, checkpoints, journal), not
+    even with --overwrite; a plot magmadnn drew there it may."""
+    if not out.is_file() or out.is_symlink() or is_made(out):
+        return
+    plotted = folder.resolve()
+    for parent in out.resolve().parents:
+        if (parent / MARKER).is_file() or parent == plotted:
+            kind = classify(parent)
+            whose = f"the {kind} {parent}" if kind in ("run", "search") else f"{parent}, the folder it plots"
+            raise MagmaError(f"--output {out}: is a file of {whose}; plot never replaces one, not even with "
+                             "--overwrite (give a new file name)")
 
 
 def _figure(folder: Path) -> tuple[Any, str]:
@@ -86,11 +118,29 @@ def _rows(path: Path) -> list[dict[str, str]]:
         raise MagmaError(f"{path}: cannot read: {exc}") from exc
 
 
-def _number(text: str | None) -> float:
+def _number(text: Any) -> float:
+    """A cell's value; nan (a gap in the line) for an empty cell, text, and values that cannot be
+    drawn: nan, infinities and magnitudes beyond LARGEST."""
     try:
-        return float(text) if text not in (None, "") else math.nan
-    except ValueError:
+        value = float(text) if text not in (None, "") else math.nan
+    except (TypeError, ValueError):
         return math.nan
+    return value if abs(value) <= LARGEST else math.nan
+
+
+def _whole(source: Path, rows: list[dict[str, Any]], column: str) -> list[int]:
+    """The column's whole numbers (epoch, fold), or the error naming the line of one that is not."""
+    if column not in rows[0]:
+        found = ", ".join(str(k) for k in rows[0] if k is not None)
+        raise MagmaError(f"{source}: no column {column!r} (its columns: {found or 'none'}); expected the file "
+                         "magmadnn writes")
+    numbers = []
+    for line, row in enumerate(rows, start=2):
+        value = _number(row.get(column))
+        if math.isnan(value) or value != int(value):
+            raise MagmaError(f"{source}: line {line}: {column} {row.get(column)!r} is not a whole number")
+        numbers.append(int(value))
+    return numbers
 
 
 def _checkpoints(folder: Path) -> list[Path]:
@@ -112,10 +162,14 @@ def _checkpointed_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
 
 def _learning_curves(folder: Path, checkpointed: tuple[list[dict[str, Any]], str] | None = None) -> Any:
     rows, note = checkpointed or (_rows(folder / "metrics.csv"), "")
+    source = folder / "metrics.csv"
     if not rows:
-        raise MagmaError(f"{folder / 'metrics.csv'}: no epochs to plot")
-    epochs = [int(_number(r["epoch"])) for r in rows]
+        raise MagmaError(f"{source}: no epochs to plot")
+    epochs = _whole(source, rows, "epoch")
     metrics = [k for k in rows[0] if k in ("loss", "accuracy")]
+    if not metrics:
+        raise MagmaError(f"{source}: no loss or accuracy column to plot (its columns: "
+                         f"{', '.join(str(k) for k in rows[0] if k is not None)})")
     best, why = _best_epoch(folder, rows)
     marker = "." if len(rows) <= 100 else None  # thousands of dots would draw a band
     plt = _pyplot()
@@ -158,7 +212,7 @@ def _cross_validation(folder: Path) -> Any:
     columns = [c.split("_", 1) for c in rows[0] if "_" in c and c.split("_", 1)[0] in SPLITS]
     metrics = list(dict.fromkeys(metric for _, metric in columns))
     splits = [s for s in SPLITS if any(split == s for split, _ in columns)]
-    folds = [int(_number(r["fold"])) for r in rows]
+    folds = _whole(folder / "metrics.csv", rows, "fold")
     plt = _pyplot()
     width = min(2, len(metrics))
     height = math.ceil(len(metrics) / width)
@@ -191,7 +245,11 @@ def _fold_panel(ax: Any, metric: str, splits: list[str], folds: list[int], rows:
 
 def _search_scatter(folder: Path) -> Any:
     rows = [r for r in _rows(folder / "trials.csv") if r.get("status") != "failed"]
-    params = [k for k in (rows[0] if rows else {}) if k.startswith("param:")]
+    params = [k for k in (rows[0] if rows else {}) if k is not None and k.startswith("param:")]
+    missing = [k for k in ("trial", "status", "objective") if rows and k not in rows[0]]
+    if missing:
+        raise MagmaError(f"{folder / 'trials.csv'}: no column {', '.join(map(repr, missing))}; expected the "
+                         "trials.csv that magmadnn tune writes")
     if not rows or not params:
         raise MagmaError(f"{folder / 'trials.csv'}: no finished trials with hyperparameters to plot")
     best, ylabel = _best_trial(folder, rows)
