@@ -131,16 +131,12 @@ ROWS_PER_CLASS = 2
 def _check_class_count(classes: int, rows: int, source: str) -> None:
     """More than MANY_CLASSES classes need at least ROWS_PER_CLASS rows each on average (a label per
     row or so is an identifier or a number, not a class: nothing to learn it from, and every class
-    an output); and the outputs of every row for every class (evaluation gathers them, twice while
-    it does) must fit the memory budget."""
+    an output). Evaluation keeps each row's class, not its scores: no budget is needed for them."""
     if classes > MANY_CLASSES and classes * ROWS_PER_CLASS > rows:
         raise DataError(f"{source}: the target has {classes:,} classes in {rows:,} rows; with more than "
                         f"{MANY_CLASSES} classes a classifier needs at least {ROWS_PER_CLASS} rows per class on average "
                         "to learn them. Is data.target an identifier, or a number to predict (loss: mse)? Group rare "
                         "labels (data.label_map), or give more rows")
-    B.require_memory(2 * rows * classes * np.dtype(B.current().floatx).itemsize,
-                     f"{source}: the outputs for {classes:,} classes of its {rows:,} rows (evaluation keeps every "
-                     "row's scores)", on_host=True)
 
 
 def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray) -> np.ndarray | None:
