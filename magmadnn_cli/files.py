@@ -52,9 +52,17 @@ def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool 
 def cannot_write(path: Path, exc: OSError) -> MagmaError:
     """The error for a file or folder that could not be written: its path and the system's reason,
     and for a full disk or quota, what to do."""
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
     return MagmaError(f"{path}: cannot write: {exc.strerror or exc}"
-                      + ("; free space on that disk (or write elsewhere) and run again" if full else ""))
+                      + ("; free space on that disk (or write elsewhere) and run again" if disk_full(exc) else ""))
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error it was raised from, is a full disk or quota (ENOSPC, EDQUOT)."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:

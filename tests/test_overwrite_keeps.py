@@ -246,3 +246,19 @@ def test_a_later_overwrite_keeps_the_run_a_killed_one_was_replacing(capsys, earl
     _killed_while_replacing(out)
     assert run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q")[0] == 0
     assert not (out / STASH).exists() and (out / "config.yaml").read_text() != "killed: run\n"
+
+
+def test_a_full_disk_in_a_trial_stops_the_search_naming_the_file(capsys, tmp_path, monkeypatch):
+    """A full disk is not one trial's failure (every trial would fail so): the search stops, says the
+    file, and the earlier search is put back."""
+    config = project(tmp_path, SHORT + SEARCH)
+    out = tmp_path / "s"
+    assert run_cli(capsys, "tune", config, "--out", out, "-q")[0] == 0
+    before = snapshot(out)
+    disk_full(monkeypatch, str(out / "trials" / "1" / ".model.npz.*.tmp"))
+    code, _, err = run_cli(capsys, "tune", config, "--out", out, "--overwrite", "-q")
+    monkeypatch.undo()
+    said = _flat(err)
+    assert code == 2 and f"{out / 'trials' / '1' / 'model.npz'}: cannot write: No space left on device" in said, err
+    assert f"the earlier search in {out} is put back as it was" in said, err
+    assert snapshot(out) == before and not _temps(out)

@@ -13,7 +13,6 @@ the resumed run writes its model."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from .. import signals
 from ..errors import Interrupted, MagmaError
-from ..files import MODEL, cannot_write
+from ..files import MODEL, cannot_write, disk_full
 from ..training.mlflow_tracking import STATE as MLFLOW_STATE
 from .made_files import LEDGER, is_made
 from .run_dir import LOCK, MARKER, STASH
@@ -111,15 +110,12 @@ def without_stale_advice(message: str, folder: Path) -> str:
     return "\n".join(kept).rstrip()
 
 
-FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota: the user's to fix, said as such
-
-
 def settle(lock: "FolderLock", exc: BaseException | None) -> BaseException | None:
     """As a command ends: delete the stash of the run it replaced once it has written its model (a
     stopped search that wrote its best model counts), else put that run back and say so in the error
     it raises. A full disk's bare OSError becomes the message naming its file. Returns the error."""
     folder = lock.folder
-    if isinstance(exc, OSError) and exc.errno in FULL:
+    if isinstance(exc, OSError) and disk_full(exc):
         exc = cannot_write(Path(exc.filename) if exc.filename else folder, exc)
     if not (folder / STASH).is_dir():
         return exc

@@ -26,7 +26,7 @@ from ..distributed import Communicator, SingleProcess
 from ..errors import Interrupted, MagmaError
 from .. import signals
 from ..signals import Interruptible, ignoring_stop_signals
-from ..files import atomic_write, write_text
+from ..files import atomic_write, disk_full, write_text
 from ..reporting import Reporter, grid
 from .objective import check_measurable, objective_direction, objective_value, rank_key, second_key, tie_break, weighted
 from ..distributed.comm import on_root
@@ -93,6 +93,8 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
                     comm=SingleProcess(), prune=prune, checkpoints=False, overwrite=True)  # a trial killed before it was journaled runs again
     except Exception as exc:  # a crash in one trial is that trial's failure; the search goes on
         signals.check()  # unless it was a stop signal's KeyboardInterrupt that numpy or pyarrow turned into another
+        if disk_full(exc):
+            raise  # the disk's, not the trial's: every trial would fail so; the search stops, naming the file
         result.update(status="failed", reason=_failure(exc))
     else:
         validation = run.metrics.get("validation", {})
