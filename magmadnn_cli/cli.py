@@ -228,7 +228,8 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
             low: Annotated[float, typer.Option("--min", help="the first learning rate")] = 1e-7,
             high: Annotated[float, typer.Option("--max", help="the last learning rate")] = 10.0,
             steps: Annotated[int, typer.Option("--steps", min=2, help="rates (one training step each)")] = 100,
-            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG of the loss curve")] = None,
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="the loss curve as .png (or .pdf, "
+                                                           ".svg)")] = None,
             overwrite: OverwriteFileOpt = False,
             as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the curve and suggestion as JSON")] = False,
             processes: ProcessesOpt = None, hostfile: HostfileOpt = None, hosts: HostsOpt = None,
@@ -236,9 +237,10 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
     """Which learning rate? The range test: one step per rate, rates growing exponentially from --min
     to --max, on the config's model and data (nothing of a run is written); suggests the rate where the
     smoothed loss falls fastest, with the command that trains with it."""
-    from .commands.lr_find import lr_find as run_lr_find, plot as plot_curve, train_command
+    from .commands.lr_find import check_arguments, lr_find as run_lr_find, plot as plot_curve, train_command
     from .files import to_json
     from .reporting import make_reporter
+    check_arguments(_load(config, set_, draw_seed=False), config, low, high, steps, output, overwrite)  # before ranks
     cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe))
     result = run_lr_find(cfg, comm, low, high, steps, make_reporter(True, comm.rank))
     if not comm.is_root:

@@ -66,3 +66,62 @@ def test_two_ranks_take_one_processs_steps(tmp_path):
                          env=env, timeout=120)
     assert one.returncode == 0 and two.returncode == 0, two.stderr
     np.testing.assert_allclose(json.loads(two.stdout)["losses"], json.loads(one.stdout)["losses"], rtol=1e-10)
+
+
+# -- issue 44, item 6 ----------------------------------------------------------------------------
+@pytest.mark.parametrize("args, named", [(["--max", "inf"], "--max"), (["--min", "nan"], "--min"),
+                                         (["--min", "1e-300", "--max", "1e300"], "--min"),
+                                         (["--max", "1e39"], "--max"), (["--min", "1e-45"], "--min")])
+def test_rates_that_are_not_finite_or_overflow_are_refused(capsys, tmp_path, args, named):
+    code, out, err = run_cli(capsys, "lr-find", project(tmp_path, BLOBS_CONFIG), "--json", *args)
+    text = " ".join(err.split())
+    assert code == 2 and named in text and not out, err
+
+
+def test_the_sweep_costs_linear_time_in_its_steps(capsys, tmp_path, monkeypatch):
+    """8,000 steps took 12x 2,000: the smoothed loss was recomputed over every loss at each step.
+    Counted, not timed: the losses the smoothing reads are at most a few per step."""
+    from magmadnn_cli.commands import lr_find
+    read = []
+    smooth = lr_find._smooth
+    monkeypatch.setattr(lr_find, "_smooth", lambda losses: read.append(len(losses)) or smooth(losses))
+    config = project(tmp_path, BLOBS_CONFIG)
+    code, out, err = run_cli(capsys, "lr-find", config, "--json", "--min", "1e-6", "--max", "1e-3", "--steps", "400")
+    assert code == 0, err
+    result = json.loads(out)
+    assert len(result["losses"]) == 400 and sum(read) <= 2 * 400, sum(read)
+    assert result["smoothed"] == pytest.approx(smooth(result["losses"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("target", ["c.yaml", "blobs.csv"])
+def test_output_never_replaces_the_config_or_the_data_even_with_overwrite(capsys, tmp_path, target, monkeypatch):
+    from magmadnn_cli.commands import lr_find
+    config = project(tmp_path, BLOBS_CONFIG)
+    before = (tmp_path / target).read_bytes()
+    monkeypatch.setattr(lr_find, "_sweep", lambda *a: pytest.fail("the sweep ran before -o was checked"))
+    code, _, err = run_cli(capsys, "lr-find", config, "-o", tmp_path / target, "--overwrite")
+    assert code == 2 and str(tmp_path / target) in err and "input" in err, err
+    assert (tmp_path / target).read_bytes() == before
+
+
+def test_an_existing_output_is_refused_before_the_sweep(capsys, tmp_path, monkeypatch):
+    from magmadnn_cli.commands import lr_find
+    config = project(tmp_path, BLOBS_CONFIG)
+    (tmp_path / "curve.png").write_bytes(b"mine")
+    monkeypatch.setattr(lr_find, "_sweep", lambda *a: pytest.fail("the sweep ran before -o was checked"))
+    code, _, err = run_cli(capsys, "lr-find", config, "-o", tmp_path / "curve.png")
+    assert code == 2 and "--overwrite" in err and (tmp_path / "curve.png").read_bytes() == b"mine", err
+    code, _, err = run_cli(capsys, "lr-find", config, "-o", tmp_path / "curve.gif")
+    assert code == 2 and ".png" in err and not (tmp_path / "curve.gif").exists(), err
+
+
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
+@pytest.mark.parametrize("args", [["--max", "inf"], ["-o", "c.yaml", "--overwrite"]])
+def test_an_error_under_processes_is_said_once_without_an_abort_banner(tmp_path, args):
+    config = project(tmp_path, BLOBS_CONFIG)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "lr-find", str(config), "--processes", "2", *args],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    text = done.stdout + done.stderr
+    assert done.returncode == 2 and text.count("error:") == 1, text
+    assert "Abort" not in text and "MPI_ABORT" not in text and "rank 1" not in text, text

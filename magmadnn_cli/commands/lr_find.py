@@ -16,7 +16,7 @@ import numpy as np
 from ..config.schema import Config
 from ..core import backend as B
 from ..distributed import Communicator
-from ..errors import MagmaError
+from ..errors import EveryRankError, MagmaError
 from ..files import atomic_write, check_output_file
 from ..reporting import Reporter
 from ..training.builder import build_run, select_backend
@@ -27,12 +27,40 @@ DIVERGED = 4.0     # stop once the smoothed loss exceeds this many times its bes
 SKIP_START = 10    # the first steps' losses are noise from the initialization: not suggested
 
 
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def check_arguments(config: Config, config_path: Path, low: float, high: float, steps: int, out: Path | None,
+                    overwrite: bool) -> None:
+    """What the options ask, checked before any rank starts or step runs (every rank would raise the
+    same: said once): rates the training precision holds, and an output that replaces nothing it
+    must not (the config, the data, a file without --overwrite)."""
+    dtype = np.dtype(np.float64 if config.precision == "float64" else np.float32)
+    tiny, largest = float(np.finfo(dtype).tiny), float(np.finfo(dtype).max)
+    for flag, rate in (("--min", low), ("--max", high)):
+        if not math.isfinite(rate) or not tiny <= rate <= largest:
+            raise EveryRankError(f"lr-find: {flag} {rate:g} is no learning rate a {dtype.name} model takes "
+                                 f"(precision: {config.precision}): give a finite rate from {tiny:.3g} to "
+                                 f"{largest:.3g}, e.g. --min 1e-7 --max 10")
+    if not low < high or steps < 2:
+        raise EveryRankError(f"lr-find: need --min < --max and --steps >= 2; received {low:g}, {high:g}, {steps}")
+    if out is None:
+        return
+    data = config.data
+    inputs = (config_path, *(p for p in (data.train, data.validation, data.test) if p is not None))
+    try:
+        check_output_file(out, tuple(Path(p) for p in inputs), overwrite=overwrite)
+    except MagmaError as exc:
+        raise EveryRankError(str(exc)) from None
+    if out.suffix.lower() not in PLOT_FORMATS:
+        raise EveryRankError(f"--output {out}: the curve is drawn as {', '.join(PLOT_FORMATS)}; give a path ending "
+                             "so, e.g. lr.png")
+
+
 def lr_find(config: Config, comm: Communicator, low: float, high: float, steps: int,
             reporter: Reporter | None = None) -> dict[str, Any]:
     """The range test's rates, raw and smoothed losses, and the suggested rate (None when the curve
     never descends), on every rank of `comm` (data parallel: the same steps as one process)."""
-    if not 0 < low < high or steps < 2:
-        raise MagmaError(f"lr-find: need 0 < --min < --max and --steps >= 2; received {low}, {high}, {steps}")
     training = config.training.model_copy(update={"early_stopping": None, "checkpoint": None, "epochs": 1})
     trial = config.model_copy(update={"training": training,
                                       "optimizer": config.optimizer.model_copy(update={"schedule": None})})
@@ -52,18 +80,20 @@ def _sweep(run: Any, low: float, high: float, steps: int) -> tuple[list[float], 
     if trainer.conv_algorithms is not None:
         run.network.set_conv_algorithms(trainer.conv_algorithms)
     x, y = B.to_device(data.x), B.to_device(data.y)
-    rates, losses, best, batches, step = [], [], math.inf, [], 0
+    rates, losses, best, batches, step, average = [], [], math.inf, [], 0, 0.0
+    span = math.log(high) - math.log(low)  # rates in logs: no ratio high / low to overflow
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for i in range(steps):
             if step == len(batches):  # the next epoch's batches
                 trainer.position.epoch += 1 if batches else 0
                 batches, step = trainer.batches(len(data.x), trainer.position.epoch), 0
             step += 1
-            trainer.opt.learning_rate = low * (high / low) ** (i / (steps - 1))
+            trainer.opt.learning_rate = math.exp(math.log(low) + span * i / (steps - 1))
             loss_sum, _ = trainer.step(trainer.micro_batches(batches, step, x, y), len(batches[step - 1]))
             rates.append(trainer.opt.learning_rate)
             losses.append(float(loss_sum) / len(batches[step - 1]))
-            smooth = _smooth(losses)[-1]
+            average = SMOOTHING * average + (1 - SMOOTHING) * losses[-1]  # _smooth's, one step at a time
+            smooth = average / (1 - SMOOTHING ** len(losses))
             best = min(best, smooth)
             if not math.isfinite(smooth) or smooth > DIVERGED * best:
                 break
@@ -97,9 +127,9 @@ def train_command(config_path: Path, rate: float | None) -> str | None:
 
 
 def plot(result: dict[str, Any], out: Path, overwrite: bool) -> None:
-    """The smoothed loss against the rate (log scale), the suggestion marked, as a PNG."""
+    """The smoothed loss against the rate (log scale), the suggestion marked, as a PNG (or PDF, SVG)."""
     from .plot import _pyplot  # noqa: PLC0415 (matplotlib is optional)
-    check_output_file(out, overwrite=overwrite)
+    check_output_file(out, overwrite=overwrite)  # checked before the sweep too (check_arguments)
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(result["learning_rates"], result["losses"], color="0.75", linewidth=0.8, label="loss")
@@ -115,6 +145,6 @@ def plot(result: dict[str, Any], out: Path, overwrite: bool) -> None:
         ax.set_ylim(min(finite) * 0.9 if min(finite) > 0 else None, max(finite[:max(1, len(finite) // 2)]) * 1.3)
     ax.legend()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
+    figure.savefig(buffer, format=out.suffix.lower().lstrip(".") or "png", dpi=100)
     plt.close(figure)
     atomic_write(out, lambda f: f.write(buffer.getvalue()))
