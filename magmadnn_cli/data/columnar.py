@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -18,6 +19,7 @@ import numpy as np
 
 from .. import signals
 from ..core import backend as B
+from . import dates
 from ..errors import DataError
 from .columns import RawColumns
 from .text_source import DECOMPRESSORS, READ_ERRORS, check_file
@@ -26,6 +28,7 @@ from .table import ReadSpec, Table, checked_columns, joined, whole_read
 
 try:
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 except ImportError:  # a dependency; only these formats need it
@@ -93,7 +96,30 @@ def _jsonl(path: Path) -> Source:
             names.update(dict.fromkeys(record))
     if not names:
         raise DataError(f"{path}: no JSON records; expected one JSON object per line")
-    return Source(list(names), lambda columns, rows: _json_batches(path, columns, rows))
+    return Source(_later_keys(path, list(names)), lambda columns, rows: _json_batches(path, columns, rows))
+
+
+def _later_keys(path: Path, names: list[str]) -> list[str]:
+    """`names` (the first block's keys) and the keys that first appear after it, in order of first
+    appearance: pyarrow's reader, held to the first block's schema, reads the file through (C++) unless
+    a record has another key (or another type); then every record's keys are read (Python)."""
+    try:
+        with _binary(path) as f:
+            schema = pajson.open_json(f, read_options=pajson.ReadOptions(block_size=BLOCK_BYTES)).schema
+        if sorted(schema.names) == sorted(names):
+            parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+            with _binary(path) as f:
+                for _ in pajson.open_json(f, read_options=pajson.ReadOptions(block_size=BLOCK_BYTES),
+                                          parse_options=parse):
+                    signals.check()
+                return names
+    except (pa.ArrowInvalid, *READ_ERRORS):
+        signals.check()
+    found = dict.fromkeys(names)
+    with _binary(path) as f:
+        for _, record in _records(f, path):
+            found.update(dict.fromkeys(record))
+    return list(found)
 
 
 def _records(f: Any, path: Path, start: int = 0, limit: int | None = None) -> Iterator[tuple[int, dict]]:
@@ -179,22 +205,70 @@ def _as_numbers(column: Any, plain: bool) -> np.ndarray | None:
         return None
 
 
-def _distinct(column: Any, name: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _distinct(column: Any, name: str, path: Path, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A column as (its distinct values as text, then '' for null; each row's index into them):
-    numbers in their shortest form; a Python string per distinct value, not per row."""
+    numbers in their shortest form; a Python string per distinct value, not per row. Timestamps
+    beyond the dates magmadnn reads, and cells too long to hold as text, are refused by row."""
     kind = column.type
     if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         raise DataError(f"{path}: column {name!r} holds {kind} values; magmadnn reads flat columns (numbers, text, "
                         f"booleans, dates): flatten it, or leave it out (data.columns.{name}: ignore)")
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        _check_dates(column, name, path, start)
     encoded = column.cast(pa.string()).dictionary_encode()
     encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+    indices = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+    _check_width(encoded.dictionary, indices, name, path, start)
     values = np.asarray(encoded.dictionary.to_pylist() + [""], dtype=str)
-    return values, encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+    return values, indices
 
 
-def _texts(column: Any, name: str, path: Path) -> np.ndarray:
+TEXT_SHARE = 8  # the text of one column (a cell per row, as wide as the longest) may take this share of the budget
+
+
+def _check_width(dictionary: Any, indices: np.ndarray, name: str, path: Path, start: int) -> None:
+    """Text cells are held as wide as the column's longest (4 bytes a character, a cell per row): a
+    column whose rows would take more than 1/TEXT_SHARE of the memory budget so is refused, naming
+    its longest cell, before any is held (a 100 MB cell in a column of 50 rows took 20 GB)."""
+    if not len(dictionary):
+        return
+    lengths = pc.utf8_length(dictionary)
+    longest = pc.max(lengths).as_py() or 0
+    need, budget = 4 * longest * (len(indices) + len(dictionary) + 1), B.host_memory_available() or 2**40
+    if need <= budget // TEXT_SHARE:
+        return
+    row = start + int(np.flatnonzero(indices == pc.index(lengths, longest).as_py())[0]) + 1
+    raise DataError(f"{path}: column {name!r}, data row {row}: a cell of {longest:,} characters; held as text, the "
+                    f"column's {len(indices):,} rows would take {B.gib(need)} ({B.budget_text(budget)}). magmadnn "
+                    f"reads numbers, categories, booleans and dates: leave the column out (data.columns.{name}: "
+                    "ignore), or shorten its cells")
+
+
+UNITS = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}  # ticks a second, by timestamp unit
+FIRST, LAST = (dates.datetime(1, 1, 1) - dates.EPOCH).total_seconds(), \
+    (dates.datetime(9999, 12, 31, 23, 59, 59) - dates.EPOCH).total_seconds()
+
+
+def _check_dates(column: Any, name: str, path: Path, start: int) -> None:
+    """Timestamps and dates within the years 1 to 9999, the dates a cell can hold (pyarrow writes the
+    others as '<value out of range: ...>', which would be trained as a category)."""
+    kind = column.type
+    per_second = UNITS[kind.unit] if pa.types.is_timestamp(kind) else 1 / dates.DAY if kind == pa.date32() else 10**3
+    ticks = column.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = (ticks / per_second < FIRST) | (ticks / per_second > LAST)
+    if bad.any():
+        row = int(np.argmax(bad))
+        unit = f"{kind.unit}" if pa.types.is_timestamp(kind) else "days" if kind == pa.date32() else "ms"
+        raise DataError(f"{path}: column {name!r} ({kind}), data row {start + row + 1}: the value {int(ticks[row]):,} "
+                        f"({unit} since 1970-01-01) is outside the dates magmadnn reads (the years 1 to 9999); "
+                        f"{int(bad.sum())} row(s) hold such values: fix them, or leave the column out "
+                        f"(data.columns.{name}: ignore)")
+
+
+def _texts(column: Any, name: str, path: Path, start: int = 0) -> np.ndarray:
     """A column as text cells (numbers in their shortest form, nulls '')."""
-    values, rows = _distinct(column, name, path)
+    values, rows = _distinct(column, name, path, start)
     return values[rows]
 
 
@@ -213,14 +287,14 @@ def batch_table(batch: Any, path: Path, spec: ReadSpec, wanted: list[str], targe
             with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell with the others
                 x[:, j] = numbers
             continue
-        values, rows = _distinct(column, name, path)  # typed once per distinct value, as CSV cells are
+        values, rows = _distinct(column, name, path, start)  # typed once per distinct value, as CSV cells are
         numbers, text = typed_cells(values[:, None], dtype, {0} if j in declared else set(), decimal, thousands)
         if text:
             strings[j] = text[0][rows]
         else:
             x[:, j] = numbers[rows, 0]
-    y = _texts(batch.column(target), target, path) if target else None
-    kept = {k: _texts(batch.column(k), k, path) for k in spec.keep}
+    y = _texts(batch.column(target), target, path, start) if target else None
+    kept = {k: _texts(batch.column(k), k, path, start) for k in spec.keep}
     return spec.blanked(Table(RawColumns(x, strings, np.arange(start, start + batch.num_rows)), y, wanted, str(path),
                               kept))
 
@@ -247,7 +321,12 @@ def open_source(path: Path) -> Source:
     if pa is None:
         raise DataError(f"{path}: reading {columnar_format(path)} needs pyarrow: pip install pyarrow")
     with _reading(path):
-        return OPENERS[columnar_format(path)](path)
+        source = OPENERS[columnar_format(path)](path)
+    duplicates = sorted(n for n, count in Counter(source.names).items() if count > 1)
+    if duplicates:  # as a CSV header's are refused (pyarrow cannot select either of them)
+        raise DataError(f"{path}: duplicate column names in the schema: {', '.join(map(repr, duplicates[:20]))}; "
+                        "rename them in the file (pyarrow: table.rename_columns([...]))")
+    return source
 
 
 def column_names(path: Path, spec: ReadSpec) -> list[str]:

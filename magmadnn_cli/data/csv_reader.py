@@ -15,6 +15,7 @@ from typing import Any, Iterator, TextIO
 import numpy as np
 
 from .. import signals
+from ..core import backend as B
 from ..errors import DataError
 from .columns import is_missing, is_number
 from .numbers import OffStyle, detect_style, is_plain, two_way_cells, typed_cells
@@ -22,6 +23,7 @@ from .text_source import READ_ERRORS, ReadBound, binary_error, check_file, is_st
 
 MAX_LINE = 1 << 26  # characters in one CSV line (64 Mi: 8 M six-digit values)
 DELIMITERS = (",", ";", "\t", "|")
+csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE))  # a field may be as long as a line (csv's default: 131,072)
 
 
 @dataclass(frozen=True)
@@ -179,11 +181,21 @@ def _refuse_misplaced(path: Path, first: list[str], names: list[str], position: 
                             "its columns in that order")
 
 
+def _header_lines(path: Path, encoding: str) -> list[str]:
+    """The first record's physical lines: one, or more where a quoted name holds a line break."""
+    _first_lines(path, encoding, count=1)  # the file's kind and encoding checked, with their messages
+    try:
+        with open_text(path, encoding) as f:
+            return _read_lines(f, 1, MAX_LINE)
+    except READ_ERRORS as exc:
+        raise DataError(f"{path}: cannot read a CSV header: {exc}") from exc
+
+
 def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
-    """The column names (quotes removed by the parser, spaces stripped); duplicates refused, in time
-    linear in the column count."""
+    """The column names (quotes removed by the parser, spaces stripped; a quoted name may hold a line
+    break); duplicates refused, in time linear in the column count."""
     fmt = fmt or detect(path)
-    lines = _first_lines(path, fmt.encoding, count=1)
+    lines = _header_lines(path, fmt.encoding)
     try:
         header = next(csv.reader(lines[:1], delimiter=fmt.delimiter), None)
     except csv.Error as exc:
@@ -245,11 +257,40 @@ def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int
         cut = (" (the file's last line, with no line break after it: cut short?)"
                if i == len(lines) - 1 and fields[i] < len(names) and not lines[i].endswith("\n") else "")
         raise DataError(f"{path}:{first_line + i}: the row has {fields[i]} fields; the header has {len(names)}{cut}")
+    if dtype is str:
+        _check_text_width(lines, path, names, columns, first_line, fmt)
     try:
         return np.loadtxt(lines, delimiter=fmt.delimiter, dtype=dtype, usecols=columns, ndmin=2, comments=None,
                           quotechar='"' if quoted else None)
     except ValueError as exc:
         raise _column_error(path, exc, names, first_line) from exc
+
+
+TEXT_SHARE = 8  # the chosen columns of a chunk, as text, may take this share of the memory budget
+
+
+def _check_text_width(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
+                      fmt: CsvFormat) -> None:
+    """Text cells are held as wide as the chunk's longest (4 bytes a character): where its lines are
+    long enough that the chosen columns could take more than 1/TEXT_SHARE of the memory budget so, the
+    longest cell is found, and a column it makes too wide refused by name and line."""
+    budget = (B.host_memory_available() or 2**40) // TEXT_SHARE
+    if 4 * max(map(len, lines)) * len(lines) * len(columns) <= budget:
+        return
+    chosen = set(columns)
+    longest, where = 0, (0, 0)
+    for i, row in enumerate(csv.reader(lines, delimiter=fmt.delimiter)):
+        for j, field in enumerate(row):
+            if j in chosen and len(field) > longest:
+                longest, where = len(field), (i, j)
+    need = 4 * longest * len(lines) * len(columns)
+    if need > budget:
+        i, j = where
+        line = first_line + sum(line.count("\n") for line in lines[:i])
+        raise DataError(f"{path}:{line}: column {names[j]!r} holds a cell of {longest:,} characters; held as text, "
+                        f"{len(lines):,} rows of {len(columns)} column(s) that wide would take {B.gib(need)} "
+                        f"({B.budget_text(budget * TEXT_SHARE)}). magmadnn reads numbers, categories, booleans and "
+                        f"dates: leave the column out (data.columns.{names[j]}: ignore), or shorten its cells")
 
 
 def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
@@ -301,11 +342,11 @@ def iter_csv_chunks(path: Path, chunk_rows: int = 65536, fmt: CsvFormat | None =
     without line breaks, is refused while it is read."""
     fmt = fmt or CsvFormat()
     bound = bound or ReadBound(path)
-    line_no = 2 if fmt.header else 1
+    line_no = 1
     try:
         with open_text(path, fmt.encoding) as f:
-            if fmt.header:
-                f.readline(MAX_LINE)
+            if fmt.header:  # the header record: one line, or more where a quoted name holds a line break
+                line_no += sum(line.count("\n") for line in _read_lines(f, 1, MAX_LINE))
             while True:
                 lines = _read_lines(f, chunk_rows, chunk_chars)
                 long = next((i for i, line in enumerate(lines) if len(line) >= MAX_LINE and not line.endswith("\n")), None)
