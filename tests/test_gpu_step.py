@@ -120,17 +120,17 @@ def test_a_non_finite_loss_stops_the_run_at_the_next_read_with_the_weights_unhar
 
 
 def test_device_gpu_trains_evaluates_predicts_and_resumes_on_the_standin(standin, capsys, tmp_path):
-    """The user's commands with `device: gpu`: the same model as the CPU's to float32's rounding."""
+    """The user's commands with `device: gpu`: the same model as the CPU's (float64: to rounding)."""
     cfg = ROOT / "configs" / "digits_mlp.yaml"
     for device in ("gpu", "cpu"):
         code, _, err = run_cli(capsys, "train", cfg, "--set", f"device={device}", "--set", "training.epochs=2",
-                               "--out", tmp_path / device, "-q")
+                               "--set", "precision=float64", "--out", tmp_path / device, "-q")
         assert code == 0, err
     with np.load(tmp_path / "gpu" / "model.npz") as g, np.load(tmp_path / "cpu" / "model.npz") as c:
         weights = [k for k in g.files if k.startswith("weights/")]
         assert weights
         for k in weights:
-            np.testing.assert_allclose(g[k], c[k], rtol=1e-4, atol=1e-5, err_msg=k)
+            np.testing.assert_allclose(g[k], c[k], rtol=1e-9, atol=1e-12, err_msg=k)
     code, out, err = run_cli(capsys, "evaluate", tmp_path / "gpu", "--split", "test", "--json")
     assert code == 0, err
     code, out, err = run_cli(capsys, "predict", tmp_path / "gpu", ROOT / "datasets" / "digits.csv.gz")
@@ -138,3 +138,53 @@ def test_device_gpu_trains_evaluates_predicts_and_resumes_on_the_standin(standin
     code, _, err = run_cli(capsys, "train", tmp_path / "gpu" / "config.yaml", "--set", "training.epochs=3",
                            "--resume", tmp_path / "gpu", "-q")
     assert code == 0, err
+
+
+OPTIMIZERS = {
+    "sgd": dict(type="sgd", learning_rate=0.1, weight_decay=0.01),
+    "momentum": dict(type="sgd", learning_rate=0.1, momentum=0.9, weight_decay=0.01),
+    "nesterov": dict(type="sgd", learning_rate=0.1, momentum=0.9, nesterov=True),
+    "adam": dict(type="adam", learning_rate=0.01, weight_decay=0.01),
+    "adamw": dict(type="adamw", learning_rate=0.01, weight_decay=0.1),
+    "adamax": dict(type="adamax", learning_rate=0.01, weight_decay=0.01),
+    "rmsprop": dict(type="rmsprop", learning_rate=0.01, weight_decay=0.01),
+    "adagrad": dict(type="adagrad", learning_rate=0.05, weight_decay=0.01),
+}
+
+
+def _optimizer(spec: dict):
+    from magmadnn_cli.nn.optimizers import OPTIMIZERS as IMPLEMENTATIONS
+    spec = dict(spec)
+    return IMPLEMENTATIONS[spec.pop("type")].of(**spec)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_fused_update_is_the_published_rule_in_one_pass_and_skips_on_the_device(standin, name):
+    """Five updates by the GPU's one-kernel step equal the CPU's rule (float64, to rounding); after the
+    first (which makes the slots) a step allocates less new device memory than the parameters take; a
+    non-finite step changes nothing."""
+    from magmadnn_cli.core import backend as B
+
+    rng = np.random.default_rng(1)
+    p0, grads = rng.normal(size=300), rng.normal(size=(6, 300))
+    cpu = _optimizer(OPTIMIZERS[name])
+    p_cpu = p0.copy()
+    for g in grads[:5]:
+        cpu.step(p_cpu, g.copy())
+    with B.using(B.select("gpu", "float64")):
+        gpu = _optimizer(OPTIMIZERS[name])
+        assert gpu.fusable()
+        p_gpu = standin.asarray(p0)
+        device_grads = [standin.asarray(g) for g in grads]
+        gpu.step(p_gpu, device_grads[0], standin.isfinite(device_grads[0][0]))  # makes the slots
+        for g in device_grads[1:5]:
+            with standin.LEDGER.watch() as tally:
+                gpu.step(p_gpu, g, standin.isfinite(g[0]))
+            assert not tally.reads and tally.new_bytes < p_gpu.nbytes, (tally.reads, tally.new_bytes)
+        np.testing.assert_allclose(p_gpu.get(), p_cpu, rtol=1e-12, atol=1e-14)
+        before = (p_gpu.get(), {k: v.get() for k, v in gpu.state.items()})
+        bad = device_grads[5] * float("nan")
+        gpu.step(p_gpu, bad, standin.isfinite(bad[0]))
+        np.testing.assert_array_equal(p_gpu.get(), before[0])
+        for k, v in gpu.state.items():
+            np.testing.assert_array_equal(v.get(), before[1][k])

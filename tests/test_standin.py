@@ -95,11 +95,12 @@ def test_a_replayed_graph_reruns_the_step_on_its_buffers_with_host_values_frozen
 def test_every_custom_kernel_runs_its_reference_in_the_standin(standin, name):
     kernel = kernels.KERNELS[name]
     rng = np.random.default_rng(0)
-    inputs = [p.split()[-1] for p in kernel.inputs.split(",")]
-    host = [rng.normal(size=5).astype(np.float32) for _ in inputs]
-    out = np.zeros(5, np.float32) + 0.25
-    expected = out.copy()
-    kernel.reference(*host, expected)
-    device_out = standin.asarray(out)
-    kernels.elementwise(name)(*(standin.asarray(h) for h in host), device_out)
-    np.testing.assert_array_equal(device_out.get(), expected)
+    inputs = [p.split() for p in kernel.inputs.split(",")]
+    host = [np.bool_(True) if kind == "bool" else rng.uniform(0.1, 1.0, 5).astype(np.float32) for kind, _ in inputs]
+    outs = [rng.uniform(0.1, 1.0, 5).astype(np.float32) for _ in kernel.outputs.split(",")]
+    expected = [o.copy() for o in outs]
+    kernel.reference(*host, *expected)
+    device_outs = [standin.asarray(o) for o in outs]
+    kernels.elementwise(name)(*(standin.asarray(h) for h in host), *device_outs)
+    for got, want in zip(device_outs, expected):
+        np.testing.assert_array_equal(got.get(), want)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..config import optimizers as decl
 from ..core import backend as B
+from ..core.graph.kernels import elementwise
 
 Array = Any
 CPU_CHUNK = 65536  # elements per chunk of an update on the CPU (256 KiB of float32)
@@ -111,10 +112,36 @@ class Optimizer:
         if self.clip_norm is not None:
             squared = xp.vdot(grads, grads)
             self.clip(grads, float(squared) if xp is np else squared)
-        if xp is np or finite is True:
+        if xp is not np and self.fusable():
+            self._fused_step(params, grads, finite)
+        elif xp is np or finite is True:
             self.apply(params, grads, self.state)
         else:
             self._apply_if(finite, params, grads)
+
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]] | None:
+        """On a GPU: the kernel that takes the whole step in one pass (`core/graph/kernels.py`) and its
+        scalar arguments after the gradient, for the step count already advanced; None: no such kernel."""
+        return None
+
+    def fusable(self) -> bool:
+        """Whether `fused` describes this class's rule (a subclass with its own rule or decay has none)."""
+        mro = type(self).__mro__
+        owner = {name: next(i for i, c in enumerate(mro) if name in c.__dict__) for name in ("fused", "update", "decay")}
+        return owner["fused"] < len(mro) - 2 and owner["fused"] <= min(owner["update"], owner["decay"])
+
+    def _fused_step(self, params: Array, grads: Array, finite: Any) -> None:
+        """The step as one kernel over the parameters, gradients and slots, skipped by the kernel itself
+        unless `finite` (a device boolean)."""
+        xp, kind = B.array_module(params), params.dtype.type
+        lr = self.lr()
+        self.t += 1
+        found = self.fused(lr)
+        assert found is not None
+        name, scalars = found
+        ok = xp.ones((), dtype=bool) if finite is True else finite
+        values = [np.bool_(v) if isinstance(v, bool) else kind(v) for v in scalars]
+        elementwise(name)(grads, *values, ok, params, *(self.state[s] for s in self.slots))
 
     def _apply_if(self, finite: Array, params: Array, grads: Array) -> None:
         """Apply the rule, then put the old parameters and slots back where `finite` is false (device

@@ -51,8 +51,13 @@ class SGD(Optimizer):
         if B.array_module(params) is np:
             blas.axpby(-lr, grads, 1.0 - lr * self.weight_decay, params)
         else:
-            elementwise("sgd_decay_step")(grads, params.dtype.type(lr),
-                                          params.dtype.type(1.0 - lr * self.weight_decay), params)
+            elementwise("sgd_decay_step")(grads, params.dtype.type(lr), params.dtype.type(1.0 - lr * self.weight_decay),
+                                          B.array_module(params).ones((), dtype=bool), params)
+
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+        if self.momentum:
+            return "momentum_step", (lr, self.weight_decay, self.momentum, self.nesterov)
+        return "sgd_decay_step", (lr, 1.0 - lr * self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         if self.momentum:
@@ -82,6 +87,10 @@ class Adam(Optimizer):
     beta2: float
     epsilon: float
 
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+        b1, b2, t = self.beta1, self.beta2, self.t
+        return "adam_step", (lr / (1 - b1 ** t), 1.0 / (1 - b2 ** t), b1, b2, self.epsilon, self.weight_decay, 0.0)
+
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         xp = B.array_module(p)
         m, v = state["m"], state["v"]
@@ -97,6 +106,10 @@ class AdamW(Adam):
     """Adam with decoupled weight decay: p <- p - lr wd p, then the Adam step (Loshchilov & Hutter 2019)."""
     declaration = decl.AdamWOptimizer
 
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+        b1, b2, t = self.beta1, self.beta2, self.t
+        return "adam_step", (lr / (1 - b1 ** t), 1.0 / (1 - b2 ** t), b1, b2, self.epsilon, 0.0, lr * self.weight_decay)
+
     def decay(self, params: Array, grads: Array, lr: float) -> None:
         if self.weight_decay:
             params -= (lr * self.weight_decay) * params
@@ -107,6 +120,9 @@ class Adagrad(Optimizer):
     declaration = decl.AdagradOptimizer
     slots = ("accumulator",)
     epsilon: float
+
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+        return "square_step", (lr, 1.0, 1.0, self.epsilon, self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         acc = state["accumulator"]
@@ -120,6 +136,9 @@ class RMSprop(Optimizer):
     slots = ("square_avg",)
     rho: float
     epsilon: float
+
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+        return "square_step", (lr, self.rho, 1 - self.rho, self.epsilon, self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         s = state["square_avg"]
@@ -301,6 +320,9 @@ class Adamax(Optimizer):
     beta1: float
     beta2: float
     epsilon: float
+
+    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+        return "adamax_step", (lr / (1 - self.beta1 ** self.t), self.beta1, self.beta2, self.epsilon, self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         xp = B.array_module(p)

@@ -39,8 +39,44 @@ def _relu_grad(z: np.ndarray, g: np.ndarray, d: np.ndarray) -> None:
     d[...] = np.where(z > 0, g, 0)
 
 
-def _sgd_decay_step(g: np.ndarray, lr: Any, keep: Any, p: np.ndarray) -> None:
-    p[...] = keep * p - lr * g
+def _sgd_decay_step(g: np.ndarray, lr: Any, keep: Any, ok: Any, p: np.ndarray) -> None:
+    p[...] = np.where(ok, keep * p - lr * g, p)
+
+
+# Optimizer updates, one pass over the parameters, gradients and slots; `ok` false (a non-finite step)
+# leaves everything as it was, decided on the device. `wd` is coupled L2 decay (g + wd p); `shrink` is
+# decoupled decay (p - shrink p, AdamW's lr wd).
+def _momentum_step(g: np.ndarray, lr: Any, wd: Any, mu: Any, nesterov: Any, ok: Any, p: np.ndarray,
+                   v: np.ndarray) -> None:
+    gg = g + wd * p
+    vv = mu * v + gg
+    step = np.where(nesterov, gg + mu * vv, vv)
+    p[...], v[...] = np.where(ok, p - lr * step, p), np.where(ok, vv, v)
+
+
+def _adam_step(g: np.ndarray, lr_m: Any, v_scale: Any, b1: Any, b2: Any, eps: Any, wd: Any, shrink: Any, ok: Any,
+               p: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
+    gg = g + wd * p
+    mm = b1 * m + (1 - b1) * gg
+    vv = b2 * v + (1 - b2) * gg * gg
+    new = (p - shrink * p) - lr_m * mm / (np.sqrt(vv * v_scale) + eps)
+    p[...], m[...], v[...] = np.where(ok, new, p), np.where(ok, mm, m), np.where(ok, vv, v)
+
+
+def _adamax_step(g: np.ndarray, lr_m: Any, b1: Any, b2: Any, eps: Any, wd: Any, ok: Any, p: np.ndarray,
+                 m: np.ndarray, u: np.ndarray) -> None:
+    gg = g + wd * p
+    mm = b1 * m + (1 - b1) * gg
+    uu = np.maximum(b2 * u, np.abs(gg) + eps)
+    p[...], m[...], u[...] = np.where(ok, p - lr_m * mm / uu, p), np.where(ok, mm, m), np.where(ok, uu, u)
+
+
+def _square_step(g: np.ndarray, lr: Any, keep: Any, add: Any, eps: Any, wd: Any, ok: Any, p: np.ndarray,
+                 s: np.ndarray) -> None:
+    """RMSprop (keep = rho, add = 1 - rho) and Adagrad (keep = add = 1): s <- keep s + add g^2."""
+    gg = g + wd * p
+    ss = keep * s + add * gg * gg
+    p[...], s[...] = np.where(ok, p - lr * gg / (np.sqrt(ss) + eps), p), np.where(ok, ss, s)
 
 
 KERNELS = {
@@ -48,7 +84,23 @@ KERNELS = {
     "sigmoid_grad": Kernel("T y, T g", "T d", "d = g * y * ((T)1 - y)", _sigmoid_grad),
     "tanh_grad": Kernel("T y, T g", "T d", "d = g * ((T)1 - y * y)", _tanh_grad),
     "relu_grad": Kernel("T z, T g", "T d", "d = z > (T)0 ? g : (T)0", _relu_grad),
-    "sgd_decay_step": Kernel("T g, T lr, T keep", "T p", "p = keep * p - lr * g", _sgd_decay_step),
+    "sgd_decay_step": Kernel("T g, T lr, T keep, bool ok", "T p", "if (ok) p = keep * p - lr * g", _sgd_decay_step),
+    "momentum_step": Kernel(
+        "T g, T lr, T wd, T mu, bool nesterov, bool ok", "T p, T v",
+        "T gg = g + wd * p; T vv = mu * v + gg; T step = nesterov ? gg + mu * vv : vv;"
+        "if (ok) { p = p - lr * step; v = vv; }", _momentum_step),
+    "adam_step": Kernel(
+        "T g, T lr_m, T v_scale, T b1, T b2, T eps, T wd, T shrink, bool ok", "T p, T m, T v",
+        "T gg = g + wd * p; T mm = b1 * m + ((T)1 - b1) * gg; T vv = b2 * v + ((T)1 - b2) * gg * gg;"
+        "if (ok) { p = (p - shrink * p) - lr_m * mm / (sqrt(vv * v_scale) + eps); m = mm; v = vv; }", _adam_step),
+    "adamax_step": Kernel(
+        "T g, T lr_m, T b1, T b2, T eps, T wd, bool ok", "T p, T m, T u",
+        "T gg = g + wd * p; T mm = b1 * m + ((T)1 - b1) * gg; T uu = max(b2 * u, abs(gg) + eps);"
+        "if (ok) { p = p - lr_m * mm / uu; m = mm; u = uu; }", _adamax_step),
+    "square_step": Kernel(
+        "T g, T lr, T keep, T add, T eps, T wd, bool ok", "T p, T s",
+        "T gg = g + wd * p; T ss = keep * s + add * gg * gg;"
+        "if (ok) { p = p - lr * gg / (sqrt(ss) + eps); s = ss; }", _square_step),
 }
 
 
