@@ -126,8 +126,9 @@ def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands
     detected from the file's first lines (a decimal comma in a file not separated by commas)."""
     lines = None if is_stream(path) and (decimal or thousands) else _first_lines(path, fmt.encoding, count=STYLE_LINES)
     detected = detect_style(lines, fmt.delimiter) if lines is not None else None
-    if decimal is not None or thousands is not None:
-        return replace(fmt, decimal=decimal or ".", thousands=thousands or "", style_seen=detected)
+    if decimal is not None or thousands is not None:  # thousands '.' alone: the decimal mark that goes with it, ','
+        decimal = decimal or ("," if thousands == "." else ".")
+        return replace(fmt, decimal=decimal, thousands=thousands or "", style_seen=detected)
     if detected:
         return replace(fmt, decimal=detected[0], thousands=detected[1], style_detected=True)
     return replace(fmt, two_way=tuple(two_way_cells(lines, fmt.delimiter)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -75,17 +76,26 @@ def detect_style(lines: list[str], delimiter: str) -> tuple[str, str] | None:
     """How `lines` (a file's first ones) write numbers, where they show it; else None (the plain style).
     Separated by commas: (".", ",") when a quoted number cell groups its thousands with commas
     ('"31,543"', a spreadsheet's US export) and no cell reads only with a decimal comma ('3,5').
-    Separated otherwise: (",", ".") when some number cell reads only with a decimal comma while none
-    reads only with a decimal point ('2.5' is not 2,5's thousands grouping)."""
+    Separated otherwise: (",", ".") when some number cell reads only with a decimal comma, and in each
+    column with cells that read only with a decimal point ('2.5' is not 2,5's thousands grouping) the
+    decimal commas are more (a '12.5' among '1.234,5's is then named by the reader, file and line)."""
     comma = _pattern(",", ".")
-    cells = [c.strip() for row in csv.reader(lines, delimiter=delimiter) for c in row]
+    rows = list(csv.reader(lines, delimiter=delimiter))
+    cells = [c.strip() for row in rows for c in row]
     if delimiter == ",":
         grouped, with_commas = _pattern(".", ","), [c for c in cells if "," in c]
         decimal_commas = any(comma.fullmatch(c) and not grouped.fullmatch(c) for c in with_commas)
         return (".", ",") if any(grouped.fullmatch(c) for c in with_commas) and not decimal_commas else None
-    if any("." in c and is_number(c) and not comma.fullmatch(c) for c in cells):
+    commas, points = Counter(), Counter()  # per column: cells that read only with a decimal comma, a point
+    for row in rows:
+        for j, cell in enumerate(c.strip() for c in row):
+            if "," in cell and comma.fullmatch(cell):
+                commas[j] += 1
+            elif "." in cell and is_number(cell) and not comma.fullmatch(cell):
+                points[j] += 1
+    if not commas or any(points[j] >= commas[j] for j in points):
         return None
-    return (",", ".") if any("," in c and comma.fullmatch(c) for c in cells) else None
+    return (",", ".")
 
 
 _GROUPS_OF_THREE = re.compile(r"[+-]?[1-9]\d{0,2}(\.\d{3})+")
