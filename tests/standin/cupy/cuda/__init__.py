@@ -22,8 +22,8 @@ class Device:
         self.id = device
 
     def use(self) -> None:
-        if self.id != 0:
-            raise StandInError("the stand-in has one device")
+        if not 0 <= self.id < runtime.getDeviceCount():
+            raise StandInError(f"no device {self.id}")
 
     def synchronize(self) -> None:
         pass

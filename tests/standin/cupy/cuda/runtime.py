@@ -1,10 +1,12 @@
-"""cupy.cuda.runtime in the stand-in: one device with 16 GiB."""
+"""cupy.cuda.runtime in the stand-in: one device with 16 GiB (CUPY_STANDIN_DEVICES: more)."""
+
+import os
 
 DEVICE_MEMORY = 16 << 30
 
 
 def getDeviceCount() -> int:
-    return 1
+    return int(os.environ.get("CUPY_STANDIN_DEVICES", "1"))
 
 
 def memGetInfo() -> tuple[int, int]:
