@@ -265,8 +265,10 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
 def environment(as_json: Annotated[bool, typer.Option("--json", metavar="", help="print the facts as JSON")] = False) -> None:
     """What this machine offers a run: MPI library and launcher, ranks `--processes auto` would start
     (the cores, or the Slurm allocation's tasks), cores, BLAS and its threads, GPUs and NCCL, /dev/shm."""
-    from .distributed.environment import describe
+    from .distributed.environment import describe, launch_leftovers
     from .files import to_json
+    if (leftover := launch_leftovers()) is not None:
+        _warn(leftover)
     facts = describe()
     if as_json:
         print(to_json(facts))
@@ -362,7 +364,7 @@ def main() -> None:
     STATE["debug"] = "--debug" in sys.argv[2:]  # a global option, also given after the command
     if STATE["debug"]:
         sys.argv.remove("--debug")
-    if not _runs_on_every_rank(sys.argv[1:]):
+    if not _refuse_launch_leftovers(sys.argv[1:]) and not _runs_on_every_rank(sys.argv[1:]):
         return  # under mpirun, commands that are not data-parallel run (print, write) once, on rank 0
     with signals.watching():
         try:
@@ -388,6 +390,20 @@ def _exit_for(exc: BaseException) -> NoReturn:
         raise exc
     _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
           "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
+
+
+def _refuse_launch_leftovers(args: list[str]) -> bool:
+    """PMI_RANK / PMI_SIZE left over in the shell, said before any MPI starts (it would abort on a count
+    that is no number, or the command would run as a rank no launcher started, silently): `env` says it
+    among its facts (True: it runs, alone); train, tune and lr-find leave a stale count to MPI, which
+    names it."""
+    from .distributed.environment import launch_leftovers
+    command = next((a for a in args if not a.startswith("-")), "")
+    leftover = launch_leftovers(numbers_only=command in ("train", "tune", "lr-find"))
+    if leftover is None or command in ("env", "") or "--help" in args or "-h" in args:
+        return leftover is not None
+    err.print(Text("error: ", style="bold red") + Text(leftover), highlight=False)
+    sys.exit(2)
 
 
 def _runs_on_every_rank(args: list[str]) -> bool:

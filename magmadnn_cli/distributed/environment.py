@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import socket
+import stat
 import subprocess
 import sys
 from typing import Any, Mapping
@@ -21,13 +22,51 @@ from .hosts import slurm_tasks
 from .launcher import THREAD_VARS, locate_mpi_launcher, max_processes
 
 
+LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE")
+
+
+LAUNCHER_MARKS = ("PMI_PORT", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANKID", "ALPS_APP_PE")
+
+
+def launch_leftovers(env: Mapping[str, str] = os.environ, numbers_only: bool = False) -> str | None:
+    """Why PMI_RANK / PMI_SIZE cannot be believed, or None: a value that is no whole number (a launcher
+    writes one), or (unless `numbers_only`) a rank or count that no launcher stands behind (no PMI_FD
+    socket of hydra's, no PMI_PORT, not an srun task, no Open MPI, PMIx or Cray PALS rank): left over
+    in this shell from another job."""
+    set_ = [k for k in LAUNCH_VARIABLES if k in env]
+    unset = f"unset them: unset {' '.join(set_)}" if len(set_) > 1 else f"unset it: unset {set_[0]}" if set_ else ""
+    bad = next((k for k in set_ if not env[k].strip().isdigit()), None)
+    if bad is not None:
+        return (f"{bad}={env[bad][:40]!r} is not a number, as an MPI launcher would set it: it is left over in this "
+                f"shell or set by hand; {unset}")
+    if numbers_only or not set_ or (int(env.get("PMI_SIZE", "1")) <= 1 and int(env.get("PMI_RANK", "0")) == 0):
+        return None
+    if _is_socket(env.get("PMI_FD", "")) or in_srun_step() or any(k in env for k in LAUNCHER_MARKS):
+        return None
+    said = ", ".join(f"{k}={env[k]}" for k in set_)
+    return (f"{said} say an MPI launcher started this process as one of several ranks, but none did (no PMI_FD to "
+            f"reach it): they are left over in this shell from another job; {unset}")
+
+
+def _is_socket(fd: str) -> bool:
+    """Whether `fd` names an open socket of this process (hydra's PMI_FD)."""
+    try:
+        return fd.isdigit() and stat.S_ISSOCK(os.fstat(int(fd)).st_mode)
+    except OSError:
+        return False
+
+
 def describe() -> dict[str, Any]:
     """Every fact as a (JSON-ready) value; unknowns as None with the reason where there is one."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        tasks: int | None = slurm_tasks()
+    except MagmaError:  # said in the slurm facts
+        tasks = None
     return {"host": socket.gethostname(), "python": sys.version.split()[0], "platform": platform.platform(),
             "cores": cores, **_mpi(), **_slurm(), **_blas(), **_gpus(), "dev_shm_free": _shm_free(),
-            "ranks_to_fill_this_machine_or_allocation": slurm_tasks() or cores,  # what --processes auto starts
-            "processes_max_without_oversubscribe": slurm_tasks() or max_processes()}
+            "ranks_to_fill_this_machine_or_allocation": tasks or cores,  # what --processes auto starts
+            "processes_max_without_oversubscribe": tasks or max_processes()}
 
 
 def _mpi() -> dict[str, Any]:
@@ -35,6 +74,12 @@ def _mpi() -> dict[str, Any]:
         launcher = locate_mpi_launcher()
     except MagmaError:
         launcher = None
+    leftover = launch_leftovers()
+    if leftover is not None:  # MPI_Init would abort on them, or wait for ranks that do not exist
+        text = mpi_library_text_without_init()
+        return {"mpi_library": first_line(text) if text else "unknown", "mpi_standard": None, "mpi_launcher": launcher,
+                "mpi_transport": transport(text) if text else None, "launched_by": f"none: {leftover}",
+                "launched_ranks": 0, "this_rank": 0}
     try:
         if launched_ranks() > 1:  # one rank of a job whose other ranks do not start MPI (env runs once):
             import mpi4py  # noqa: PLC0415  MPI_Init would wait for them; the version needs no init
@@ -129,8 +174,13 @@ def _slurm() -> dict[str, Any]:
     env = os.environ
     if "SLURM_JOB_ID" not in env:
         return {"slurm_job": None}
-    return {"slurm_job": env["SLURM_JOB_ID"], "slurm_nodes": env.get("SLURM_JOB_NODELIST"),
-            "slurm_tasks": slurm_tasks(env), "slurm_step": env.get("SLURM_STEP_ID")}
+    try:
+        tasks: int | str | None = slurm_tasks(env)
+    except MagmaError as exc:  # a variable Slurm did not write: said, not expanded
+        tasks = f"unknown: {exc}"
+    nodes = env.get("SLURM_JOB_NODELIST")
+    return {"slurm_job": env["SLURM_JOB_ID"], "slurm_nodes": nodes if nodes is None or len(nodes) <= 200 else
+            nodes[:200] + "...", "slurm_tasks": tasks, "slurm_step": env.get("SLURM_STEP_ID")}
 
 
 def _blas() -> dict[str, Any]:

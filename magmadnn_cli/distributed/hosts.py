@@ -7,6 +7,7 @@ scontrol. Also the mpiexec command line that starts the layout."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import sys
@@ -49,15 +50,35 @@ def _entry(text: str) -> tuple[str, int] | None:
     return (match.group(1), slots) if match and 1 <= slots <= MAX_SLOTS else None
 
 
+MAX_HOSTFILE_BYTES = 16 << 20  # a line per host: a million hosts fit
+MAX_NODES = 1_000_000  # hosts a Slurm list may name (the largest machines have some 160,000 nodes)
+
+
+def _hostfile_lines(path: Path) -> list[str]:
+    """A hostfile's lines, read within MAX_HOSTFILE_BYTES (a device such as /dev/zero, or a huge file,
+    is refused by size, never read whole)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_HOSTFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise MagmaError(f"--hostfile {path}: not found; give a file of `host:slots` lines") from None
+    except OSError as exc:
+        raise MagmaError(f"--hostfile {path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_HOSTFILE_BYTES:
+        raise MagmaError(f"--hostfile {path}: larger than {MAX_HOSTFILE_BYTES >> 20} MiB (a device, or not a "
+                         "hostfile?); a hostfile names the hosts, one `host:slots` a line")
+    if b"\0" in raw:
+        raise MagmaError(f"--hostfile {path}: holds binary data (NUL bytes), not `host:slots` lines")
+    try:
+        return raw.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise MagmaError(f"--hostfile {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def read_hostfile(path: Path) -> Hosts:
     """The hosts of a hostfile in hydra's or Open MPI's format (`#` starts a comment); a host named
     twice takes the slots of both; a malformed line is named by file and line."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
-    except FileNotFoundError:
-        raise MagmaError(f"--hostfile {path}: not found; give a file of `host:slots` lines") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MagmaError(f"--hostfile {path}: cannot be read ({exc})") from None
+    lines = _hostfile_lines(path)
     hosts: Hosts = []
     for number, line in enumerate(lines, 1):
         text = line.partition("#")[0]
@@ -65,7 +86,9 @@ def read_hostfile(path: Path) -> Hosts:
             continue
         entry = _entry(text)
         if entry is None:
-            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received {line.strip()!r}")
+            shown = line.strip()
+            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received "
+                             f"{shown[:60]!r}{f' ({len(shown):,} characters)' if len(shown) > 60 else ''}")
         hosts.append(entry)
     if not hosts:
         raise MagmaError(f"--hostfile {path}: names no host; write one `host:slots` a line, as in `node01:4`")
@@ -90,35 +113,72 @@ def parse_hosts(text: str) -> Hosts:
     return _merged(hosts)  # type: ignore[arg-type]
 
 
+def _items(text: str) -> list[list[str]]:
+    """Each host pattern of a Slurm list as its pieces: literal, range list, literal, ..."""
+    return [re.split(r"\[([^\]]*)\]", item) for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text)]
+
+
+def count_nodelist(text: str) -> int:
+    """How many hosts a Slurm list names, counted without writing them out; more than MAX_NODES is
+    refused (no allocation is that large: the variable is not Slurm's)."""
+    total = sum(math.prod(_range_count(p, text) for p in pieces[1::2]) for pieces in _items(text))
+    if total > MAX_NODES:
+        raise MagmaError(f"SLURM_JOB_NODELIST {shorten(text)}: names {total:,} hosts, more than any allocation "
+                         f"({MAX_NODES:,} at most); it was not set by Slurm: unset it, or fix it")
+    return total
+
+
 def expand_nodelist(text: str) -> list[str]:
     """Slurm's compressed host list (`SLURM_JOB_NODELIST`): `gpu[01-03,07],cpu1` -> each host."""
+    count_nodelist(text)  # bounded before a name is written
     names: list[str] = []
-    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
-        pieces = re.split(r"\[([^\]]*)\]", item)  # literal, range list, literal, ...
+    for pieces in _items(text):
         choices = [[p] if i % 2 == 0 else _expand_ranges(p, text) for i, p in enumerate(pieces)]
         names += ["".join(combo) for combo in itertools.product(*choices)]
     return names
 
 
+def _bounds(part: str, whole: str) -> tuple[str, int, int]:
+    low, _, high = part.partition("-")
+    if not low.isdigit() or (high and not high.isdigit()) or max(len(low), len(high)) > 18:
+        raise MagmaError(f"SLURM_JOB_NODELIST {shorten(whole)}: cannot read the range {shorten(part)}")
+    return low, int(low), int(high or low)
+
+
+def _range_count(ranges: str, whole: str) -> int:
+    return sum(max(0, end - start + 1) for _, start, end in (_bounds(p, whole) for p in ranges.split(",")))
+
+
 def _expand_ranges(ranges: str, whole: str) -> list[str]:
     out = []
     for part in ranges.split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise MagmaError(f"SLURM_JOB_NODELIST {whole!r}: cannot read the range {part!r}")
-        out += [str(n).zfill(len(low)) for n in range(int(low), int(high or low) + 1)]
+        low, start, end = _bounds(part, whole)
+        out += [str(n).zfill(len(low)) for n in range(start, end + 1)]
     return out
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _task_counts(text: str) -> list[tuple[int, int]]:
+    """Slurm's `SLURM_TASKS_PER_NODE` as (tasks, nodes) pairs: `2(x3),1` -> [(2, 3), (1, 1)]."""
+    pairs = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if match is None:
+            raise MagmaError(f"SLURM_TASKS_PER_NODE {shorten(text)}: expected counts like 2(x3),1; cannot read "
+                             f"{shorten(part)}")
+        pairs.append((int(match.group(1)), int(match.group(2) or 1)))
+    if sum(nodes for _, nodes in pairs) > MAX_NODES:
+        raise MagmaError(f"SLURM_TASKS_PER_NODE {shorten(text)}: counts more than {MAX_NODES:,} nodes; it was not "
+                         "set by Slurm: unset it, or fix it")
+    return pairs
 
 
 def expand_tasks_per_node(text: str) -> list[int]:
     """Slurm's `SLURM_TASKS_PER_NODE`: `2(x3),1` -> [2, 2, 2, 1]."""
-    counts: list[int] = []
-    for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if match is None:
-            raise MagmaError(f"SLURM_TASKS_PER_NODE {text!r}: expected counts like 2(x3),1; cannot read {part!r}")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
+    return [tasks for tasks, nodes in _task_counts(text) for _ in range(nodes)]
 
 
 def _int(env: Mapping[str, str], key: str) -> int | None:
@@ -134,8 +194,8 @@ def slurm_tasks(env: Mapping[str, str] = os.environ) -> int | None:
     if _int(env, "SLURM_NTASKS"):
         return _int(env, "SLURM_NTASKS")
     if env.get("SLURM_TASKS_PER_NODE"):
-        return sum(expand_tasks_per_node(env["SLURM_TASKS_PER_NODE"]))
-    nodes = _int(env, "SLURM_JOB_NUM_NODES") or len(expand_nodelist(env.get("SLURM_JOB_NODELIST", "")))
+        return sum(tasks * nodes for tasks, nodes in _task_counts(env["SLURM_TASKS_PER_NODE"]))
+    nodes = _int(env, "SLURM_JOB_NUM_NODES") or count_nodelist(env.get("SLURM_JOB_NODELIST", ""))
     return max(1, nodes) * (_int(env, "SLURM_CPUS_ON_NODE") or _cores())
 
 
