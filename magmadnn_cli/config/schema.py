@@ -58,6 +58,10 @@ class TrainingConfig(Strict):
                           "{label: weight} (unlisted labels weigh 1); validation and test losses stay unweighted")
     checkpoint: Checkpointing | None = Field(default_factory=Checkpointing,
                                              description="null or false: no checkpoints (and Ctrl-C just stops)")
+    cuda_graph: Union[Literal["auto"], Literal[False]] = Field(
+        False, description="auto: on a GPU, capture the training step as a CUDA graph per batch shape after a "
+                           "warm-up step and replay it (a step that cannot be captured runs eagerly, said once); "
+                           "false: every step eagerly")
 
     @field_validator("checkpoint", mode="before")
     @classmethod
