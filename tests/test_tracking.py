@@ -268,3 +268,67 @@ def test_an_mlflow_run_holds_the_config_metrics_and_model_and_a_resume_continues
 def test_mlflow_takes_the_tracking_uri_from_the_environment(tmp_path, capsys, mlflow_store, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)
     _trained_and_checked(tmp_path, capsys, mlflow_store, None)
+
+
+# -- issue 44, item 5: tracking never deletes, never hangs -------------------------------------------
+def test_two_runs_of_one_name_starting_together_keep_their_own_events(tmp_path):
+    """Two runs of the same folder name (a/x and b/x) into one shared TensorBoard folder, both started
+    before either wrote: the second took the first's subfolder and deleted its events."""
+    from magmadnn_cli.config.loading import load_config
+    from magmadnn_cli.reporting import Reporter
+    from magmadnn_cli.training.tracking import trackers
+    config = load_config(project(tmp_path, TRACKED.replace("tensorboard: true", f"tensorboard: {tmp_path / 'tb'}")))
+    (first,), (second,) = (trackers(config, tmp_path / run / "x", False, Reporter()) for run in ("a", "b"))
+    for tracker, loss in ((first, 1.0), (second, 2.0)):
+        tracker.begin({"seed": 1}, "name: x\n")
+        tracker.log(1, {"train/loss": loss})
+        tracker.sync()
+    for tracker in (first, second):
+        tracker.end("FINISHED", None)
+    logged = {}
+    for sub in sorted((tmp_path / "tb").iterdir()):
+        acc = _accumulator(sub)
+        logged[sub.name] = [e.value for e in acc.Scalars("train/loss")]
+        assert (sub / ".magmadnn-run").read_text() in (str(tmp_path / "a" / "x"), str(tmp_path / "b" / "x"))
+    assert sorted(logged.values()) == [[1.0], [2.0]], logged
+
+
+@pytest.fixture
+def silent_server():
+    """A local socket that accepts connections and never answers (an MLflow server that hangs)."""
+    import socket
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held, stop = [], threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_an_mlflow_server_that_does_not_answer_is_one_warning_and_the_run_goes_on(tmp_path, capsys, silent_server):
+    pytest.importorskip("mlflow")
+    import time
+    config = project(tmp_path, TRACKED.replace("tensorboard: true", f"mlflow: {{tracking_uri: '{silent_server}'}}"))
+    started = time.monotonic()
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "run", "-q")
+    seconds = time.monotonic() - started
+    assert code == 0, err
+    assert (tmp_path / "run" / "model.npz").is_file()
+    warnings = [line for line in err.splitlines() if line.startswith("warning:") and "mlflow" in line.lower()]
+    assert len(warnings) == 1 and silent_server in warnings[0], err
+    assert seconds < 20, seconds  # the warning within 10 s, the 5 short epochs besides

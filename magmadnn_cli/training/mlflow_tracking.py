@@ -2,7 +2,9 @@
 the resolved config flattened as parameters, the metrics per epoch (and step/loss every N updates),
 and at the end the model file, its ONNX export when the run folder holds one, the config and the
 metrics as artifacts. The run's id is kept in the run folder (mlflow_run.json), so `--resume`
-continues the same MLflow run. mlflow is imported only when the run begins.
+continues the same MLflow run. mlflow is imported only when the run begins. An HTTP server that does
+not answer within a few seconds is a warning, and the run goes on without MLflow (its client would
+retry for minutes); MLflow's later requests are bounded in time and retries too.
 """
 
 from __future__ import annotations
@@ -10,16 +12,48 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import ssl
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from ..config.schema import MlflowTracking
 from ..errors import MagmaError
 from ..files import write_json
+from .tracking import TrackerUnavailable
 
 STATE = "mlflow_run.json"
 ARTIFACTS = ("model.npz", "model.onnx", "config.yaml", "metrics.json", "metrics.csv")
+ANSWER_SECONDS = 5.0  # a tracking server silent this long is left out (MLflow's client retries for minutes)
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # later calls bounded too (a user's own settings win)
+
+
+def probe(uri: str, seconds: float = ANSWER_SECONDS) -> None:
+    """Raise TrackerUnavailable unless the HTTP(S) server at `uri` answers a request within `seconds`
+    (any answer: MLflow's client says what it means); other URIs (file:, databricks) are left to MLflow."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    deadline = time.monotonic() + seconds
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=seconds) as raw:
+            conn: Any = raw
+            if parts.scheme == "https":  # liveness only: the certificate is MLflow's to check
+                context = ssl.create_default_context()
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+                conn = context.wrap_socket(raw, server_hostname=parts.hostname)
+            conn.settimeout(max(0.1, deadline - time.monotonic()))
+            conn.sendall(f"GET /health HTTP/1.1\r\nHost: {parts.hostname}\r\nConnection: close\r\n\r\n".encode())
+            if not conn.recv(1):
+                raise TrackerUnavailable(f"tracking.mlflow: {uri}: the server closed the connection without an answer")
+    except TimeoutError:
+        raise TrackerUnavailable(f"tracking.mlflow: {uri}: no answer within {seconds:g} s") from None
+    except OSError as exc:
+        raise TrackerUnavailable(f"tracking.mlflow: {uri}: cannot be reached ({exc.strerror or exc})") from None
 
 
 def _key(name: str) -> str:
@@ -44,6 +78,9 @@ class Mlflow:
             raise MagmaError(f"tracking.mlflow: MLflow cannot be imported ({exc}); install it with: "
                              "pip install 'magmadnn-cli[mlflow]'") from exc
         self.metric = Metric
+        probe(self.uri)
+        for key, value in HTTP_LIMITS.items():
+            os.environ.setdefault(key, value)
         try:
             self.client = MlflowClient(tracking_uri=self.uri)
             run = self._continued() if self.resumed else None

@@ -35,6 +35,10 @@ SUFFIX = ".magmadnn"  # our events files: a fresh run removes only these
 OWNER = ".magmadnn-run"  # in a shared log folder's subfolder: the run folder whose events it holds
 
 
+class TrackerUnavailable(MagmaError):
+    """A tracker whose server cannot be reached as the run begins: said once, and the run goes on."""
+
+
 class Tracker(Protocol):
     def begin(self, params: dict[str, Any], config_text: str) -> None: ...
     def log(self, step: int, values: dict[str, float]) -> None: ...
@@ -66,15 +70,17 @@ class TensorBoard:
     fsynced after each epoch."""
 
     def __init__(self, folder: Path, resumed: bool, reporter: Reporter, owner: str | None = None) -> None:
+        """`folder`: the run's own events folder, or (with `owner`, the run folder) the shared log folder
+        in which the run claims a subfolder when it begins."""
         self.folder, self.resumed, self.reporter, self.owner = folder, resumed, reporter, owner
         self.fd: int | None = None
         self.written: set[tuple[str, int]] = set()
 
     def begin(self, params: dict[str, Any], config_text: str) -> None:
         try:
+            if self.owner is not None:  # a shared folder: claimed now, not when the run was set up
+                self.folder = run_subfolder(self.folder, Path(self.owner))
             self.folder.mkdir(parents=True, exist_ok=True)
-            if self.owner is not None:  # a shared folder's subfolder: whose run it holds
-                write_text(self.folder / OWNER, self.owner)
             ours = sorted(self.folder.glob(f"events.out.tfevents.*{SUFFIX}"))
             if self.resumed:
                 self.written = set().union(*(events.tags_and_steps(p) for p in ours))
@@ -140,7 +146,11 @@ class TrackingReporter(Reporter):
             dumped = self.config.model_dump(mode="json")
             text = yaml.safe_dump(dumped, sort_keys=False)
             for tracker in self.trackers:
-                tracker.begin(flatten(dumped), text)
+                try:
+                    tracker.begin(flatten(dumped), text)
+                except TrackerUnavailable as exc:
+                    self.inner.warn(f"{exc}; the run goes on without it")
+                    continue
                 self.begun.append(tracker)
 
     def step(self, epoch: int, step: int, steps: int, loss: float, accuracy: float | None) -> None:
@@ -211,7 +221,7 @@ def trackers(config: Config, out_dir: Path, resumed: bool, reporter: Reporter) -
                             Path(os.path.expandvars(str(tracking.tensorboard))).expanduser())
         inside = os.path.abspath(folder).startswith(os.path.join(os.path.abspath(out_dir), ""))
         owner = None if inside else os.path.abspath(out_dir)
-        found.append(TensorBoard(folder if inside else run_subfolder(folder, out_dir), resumed, reporter, owner))
+        found.append(TensorBoard(folder, resumed, reporter, owner))
     if tracking is not None and tracking.mlflow is not None:
         from .mlflow_tracking import Mlflow  # noqa: PLC0415 (imports mlflow when it begins)
         found.append(Mlflow(tracking.mlflow, config.name, out_dir, resumed))
@@ -220,15 +230,30 @@ def trackers(config: Config, out_dir: Path, resumed: bool, reporter: Reporter) -
 
 def run_subfolder(logdir: Path, out_dir: Path) -> Path:
     """A shared log folder's subfolder for this run, named after its run folder (as Lightning's
-    versions): the one whose owner file names this run folder, else the first that is free (a run
-    folder of the same name elsewhere gets <name>-2, ...)."""
+    versions), claimed: the one whose owner file names this run folder, else the first this run
+    creates itself (mkdir is atomic: of two runs of one name starting together, each gets its own;
+    a run folder of the same name elsewhere gets <name>-2, ...). The owner file is written at once."""
     owner = os.path.abspath(out_dir)
+    logdir.mkdir(parents=True, exist_ok=True)
     for k in itertools.count(1):
         sub = logdir / (out_dir.name if k == 1 else f"{out_dir.name}-{k}")
-        mark = sub / OWNER
-        if not sub.exists() or (mark.is_file() and mark.read_text() == owner):
-            return sub
+        try:
+            sub.mkdir()
+        except FileExistsError:
+            if _owner(sub) == owner:
+                return sub
+            continue
+        write_text(sub / OWNER, owner)
+        return sub
     raise AssertionError("unreachable")
+
+
+def _owner(sub: Path) -> str | None:
+    """The run folder a shared log subfolder's owner file names (None: none, or another's being made)."""
+    try:
+        return (sub / OWNER).read_text()
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
