@@ -45,7 +45,7 @@ def test_types_are_inferred_and_missing_cells_filled_from_training_rows(tmp_path
     assert cols["weight"].fill == np.median([10, 30, 40])        # blank and n/a both missing
     assert cols["color"].categories == ["(missing)", "blue", "green", "red"]  # '?' is missing: its own category
     assert cols["color"].fill == "(missing)"
-    assert cols["member"].fill in ("true", "false")
+    assert cols["member"].fill.lower() in ("true", "false", "yes", "no")  # as the cells write it (issue 44)
     # encoded width: size 1 + color 4 + member 1 + weight 1
     assert data.sample_shape == (7,)
     x = data.train.x
@@ -665,9 +665,7 @@ def _mostly_unique_csv(cells) -> str:
     return "\n".join(["when,width,label"] + [f"{c},{i * 0.1:.1f},{'xy'[i % 2]}" for i, c in enumerate(cells)]) + "\n"
 
 
-@pytest.mark.parametrize("cells,hint", [
-    ([f"{1 + i % 12:02d}/{1 + i % 28:02d}/2023" for i in range(50)] + ["12/31/2023"] * 10,
-     "they read as dates in data.date_format: '%m/%d/%Y'"),
+@pytest.mark.parametrize("cells,hint", [  # dates in one common format are read as dates (issue 44): below
     ([f"{1 + i % 12:02d}/{1 + i % 12:02d}/20{10 + i // 12}" for i in range(50)] + ["01/01/2010"] * 10,
      "they read as dates: set data.date_format ('%m/%d/%Y' or '%d/%m/%Y')"),
     ([f"${100 + 7 * i:,}.50" for i in range(45)] + ["$100.50"] * 15, "they look like numbers with '$' signs"),
@@ -690,18 +688,23 @@ def test_a_text_column_of_mostly_distinct_values_is_named_with_what_it_looks_lik
 
 def test_the_date_format_hint_looks_at_dates_spread_over_the_column(tmp_path):
     """Three years of day-first dates: sorted, the first 200 values all begin 01-06 and read both
-    ways; the later ones (13/01/2020) decide."""
+    ways; the later ones (13/01/2020) decide. Read as dates in that format (issue 44: it was refused,
+    naming the very format)."""
     import datetime
     days = [(datetime.date(2020, 1, 1) + datetime.timedelta(days=i)).strftime("%d/%m/%Y") for i in range(3 * 365)]
-    with pytest.raises(DataError, match=r"they read as dates in data.date_format: '%d/%m/%Y'; leave it out"):
-        prepare(_cfg(tmp_path, _mostly_unique_csv(days), validation_split=0), "classification", 0)
+    when = _columns(prepare(_cfg(tmp_path, _mostly_unique_csv(days), validation_split=0), "classification", 0))["when"]
+    assert (when.kind, when.date_format) == ("date", "%d/%m/%Y")
 
 
-def test_an_identifier_of_dates_says_how_to_read_them(tmp_path):
-    text = _mostly_unique_csv([f"{1 + i % 12:02d}/{1 + i % 28:02d}/2023" for i in range(60)])
-    with pytest.raises(DataError, match=r"looks like an identifier: .* they read as dates in data.date_format: "
-                                        r"'%m/%d/%Y'; leave it out"):
-        prepare(_cfg(tmp_path, text, validation_split=0), "classification", 0)
+@pytest.mark.parametrize("cells", [[f"{1 + i % 12:02d}/{1 + i % 28:02d}/2023" for i in range(60)],
+                                   [f"{1 + i % 12:02d}/{1 + i % 28:02d}/2023" for i in range(50)] + ["12/31/2023"] * 10,
+                                   [f"{1 + i % 12:02d}/15/2023" for i in range(60)]])
+def test_an_identifier_of_dates_says_how_to_read_them(tmp_path, cells):
+    """Dates in one common format, all distinct, mostly distinct or a few repeated, were refused or
+    one-hot encoded naming the format: they are read as dates in it (issue 44)."""
+    data = prepare(_cfg(tmp_path, _mostly_unique_csv(cells), validation_split=0), "classification", 0)
+    when = _columns(data)["when"]
+    assert (when.kind, when.date_format) == ("date", "%m/%d/%Y") and not any("different values" in n for n in data.notes)
 
 
 def test_a_number_column_of_distinct_consecutive_whole_numbers_is_named_as_a_likely_id(tmp_path):
@@ -754,7 +757,6 @@ def test_a_feature_that_is_the_target_in_disguise_is_named(tmp_path, task, copy,
 
 @pytest.mark.parametrize("cells,hint", [
     ([f"{5 * (i % 8)}%" for i in range(60)], "but they look like numbers with '%' signs"),
-    ([f"{1 + i % 12:02d}/15/2023" for i in range(60)], "but they read as dates in data.date_format: '%m/%d/%Y'"),
 ])
 def test_a_category_column_of_signed_numbers_or_dates_says_how_to_read_it(tmp_path, cells, hint):
     """A newcomer's '16%' discounts (40 values in 270 rows) became 40 one-hot inputs without a word."""
