@@ -29,12 +29,29 @@ def mix(value: int) -> int:
     return z ^ (z >> 31)
 
 
-def derive_key(*parts: int) -> int:
-    """A 64-bit key from integers (seed, epoch, stream, ...): equal parts, equal key."""
-    key = 0
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "dtype") and not isinstance(value, np.generic)
+
+
+def derive_key(*parts: Any) -> Any:
+    """A 64-bit key from integers (seed, epoch, stream, ...): equal parts, equal key. A part may be a
+    0-d uint64 array (a key kept on the device, as a captured step reads it): from there on the key is
+    computed where that array lives, as a 0-d array equal to the integers' key."""
+    key, on_device = 0, None
     for part in parts:
-        key = mix(key + GOLDEN + (int(part) & MASK))
-    return key
+        if on_device is None and not _is_array(part):
+            key = mix(key + GOLDEN + (int(part) & MASK))
+            continue
+        if on_device is None:
+            z = part.astype(np.uint64, copy=True)
+            z += np.uint64((key + GOLDEN) & MASK)
+        else:
+            z = on_device.copy()
+            z += part if _is_array(part) else np.uint64((GOLDEN + (int(part) & MASK)) & MASK)
+            if _is_array(part):
+                z += np.uint64(GOLDEN)
+        on_device = _mix_array(z, None)
+    return key if on_device is None else on_device
 
 
 def _mix_array(z: Array, xp: Any) -> Array:
@@ -53,7 +70,7 @@ def bits64(key: int, positions: Array, per_sample: int, xp: Any = np) -> Array:
     z = pos * np.uint64(per_sample) + xp.arange(per_sample, dtype=np.uint64)[None, :]
     z += np.uint64(1)
     z *= np.uint64(GOLDEN)
-    z += np.uint64(key)
+    z += key if _is_array(key) else np.uint64(key)
     return _mix_array(z, xp)
 
 

@@ -80,6 +80,11 @@ class Communicator:
         """How `allreduce_sum` sums over ranks (the reduction used, e.g. "ring", "allreduce (NCCL)")."""
         return "none (one process)"
 
+    def reduces_on_device(self) -> bool:
+        """Whether a device array is summed without leaving the device (one process, or NCCL): what a
+        captured step needs."""
+        return True
+
     def waiting(self, what: str) -> contextlib.AbstractContextManager:
         """Around a wait for the other ranks (a step's reduction): the watchdog times the outermost."""
         return contextlib.nullcontext()

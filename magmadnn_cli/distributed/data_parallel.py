@@ -31,6 +31,7 @@ class DataParallel:
     saves the same model."""
 
     exact = True  # N ranks compute what one process computes
+    captures = True  # a step of this strategy can be captured as a CUDA graph (its work stays on the device)
 
     def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> None:
         self.net, self.optimizer, self.comm = network, optimizer, comm  # comm: the ranks sharing gradients
@@ -60,12 +61,12 @@ class DataParallel:
         """Told before a step's backward passes how many there are (gradient accumulation: more
         than one); nothing to prepare here."""
 
-    def reduce(self, loss_sum: Any, correct: Any, stop: bool) -> Any:
+    def reduce(self, loss_sum: Any, correct: Any, stop: Any) -> Any:
         """Sum the gradients (already weighted by each rank's share of the batch) and the step's
         statistics over ranks; returns the summed statistics (global loss sum, correct count, stop
         requests) where they live, without reading them."""
         stats = self.stats
-        stats[0], stats[1], stats[2] = loss_sum, correct, float(stop)
+        stats[0], stats[1], stats[2] = loss_sum, correct, stop if hasattr(stop, "dtype") else float(stop)
         return self._reduce_buffer()
 
     def _reduce_buffer(self) -> Any:
@@ -73,9 +74,24 @@ class DataParallel:
         self.comm.allreduce_sum(self.buffer)
         return self.stats
 
-    def update(self, finite: Any = True) -> None:
-        """The optimizer's step; skipped (on the device) unless `finite`, a device boolean."""
-        self.optimizer.step(self.net.flat_params, self.net.flat_grads, finite)
+    def update(self, finite: Any = True, begun: bool = False) -> None:
+        """The optimizer's step; skipped (on the device) unless `finite`, a device boolean. `begun`: its
+        host part (`begin_step`) was taken already, outside a captured step."""
+        if begun:
+            self.optimizer.device_step(self.net.flat_params, self.net.flat_grads, finite)
+        else:
+            self.optimizer.step(self.net.flat_params, self.net.flat_grads, finite)
+
+    def can_capture(self) -> str | None:
+        """Why this step cannot be captured as a CUDA graph (None: it can): every part of it must stay
+        on the device, the optimizer's update one kernel reading its rate and count from device memory."""
+        if not self.captures:
+            return f"the {self.strategy_used()} strategy's step runs on the host"
+        if not self.comm.reduces_on_device():
+            return "the gradients are summed through the host (MPI without NCCL)"
+        if not self.optimizer.fusable():
+            return f"the {self.optimizer.name} optimizer's update is not one kernel"
+        return None
 
     def optimizer_state(self) -> dict[str, Any]:
         """The optimizer's state as one process would hold it (what checkpoints save)."""

@@ -54,6 +54,8 @@ class ModelParallel(DataParallel):
     `groups.model`. Gradient sums, batchnorm's statistics and the broadcast run over the data
     group; the stop request over every rank; the clip norm counts each split tensor's parts once."""
 
+    captures = False
+
     def __init__(self, network: Any, optimizer: Any, groups: ModelGroups, sync_batchnorm: bool = True) -> None:
         self.groups = groups
         super().__init__(network, optimizer, groups.data, sync_batchnorm)
@@ -64,7 +66,7 @@ class ModelParallel(DataParallel):
         self.groups.model.allreduce_sum(stats[2:3])  # a signal caught by any rank of the group stops all
         return stats
 
-    def update(self, finite: Any = True) -> None:
+    def update(self, finite: Any = True, begun: bool = False) -> None:
         """The update of this rank's parts (none unless `finite`; read on the host: a GPU waits here)."""
         if not finite:
             return

@@ -87,6 +87,10 @@ class MPICommunicator(Communicator):
         nccl = isinstance(self._nccl, NcclReducer)
         return self.reduction + " (NCCL)" * nccl
 
+    def reduces_on_device(self) -> bool:
+        """NCCL (made by the first collective on a device array); MPI stages through the host."""
+        return isinstance(self._nccl, NcclReducer)
+
     def watched(self, timeout: float | None, resume_note: Callable[[], str | None]) -> Any:
         """The world's watchdog (a part's ranks alone cannot start it: it is collective over the world)."""
         return watching(self, timeout, resume_note) if self.parent is None else contextlib.nullcontext()

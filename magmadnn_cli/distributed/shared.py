@@ -100,6 +100,8 @@ class ShardedDataParallel(DataParallel):
     """One copy of the weights and optimizer slots per node; each rank's gradients and statistics
     in its own row; rank r reduces and updates share r of the buffers."""
 
+    captures = False
+
     comm: SharedMemoryCommunicator
 
     def strategy_used(self) -> str:
@@ -162,7 +164,7 @@ class ShardedDataParallel(DataParallel):
         if self.exchange is not None:
             self.exchange.defer(backward_passes == 1)
 
-    def update(self, finite: Any = True) -> None:
+    def update(self, finite: Any = True, begun: bool = False) -> None:
         """This rank's share of the update (none unless `finite`: every rank has the same sums); clipping
         uses the norm summed over all shares, and so do layer-wise rules (LARS, LAMB) their per-tensor
         norms (`total`)."""

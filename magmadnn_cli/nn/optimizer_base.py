@@ -51,6 +51,7 @@ class Optimizer:
         self.state: dict[str, Array] = {}
         self._scratch: Array | None = None  # a chunk-sized buffer for temporaries
         self.shapes: list[tuple[int, ...]] | None = None  # the parameter tensors in flat order (set_segments)
+        self.device_scalars: Array | None = None  # on a GPU: the step's learning rate and count (begin_step)
 
     @classmethod
     def of(cls, steps_per_epoch: int = 1, epochs: int = 1, **hyperparameters: Any) -> "Optimizer":
@@ -108,39 +109,57 @@ class Optimizer:
         xp = B.array_module(params)
         if xp is np and not finite:
             return
+        if xp is not np and self.fusable():
+            self.begin_step()
+            self.device_step(params, grads, finite)
+            return
         self.ensure_state(params)
         if self.clip_norm is not None:
             squared = xp.vdot(grads, grads)
             self.clip(grads, float(squared) if xp is np else squared)
-        if xp is not np and self.fusable():
-            self._fused_step(params, grads, finite)
-        elif xp is np or finite is True:
+        if xp is np or finite is True:
             self.apply(params, grads, self.state)
         else:
             self._apply_if(finite, params, grads)
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]] | None:
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]] | None:
         """On a GPU: the kernel that takes the whole step in one pass (`core/graph/kernels.py`) and its
-        scalar arguments after the gradient, for the step count already advanced; None: no such kernel."""
+        scalar arguments after the gradient, from the learning rate and the step count (advanced), which
+        are device scalars; None: no such kernel."""
         return None
 
     def fusable(self) -> bool:
-        """Whether `fused` describes this class's rule (a subclass with its own rule or decay has none)."""
+        """Whether `fused` describes this class's rule (a subclass with its own rule or decay has none);
+        on a GPU, such a step can be captured (`begin_step`, then `device_step`)."""
         mro = type(self).__mro__
         owner = {name: next(i for i, c in enumerate(mro) if name in c.__dict__) for name in ("fused", "update", "decay")}
         return owner["fused"] < len(mro) - 2 and owner["fused"] <= min(owner["update"], owner["decay"])
 
-    def _fused_step(self, params: Array, grads: Array, finite: Any) -> None:
-        """The step as one kernel over the parameters, gradients and slots, skipped by the kernel itself
-        unless `finite` (a device boolean)."""
-        xp, kind = B.array_module(params), params.dtype.type
+    def begin_step(self) -> None:
+        """On the host, before a GPU step: the step's learning rate (its schedule) and the advanced step
+        count, written to device memory where the update reads them (a fill, neither a copy nor a wait:
+        outside a captured step, as PyTorch's capturable optimizers take theirs)."""
         lr = self.lr()
         self.t += 1
-        found = self.fused(lr)
+        if self.device_scalars is None:
+            self.device_scalars = B.current().xp.zeros(2, dtype=np.float64)
+        self.device_scalars[0] = lr
+        self.device_scalars[1] = float(self.t)
+
+    def device_step(self, params: Array, grads: Array, finite: Any = True) -> None:
+        """The update on the device, after `begin_step`: clipping and one kernel over the parameters,
+        gradients and slots, skipped by the kernel unless `finite` (a device boolean). Host values
+        here are constants, so a captured step replays it as it is."""
+        xp, kind = B.array_module(params), params.dtype.type
+        self.ensure_state(params)
+        if self.clip_norm is not None:
+            self.clip(grads, xp.vdot(grads, grads))
+        found = self.fused(self.device_scalars[0], self.device_scalars[1])
         assert found is not None
         name, scalars = found
         ok = xp.ones((), dtype=bool) if finite is True else finite
-        values = [np.bool_(v) if isinstance(v, bool) else kind(v) for v in scalars]
+        values = [np.bool_(v) if isinstance(v, bool) else v.astype(kind) if hasattr(v, "astype") else kind(v)
+                  for v in scalars]
         elementwise(name)(grads, *values, ok, params, *(self.state[s] for s in self.slots))
 
     def _apply_if(self, finite: Array, params: Array, grads: Array) -> None:

@@ -54,7 +54,7 @@ class SGD(Optimizer):
             elementwise("sgd_decay_step")(grads, params.dtype.type(lr), params.dtype.type(1.0 - lr * self.weight_decay),
                                           B.array_module(params).ones((), dtype=bool), params)
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]]:
         if self.momentum:
             return "momentum_step", (lr, self.weight_decay, self.momentum, self.nesterov)
         return "sgd_decay_step", (lr, 1.0 - lr * self.weight_decay)
@@ -87,8 +87,8 @@ class Adam(Optimizer):
     beta2: float
     epsilon: float
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
-        b1, b2, t = self.beta1, self.beta2, self.t
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]]:
+        b1, b2 = self.beta1, self.beta2
         return "adam_step", (lr / (1 - b1 ** t), 1.0 / (1 - b2 ** t), b1, b2, self.epsilon, self.weight_decay, 0.0)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
@@ -106,8 +106,8 @@ class AdamW(Adam):
     """Adam with decoupled weight decay: p <- p - lr wd p, then the Adam step (Loshchilov & Hutter 2019)."""
     declaration = decl.AdamWOptimizer
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
-        b1, b2, t = self.beta1, self.beta2, self.t
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]]:
+        b1, b2 = self.beta1, self.beta2
         return "adam_step", (lr / (1 - b1 ** t), 1.0 / (1 - b2 ** t), b1, b2, self.epsilon, 0.0, lr * self.weight_decay)
 
     def decay(self, params: Array, grads: Array, lr: float) -> None:
@@ -121,7 +121,7 @@ class Adagrad(Optimizer):
     slots = ("accumulator",)
     epsilon: float
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]]:
         return "square_step", (lr, 1.0, 1.0, self.epsilon, self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
@@ -137,7 +137,7 @@ class RMSprop(Optimizer):
     rho: float
     epsilon: float
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]]:
         return "square_step", (lr, self.rho, 1 - self.rho, self.epsilon, self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
@@ -321,8 +321,8 @@ class Adamax(Optimizer):
     beta2: float
     epsilon: float
 
-    def fused(self, lr: float) -> tuple[str, tuple[Any, ...]]:
-        return "adamax_step", (lr / (1 - self.beta1 ** self.t), self.beta1, self.beta2, self.epsilon, self.weight_decay)
+    def fused(self, lr: Any, t: Any) -> tuple[str, tuple[Any, ...]]:
+        return "adamax_step", (lr / (1 - self.beta1 ** t), self.beta1, self.beta2, self.epsilon, self.weight_decay)
 
     def update(self, p: Array, g: Array, lr: float, state: dict[str, Array]) -> None:
         xp = B.array_module(p)

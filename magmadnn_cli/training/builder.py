@@ -97,7 +97,8 @@ def plan(config: Config, saver: Saver | None) -> Plan:
     policy = training.checkpoint
     return Plan(task_of(config), batch_schedule(config), config.seed or 0, training.shuffle, training.eval_batch_size,
                 (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
-                stop_on_signal=bool(saver is not None and policy and policy.on_signal))
+                stop_on_signal=bool(saver is not None and policy and policy.on_signal),
+                cuda_graph=training.cuda_graph == "auto")
 
 
 def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,

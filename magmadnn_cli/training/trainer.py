@@ -35,6 +35,7 @@ from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from .segments import Segments
 from .step_log import StepLog
+from .step_runner import StepRunner
 from . import advice
 
 Array = Any
@@ -73,8 +74,8 @@ class Position:
 @dataclass(frozen=True)
 class Plan:
     """How to train, from the config: the task, the global batch sizes by epoch, the seed (batch
-    order, random numbers), the order, evaluation's batch size, augmentation, and whether SIGINT /
-    SIGTERM finish the step, checkpoint and stop."""
+    order, random numbers), the order, evaluation's batch size, augmentation, whether SIGINT /
+    SIGTERM finish the step, checkpoint and stop, and whether a GPU replays steps as CUDA graphs."""
     task: str
     sizes: BatchSchedule
     seed: int
@@ -82,6 +83,7 @@ class Plan:
     eval_batch_size: int = 1024
     augment: Augment | None = None
     stop_on_signal: bool = False
+    cuda_graph: bool = False
 
 
 def split_bounds(lo: int, hi: int, shares: int, share: int) -> tuple[int, int]:
@@ -123,6 +125,7 @@ class Trainer:
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
         self.log = StepLog()  # the steps' statistics not yet read from the device
         self.order: Array | None = None  # the epoch's order of the training rows, on the device
+        self.runner = StepRunner(self, plan.cuda_graph)  # eager steps, or CUDA graphs replayed
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -176,19 +179,21 @@ class Trainer:
 
     def step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> tuple[float, float]:
         """`train_step`, its global (loss sum, correct) read back at once (a sweep's step, not the loop's)."""
-        stats = self.train_step(micro, global_count)
+        stats = self.train_step(micro, global_count, derive_key(self.seed, self.position.epoch),
+                                bool(self.signals.received))
         values = B.to_host(stats)
         self.stop_requested = bool(values[2] > 0)
         return float(values[0]), float(values[1])
 
-    def train_step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> Array:
-        """The training step: forward and backward on each batch accumulated into this update
-        (gradients summed, each seeded with its rows' share of the update's `global_count`), then one
-        reduction and the update, which the device skips when the loss is not finite. A rank with no
-        rows in a short last batch still runs (on zero rows) to join every collective. Nothing is read
-        back: returns the reduced statistics (global loss sum, correct count, stop request) where they
-        were computed."""
-        key = derive_key(self.seed, self.position.epoch)
+    def train_step(self, micro: list[tuple[Array, Array, Array]], global_count: int, key: Any, stop: Any,
+                   begun: bool = False) -> Array:
+        """The training step, what a CUDA graph captures: forward and backward on each batch accumulated
+        into this update (gradients summed, each seeded with its rows' share of the update's
+        `global_count`; `key`, the epoch's random key, decides dropout), then one reduction (with `stop`,
+        this rank's stop request) and the update, which the device skips when the loss is not finite
+        (`begun`: the optimizer's host part is done, `StepRunner`). A rank with no rows in a short last
+        batch still runs (on zero rows) to join every collective. Nothing is read back: returns the
+        reduced statistics (global loss sum, correct count, stop requests) where they were computed."""
         loss_sum: Any = None
         correct: Any = None
         self.parallel.start_step(len(micro))
@@ -199,8 +204,8 @@ class Trainer:
             if len(micro) > 1:
                 self._accumulate(first=i == 0, last=i == len(micro) - 1)
         with self.comm.waiting(f"epoch {self.position.epoch}, step {self.position.step + 1}'s reduction"):
-            stats = self.parallel.reduce(loss_sum, correct, bool(self.signals.received))
-            self.parallel.update(B.array_module(stats).isfinite(stats[0]))  # shared-memory strategies wait here
+            stats = self.parallel.reduce(loss_sum, correct, stop)
+            self.parallel.update(B.array_module(stats).isfinite(stats[0]), begun)  # shared memory waits here
         return stats
 
     def _accumulate(self, first: bool, last: bool) -> None:
@@ -239,7 +244,7 @@ class Trainer:
         a checkpoint."""
         batches = self.batches(len(train.x), self.position.epoch)
         for step in range(self.position.step + 1, len(batches) + 1):
-            stats = self.train_step(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
+            stats = self.runner.run(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
             self.log.add(stats, step, len(batches[step - 1]), self.global_step)
             checkpoint = step < len(batches) and self.checkpointer is not None and \
                 self.checkpointer.due(self.global_step, None)
@@ -310,7 +315,7 @@ class Trainer:
             self.net.set_conv_algorithms(self.conv_algorithms)
         self.reporter.start(epochs)
         # Overflow warnings are noise here: a non-finite loss is caught and reported by `run_epoch`.
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.signals:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"), self.signals, self.runner.streaming():
             try:
                 while not history.stopped_early and self.position.epoch <= epochs:
                     epoch = self.position.epoch

@@ -44,7 +44,11 @@ class Graph:
     def launch(self, stream: Any = None) -> None:
         from .. import unwrap  # noqa: PLC0415
 
-        for fn, args, kwargs, result in self.tape:
+        for entry in self.tape:
+            if callable(entry):  # work enqueued by a library (NCCL)
+                entry()
+                continue
+            fn, args, kwargs, result = entry
             out = fn(*unwrap(args), **unwrap(kwargs))
             _write_back(out, result)
             LEDGER.operation(0)
@@ -61,7 +65,8 @@ def _write_back(out: Any, result: Any) -> None:
         for o, r in zip(out, result):
             _write_back(o, r)
     elif isinstance(result, ndarray) and isinstance(out, (_np.ndarray, _np.generic)) and out is not result._a:
-        result._a[...] = out
+        if result._a.flags.writeable and not _np.may_share_memory(out, result._a):
+            result._a[...] = out  # (a view recomputed is the same memory: nothing to write)
 
 
 class Stream:
@@ -113,6 +118,17 @@ class Stream:
 
 
 Stream.null = Stream(null=True)
+
+
+def enqueue(work: Callable[[], None]) -> None:
+    """A library's device work (NCCL's collectives): run now, or recorded by a capturing stream."""
+    if not LEDGER.capturing:
+        work()
+        return
+    stream = get_current_stream()
+    if stream.tape is None:
+        raise StandInError(f"library work issued outside the capturing stream (at {site()})")
+    stream.tape.append(work)
 
 
 def get_current_stream() -> Stream:

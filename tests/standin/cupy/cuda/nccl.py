@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as _np
 
+from . import enqueue
+
 available = True
 NCCL_FLOAT32, NCCL_FLOAT64, NCCL_FLOAT16, NCCL_BFLOAT16 = 7, 8, 6, 9
 NCCL_SUM = 0
@@ -34,10 +36,13 @@ class NcclCommunicator:
 
     def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int, stream: Any) -> None:
         assert op == NCCL_SUM
-        recv = _view(recvbuf, count, datatype)
-        if sendbuf != recvbuf:
-            recv[...] = _view(sendbuf, count, datatype)
-        self.comm.Allreduce(self.mpi.IN_PLACE, recv, op=self.mpi.SUM)
+
+        def work() -> None:
+            recv = _view(recvbuf, count, datatype)
+            if sendbuf != recvbuf:
+                recv[...] = _view(sendbuf, count, datatype)
+            self.comm.Allreduce(self.mpi.IN_PLACE, recv, op=self.mpi.SUM)
+        enqueue(work)
 
     def bcast(self, buff: int, count: int, datatype: int, root: int, stream: Any) -> None:
-        self.comm.Bcast(_view(buff, count, datatype), root=root)
+        enqueue(lambda: self.comm.Bcast(_view(buff, count, datatype), root=root))

@@ -1,0 +1,113 @@
+"""Runs the training step (`Trainer.train_step`): eagerly, or on a GPU as CUDA graphs.
+
+With `training.cuda_graph: auto` on a GPU, every step runs on a created stream (capture is refused on
+the legacy default one). The first step of each batch shape is a warm-up, run eagerly (it builds what
+layers make on first use); the next is captured once, with static input buffers (the rows, targets and
+positions), and each later step of that shape copies its batch into them (device to device) and
+replays the graph. What changes from step to step lives in device memory, written before the step and
+read by it: the learning rate and step count (`Optimizer.begin_step`), the epoch's random key and the
+stop request. A step that cannot be captured runs eagerly, said once in the run log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from ..core import backend as B
+from ..core.counter_random import derive_key
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+Array = Any
+Micro = list[tuple[Array, Array, Array]]
+
+
+@dataclass
+class Captured:
+    """One batch shape's graph, the static buffers it reads and the statistics it leaves."""
+    graph: Any
+    inputs: Micro
+    key: Array
+    stop: Array
+    stats: Array
+
+    def feed(self, micro: Micro, key: int, stop: bool) -> None:
+        for static, batch in zip(self.inputs, micro):
+            for buffer, value in zip(static, batch):
+                buffer[...] = value
+        self.key[...] = np.uint64(key)
+        self.stop[...] = float(stop)
+
+
+class StepRunner:
+    """The trainer's steps, eager or replayed (one graph per batch shape, after a warm-up step)."""
+
+    def __init__(self, trainer: "Trainer", cuda_graph: bool) -> None:
+        self.trainer = trainer
+        self.on_gpu = B.current().device == "gpu"
+        self.cuda_graph = cuda_graph and self.on_gpu
+        self.stream = B.current().xp.cuda.Stream(non_blocking=True) if self.cuda_graph else None
+        self.graphs: dict[tuple, Captured | None] = {}  # None: warmed up, not captured yet
+        self.refused: str | None = None  # why steps run eagerly (said once)
+        self.replays = 0
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[None]:
+        """Every piece of a run's device work on the step's stream (so it stays in order with the replays),
+        which is waited for at the end (work on the legacy default stream does not wait for it)."""
+        if self.stream is None:
+            yield
+            return
+        try:
+            with self.stream:
+                yield
+        finally:
+            self.stream.synchronize()
+
+    def run(self, micro: Micro, count: int) -> Array:
+        """One step on `micro` (this rank's batches of the update; `count` global rows): its statistics."""
+        t = self.trainer
+        key, stop = derive_key(t.seed, t.position.epoch), bool(t.signals.received)
+        shape = (tuple(tuple(x.shape) for x, _, _ in micro), count)
+        if not self.cuda_graph or self.refused is not None:
+            return t.train_step(micro, count, key, stop)
+        if shape not in self.graphs:
+            self.graphs[shape] = None
+            return t.train_step(micro, count, key, stop)  # the warm-up
+        captured = self.graphs[shape]
+        if captured is None and (why := t.parallel.can_capture()) is not None:
+            self._refuse(why)
+            return t.train_step(micro, count, key, stop)
+        t.opt.begin_step()
+        captured = captured or self._capture(shape, micro, count)
+        if captured is None:  # the capture failed: this step eagerly, its optimizer's host part done
+            return t.train_step(micro, count, key, stop, begun=True)
+        captured.feed(micro, key, stop)
+        captured.graph.launch(self.stream)
+        self.replays += 1
+        return captured.stats
+
+    def _capture(self, shape: tuple, micro: Micro, count: int) -> Captured | None:
+        """Capture the step on static copies of `micro`'s buffers (None, said once, where it cannot be)."""
+        t, xp = self.trainer, B.current().xp
+        inputs = [tuple(a.copy() for a in batch) for batch in micro]
+        key, stop = xp.zeros((), dtype=np.uint64), xp.zeros((), dtype=B.current().floatx)
+        self.stream.begin_capture()
+        try:
+            stats = t.train_step(inputs, count, key, stop, begun=True)
+        except Exception as exc:  # cupy and the CUDA runtime raise several kinds; the step runs eagerly
+            self.stream.end_capture()
+            return self._refuse(f"{type(exc).__name__}: {exc}")
+        captured = Captured(self.stream.end_capture(), inputs, key, stop, stats)
+        self.graphs[shape] = captured
+        return captured
+
+    def _refuse(self, why: str) -> None:
+        self.refused = why
+        self.trainer.reporter.info(f"training.cuda_graph: the step runs eagerly, not as a CUDA graph: {why}")
+        return None
