@@ -50,10 +50,15 @@ def check_output_file(out: Path, inputs: tuple[Path, ...] = (), overwrite: bool 
 
 
 def cannot_write(path: Path, exc: OSError) -> MagmaError:
-    """The error for a file or folder that could not be written: its path and the system's reason,
-    and for a full disk or quota, what to do."""
-    return MagmaError(f"{path}: cannot write: {exc.strerror or exc}"
-                      + ("; free space on that disk (or write elsewhere) and run again" if disk_full(exc) else ""))
+    """The error for a file or folder that could not be written: its path, the system's reason, and
+    for a full disk or quota, or a folder this user may not write, what to do."""
+    if disk_full(exc):
+        fix = "; free space on that disk (or write elsewhere) and run again"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "; write elsewhere, or make it writable for this user, and run again"
+    else:
+        fix = ""
+    return MagmaError(f"{path}: cannot write: {exc.strerror or exc}{fix}")
 
 
 def disk_full(exc: BaseException | None) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..training.checkpoint import differences
 from ..errors import MagmaError
+from ..files import cannot_write
 
 NAME = "trials.jsonl"
 # Config fields a resumed search may change: they do not change what any trial computes.
@@ -45,7 +46,7 @@ class TrialLog:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
-            raise MagmaError(f"{self.path}: cannot write: {exc.strerror or exc}") from exc
+            raise cannot_write(self.path, exc) from exc
 
 
 def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -26,7 +26,7 @@ import yaml
 from ..config.schema import Config, Tracking
 from ..distributed import Communicator
 from ..errors import Interrupted, MagmaError
-from ..files import write_text
+from ..files import cannot_write, write_text
 from ..reporting import Reporter
 from . import events
 
@@ -92,7 +92,7 @@ class TensorBoard:
             path = self.folder / f"events.out.tfevents.{self._stamp():010d}.{socket.gethostname()}.{os.getpid()}{SUFFIX}"
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
         except OSError as exc:
-            raise MagmaError(f"tracking.tensorboard: {self.folder}: cannot write: {exc.strerror or exc}") from exc
+            raise MagmaError(f"tracking.tensorboard: {cannot_write(self.folder, exc)}") from exc
         self.reporter.info(f"TensorBoard events in {self.folder} (view: tensorboard --logdir {self.folder})")
         now = time.time()
         self._write(events.event(now, file_version=events.FILE_VERSION))
