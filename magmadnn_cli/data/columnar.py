@@ -23,6 +23,7 @@ from . import dates
 from ..errors import DataError
 from .columns import RawColumns
 from .text_source import DECOMPRESSORS, READ_ERRORS, check_file
+from .csv_reader import text_too_large
 from .numbers import typed_cells
 from .table import ReadSpec, Table, checked_columns, joined, whole_read
 
@@ -223,25 +224,20 @@ def _distinct(column: Any, name: str, path: Path, start: int = 0) -> tuple[np.nd
     return values, indices
 
 
-TEXT_SHARE = 8  # the text of one column (a cell per row, as wide as the longest) may take this share of the budget
-
-
 def _check_width(dictionary: Any, indices: np.ndarray, name: str, path: Path, start: int) -> None:
     """Text cells are held as wide as the column's longest (4 bytes a character, a cell per row): a
-    column whose rows would take more than 1/TEXT_SHARE of the memory budget so is refused, naming
-    its longest cell, before any is held (a 100 MB cell in a column of 50 rows took 20 GB)."""
+    column whose rows would take too much memory so (`text_too_large`) is refused, naming its longest
+    cell, before any is held (a 100 MB cell in a column of 50 rows took 20 GB)."""
     if not len(dictionary):
         return
     lengths = pc.utf8_length(dictionary)
     longest = pc.max(lengths).as_py() or 0
-    need, budget = 4 * longest * (len(indices) + len(dictionary) + 1), B.host_memory_available() or 2**40
-    if need <= budget // TEXT_SHARE:
+    need = 4 * longest * (len(indices) + len(dictionary) + 1)
+    if (why := text_too_large(need, longest, name)) is None:
         return
     row = start + int(np.flatnonzero(indices == pc.index(lengths, longest).as_py())[0]) + 1
     raise DataError(f"{path}: column {name!r}, data row {row}: a cell of {longest:,} characters; held as text, the "
-                    f"column's {len(indices):,} rows would take {B.gib(need)} ({B.budget_text(budget)}). magmadnn "
-                    f"reads numbers, categories, booleans and dates: leave the column out (data.columns.{name}: "
-                    "ignore), or shorten its cells")
+                    f"column's {len(indices):,} rows would take {B.gib(need)}, {why}")
 
 
 UNITS = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}  # ticks a second, by timestamp unit

@@ -267,16 +267,29 @@ def parse_rows(lines: list[str], path: Path, names: list[str], columns: list[int
         raise _column_error(path, exc, names, first_line) from exc
 
 
-TEXT_SHARE = 8  # the chosen columns of a chunk, as text, may take this share of the memory budget
+TEXT_SHARE = 8  # text held as wide as its long cells may take this share of the memory budget
+LONG = 1024  # characters: longer than any number, date or category name; such cells make all text this wide
+
+
+def text_too_large(need: int, longest: int, name: str) -> str | None:
+    """Why text cells held as wide as the longest (`need` bytes) are refused, and the fix; None where
+    they are not. Long cells (free text: over LONG characters) may make the text of every row take
+    1/TEXT_SHARE of the memory budget; short ones (the text as large as the data) the whole budget."""
+    budget = B.host_memory_available() or 2**40
+    limit = budget // TEXT_SHARE if longest > LONG else budget
+    if need <= limit:
+        return None
+    return (f"more than {f'1/{TEXT_SHARE} of ' if limit < budget else ''}the {B.budget_text(budget)}. magmadnn "
+            f"reads numbers, categories, booleans and dates: leave the column out (data.columns.{name}: ignore), "
+            f"or {'shorten its cells' if longest > LONG else 'read fewer rows'}")
 
 
 def _check_text_width(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
                       fmt: CsvFormat) -> None:
     """Text cells are held as wide as the chunk's longest (4 bytes a character): where its lines are
     long enough that the chosen columns could take more than 1/TEXT_SHARE of the memory budget so, the
-    longest cell is found, and a column it makes too wide refused by name and line."""
-    budget = (B.host_memory_available() or 2**40) // TEXT_SHARE
-    if 4 * max(map(len, lines)) * len(lines) * len(columns) <= budget:
+    longest cell is found, and a column it makes too large (`text_too_large`) refused by name and line."""
+    if 4 * max(map(len, lines)) * len(lines) * len(columns) <= (B.host_memory_available() or 2**40) // TEXT_SHARE:
         return
     chosen = set(columns)
     longest, where = 0, (0, 0)
@@ -285,13 +298,11 @@ def _check_text_width(lines: list[str], path: Path, names: list[str], columns: l
             if j in chosen and len(field) > longest:
                 longest, where = len(field), (i, j)
     need = 4 * longest * len(lines) * len(columns)
-    if need > budget:
+    if (why := text_too_large(need, longest, names[where[1]])) is not None:
         i, j = where
         line = first_line + sum(line.count("\n") for line in lines[:i])
         raise DataError(f"{path}:{line}: column {names[j]!r} holds a cell of {longest:,} characters; held as text, "
-                        f"{len(lines):,} rows of {len(columns)} column(s) that wide would take {B.gib(need)} "
-                        f"({B.budget_text(budget * TEXT_SHARE)}). magmadnn reads numbers, categories, booleans and "
-                        f"dates: leave the column out (data.columns.{names[j]}: ignore), or shorten its cells")
+                        f"{len(lines):,} rows of {len(columns)} column(s) that wide would take {B.gib(need)}, {why}")
 
 
 def parse_cells(lines: list[str], path: Path, names: list[str], columns: list[int], first_line: int,
