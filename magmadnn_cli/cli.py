@@ -314,6 +314,7 @@ def bench(layers: Annotated[str, typer.Option(help="hidden-layer counts L to tim
           samples: Annotated[int, typer.Option(min=1, help="MNIST-shaped training rows")] = 60000,
           epochs: Annotated[int, typer.Option(min=1, help="epochs per depth")] = 5,
           device: DeviceOpt = "auto",
+          precision: Annotated[str, typer.Option(help="float32 | float64 | mixed_bfloat16 | mixed_float16")] = "float32",
           as_json: Annotated[bool, typer.Option("--json", metavar="", help="print a JSON list of per-depth records")] = False) -> None:
     """The MagmaDNN paper's benchmark: 784 -> L x 528 sigmoid -> 10, batch 100, SGD, whole epochs;
     ours beside the GEMM-only floor and PyTorch eager (when installed) on the same device."""
@@ -328,7 +329,7 @@ def bench(layers: Annotated[str, typer.Option(help="hidden-layer counts L to tim
     if device not in ("auto", "cpu", "gpu"):
         raise MagmaError(f"--device: expected auto, cpu or gpu; received {device!r}")
     say = None if as_json else (lambda r: err.print(f"L={r['layers']}: {r['seconds']:.3f} s", markup=False, highlight=False))
-    records = run_bench(depths, samples, epochs, device, say)
+    records = run_bench(depths, samples, epochs, device, say, precision)
     if as_json:
         from .files import to_json
         print(to_json(records))

@@ -225,7 +225,7 @@ def bench_table(records: list[dict[str, Any]]) -> Table:
     """`magmadnn bench`'s records: seconds per depth, against PyTorch and the GEMM floor."""
     first = records[0]
     title = (f"MagmaDNN paper MLP: {first['samples']:,} rows x {first['epochs']} epochs, batch {first['batch']}, "
-             f"device {first['device']}")
+             f"device {first['device']}, {first.get('precision', 'float32')}")
 
     def secs(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}"

@@ -15,6 +15,8 @@ CASES = {
     "sgd_momentum_dropout": ("digits_mlp", ["optimizer={type: sgd, learning_rate: 0.05, momentum: 0.9}"]),
     "adam_cosine": ("digits_mlp", ["optimizer.schedule={type: cosine}"]),
     "batchnorm_adam": ("resnet_small", []),
+    "mixed_float16_loss_scale": ("digits_mlp", ["precision=mixed_float16"]),
+    "mixed_bfloat16_conv": ("digits_cnn", ["precision=mixed_bfloat16"]),
     "clip_accumulation_augment": ("digits_cnn", ["optimizer.clip_norm=0.5", "training.gradient_accumulation_steps=2",
                                                  "training.augment={crop_padding: 1, horizontal_flip: true}"]),
 }

@@ -74,6 +74,8 @@ CASES = {
                                     "model.layers.2.conv_algorithm=winograd"]),
     "cnn_fft": ("digits_cnn", ["model.layers.0.conv_algorithm=fft", "model.layers.2.conv_algorithm=fft"]),
     "resnet_batchnorm": ("resnet_small", []),
+    "mlp_mixed_float16": ("digits_mlp", ["precision=mixed_float16"]),
+    "cnn_mixed_bfloat16": ("digits_cnn", ["precision=mixed_bfloat16"]),
 }
 
 

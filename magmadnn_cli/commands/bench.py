@@ -114,14 +114,15 @@ def torch_time(layers: int, samples: int, epochs: int) -> float | None:
 
 
 def bench(layers: list[int], samples: int, epochs: int, device: str = "auto",
-          report: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+          report: Callable[[dict[str, Any]], None] | None = None, precision: str = "float32") -> list[dict[str, Any]]:
     """One record per depth: seconds for ours, the GEMM floor and PyTorch (None without it), and the
-    time our run adds per hidden layer over the previous depth measured."""
-    with B.using(B.select(device, "float32")):
+    time our run adds per hidden layer over the previous depth measured. Under a mixed `precision` ours
+    takes half-type operands (emulated on the CPU: slower there), the floor and PyTorch float32's."""
+    with B.using(B.select(device, precision)):
         records: list[dict[str, Any]] = []
         for depth in layers:
-            record = {"layers": depth, "device": B.current().device, "samples": samples, "epochs": epochs,
-                      "batch": BATCH,
+            record = {"layers": depth, "device": B.current().device, "precision": precision, "samples": samples,
+                      "epochs": epochs, "batch": BATCH,
                       "seconds": ours(depth, samples, epochs), "floor_seconds": gemm_floor(depth, samples, epochs),
                       "torch_seconds": torch_time(depth, samples, epochs)}
             previous = records[-1] if records else None

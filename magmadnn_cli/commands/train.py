@@ -167,6 +167,9 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
         reporter.info(f"distributed: {in_words(record)}")
     if comm.is_root and (sharing := B.gpu_sharing(comm.local_size)):
         reporter.warn(sharing)
+    if comm.is_root and run.backend.half and run.backend.device == "cpu":
+        reporter.info(f"precision: {config.precision} on the CPU emulates the GPU's numerics ({run.backend.half} "
+                      "operands, float32 sums) to check a model; it is slower than float32 here, not faster")
     for note in [n for n in (run.trainer.parallel.layout(), *run.data.notes) if n] if comm.is_root else []:
         reporter.info(note)
     for note in bias_warnings(config.model.layers) if comm.is_root else []:

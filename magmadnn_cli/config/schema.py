@@ -173,7 +173,9 @@ class Config(Strict):
                       "outputs go to runs/<name>")
     seed: int | None = Field(None, ge=0, lt=2**63, description="None: a random seed is drawn and recorded")
     device: Literal["auto", "cpu", "gpu"] = "auto"
-    precision: Literal["float32", "float64"] = "float32"
+    precision: Literal["float32", "float64", "mixed_bfloat16", "mixed_float16"] = Field(
+        "float32", description="float32 | float64 | mixed_bfloat16 | mixed_float16 (float32 weights; matmul and "
+                               "convolution operands in the half type, summed in float32; float16 scales the loss)")
     memory: Literal["device", "managed"] = Field("device", description="GPU memory: device, or CUDA managed (unified)")
     data: DataConfig
     model: ModelConfig

@@ -21,7 +21,11 @@ import numpy as np
 from ..errors import DeviceError, MagmaError
 
 DEVICES = ("auto", "cpu", "gpu")
-PRECISIONS = {"float32": np.float32, "float64": np.float64}
+# The parameters' (and activations') float type of each precision; the mixed ones (Keras' names) keep
+# float32 master weights and take their matmul and convolution operands in a half type (`HALVES`).
+PRECISIONS = {"float32": np.float32, "float64": np.float64, "mixed_bfloat16": np.float32,
+              "mixed_float16": np.float32}
+HALVES = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 MEMORY = ("device", "managed")
 
 
@@ -32,10 +36,11 @@ class Backend:
     xp: types.ModuleType  # numpy or cupy
     device: str           # "cpu" or "gpu"
     floatx: type          # the default float dtype
+    half: str | None = None  # mixed precision: matmul and convolution operands in "bfloat16" or "float16"
 
     @property
     def name(self) -> str:
-        return f"{self.device} {np.dtype(self.floatx).name}"
+        return f"{self.device} {np.dtype(self.floatx).name}" + (f" (operands {self.half})" if self.half else "")
 
 
 CPU = Backend(np, "cpu", np.float32)
@@ -58,7 +63,7 @@ def using(backend: Backend) -> Iterator[Backend]:
 
 
 def cpu(precision: str = "float32") -> Backend:
-    return Backend(np, "cpu", PRECISIONS[precision])
+    return Backend(np, "cpu", PRECISIONS[precision], HALVES.get(precision))
 
 
 def _import_cupy() -> types.ModuleType | None:
@@ -108,7 +113,7 @@ def select(device_name: str = "auto", precision: str = "float32", memory: str = 
         assert cupy is not None
         if memory == "managed":
             cupy.cuda.set_allocator(cupy.cuda.MemoryPool(cupy.cuda.malloc_managed).malloc)
-        return Backend(cupy, "gpu", PRECISIONS[precision])
+        return Backend(cupy, "gpu", PRECISIONS[precision], HALVES.get(precision))
     return cpu(precision)
 
 
@@ -146,6 +151,23 @@ def array_module(a: Any) -> types.ModuleType:
     if isinstance(a, np.ndarray) or np.isscalar(a) or xp is np:
         return np
     return xp
+
+
+def operand(a: Any) -> Any:
+    """`a` as a matmul or convolution operand under the current precision: itself, or under mixed
+    precision rounded to the half type (to nearest, ties to even) and held in float32, so that the
+    products, exact in float32, are summed in float32 as tensor cores do. bfloat16 rounds float32's bits
+    (the same on numpy and cupy, with no dtype of its own needed); NaN stays NaN."""
+    half = current().half
+    if half is None:
+        return a
+    if half == "float16":
+        with np.errstate(over="ignore"):  # beyond float16's range is infinite, as on the device
+            return a.astype(np.float16).astype(a.dtype)
+    xp = array_module(a)
+    bits = xp.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (bits + (((bits >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF))) & np.uint32(0xFFFF0000)
+    return xp.where(xp.isnan(a), a, rounded.view(np.float32))
 
 
 def to_device(a: Any, dtype: Any = None) -> Any:

@@ -86,6 +86,7 @@ class AsyncParallel(DataParallel):
     """Rank 0 serves (`serve`), the others compute (`work`); `agree` ends a phase on every rank."""
 
     captures = False
+    whole_gradient = False
 
     def __init__(self, network: Any, optimizer: Any, comm: Communicator, max_staleness: int | None = None) -> None:
         super().__init__(network, optimizer, comm, sync_batchnorm=False)  # each worker has whole batches

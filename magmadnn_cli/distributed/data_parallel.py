@@ -32,6 +32,7 @@ class DataParallel:
 
     exact = True  # N ranks compute what one process computes
     captures = True  # a step of this strategy can be captured as a CUDA graph (its work stays on the device)
+    whole_gradient = True  # after `reduce`, every rank holds the whole summed gradient
 
     def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> None:
         self.net, self.optimizer, self.comm = network, optimizer, comm  # comm: the ranks sharing gradients

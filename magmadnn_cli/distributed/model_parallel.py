@@ -55,6 +55,7 @@ class ModelParallel(DataParallel):
     group; the stop request over every rank; the clip norm counts each split tensor's parts once."""
 
     captures = False
+    whole_gradient = False
 
     def __init__(self, network: Any, optimizer: Any, groups: ModelGroups, sync_batchnorm: bool = True) -> None:
         self.groups = groups

@@ -101,6 +101,7 @@ class ShardedDataParallel(DataParallel):
     in its own row; rank r reduces and updates share r of the buffers."""
 
     captures = False
+    whole_gradient = False
 
     comm: SharedMemoryCommunicator
 

@@ -95,10 +95,11 @@ def _asynchronous(network: Any, optimizer: Any, comm: Communicator, groups: Mode
 
 def resolve_auto(comm: Communicator, groups: ModelGroups) -> Strategy:
     """`auto`'s rule: shared_memory when several ranks all share one node, compute on the CPU and
-    keep whole layers; else allreduce."""
+    keep whole layers (and no loss scale needs the whole gradient on every rank: mixed_float16); else
+    allreduce."""
     from ..core import backend as B  # noqa: PLC0415
     one_node = 1 < comm.size == comm.local_size
-    shared = one_node and B.current().device == "cpu" and groups.model_ranks == 1
+    shared = one_node and B.current().device == "cpu" and groups.model_ranks == 1 and B.current().half != "float16"
     return STRATEGIES["shared_memory" if shared else "allreduce"]
 
 
@@ -108,8 +109,8 @@ def _auto(network: Any, optimizer: Any, comm: Communicator, groups: ModelGroups,
 
 # -- the registry --------------------------------------------------------------------------------
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("auto", "shared_memory when every rank is on one node and computes on the CPU with whole layers; "
-             "else allreduce (the rule: resolve_auto)", _node_memory(across_nodes=False), _auto),
+    Strategy("auto", "shared_memory when every rank is on one node and computes on the CPU with whole layers "
+             "(not under mixed_float16); else allreduce (the rule: resolve_auto)", _node_memory(across_nodes=False), _auto),
     Strategy("allreduce", "MPI's own Allreduce of one flat gradient buffer per step (NCCL between GPUs)",
              _mpi("allreduce"), _synchronous),
     Strategy("ring", "ring allreduce by point to point: N-1 reduce-scatter then N-1 allgather steps",

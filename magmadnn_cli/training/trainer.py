@@ -34,6 +34,7 @@ from .batches import BatchSchedule
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from .segments import Segments
+from .loss_scale import loss_scaler
 from .step_log import StepLog
 from .step_runner import StepRunner
 from . import advice
@@ -126,6 +127,7 @@ class Trainer:
         self.log = StepLog()  # the steps' statistics not yet read from the device
         self.order: Array | None = None  # the epoch's order of the training rows, on the device
         self.runner = StepRunner(self, plan.cuda_graph)  # eager steps, or CUDA graphs replayed
+        self.scaler = loss_scaler(parallel)  # mixed_float16's dynamic loss scale (None otherwise)
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -157,6 +159,8 @@ class Trainer:
                   "optimizer": self.parallel.optimizer_state()}
         if self.stopper is not None:
             owners["early_stopping"] = self.stopper.state_dict()
+        if self.scaler is not None:
+            owners["loss_scale"] = self.scaler.state_dict()
         return owners
 
     def load_state_dicts(self, owners: dict[str, dict[str, Any]]) -> None:
@@ -165,6 +169,8 @@ class Trainer:
         self.parallel.load_optimizer_state(owners["optimizer"])
         if self.stopper is not None and "early_stopping" in owners:
             self.stopper.load_state_dict(owners["early_stopping"])
+        if self.scaler is not None and "loss_scale" in owners:
+            self.scaler.load_state_dict(owners["loss_scale"])
         self.comm.barrier()  # state that ranks share in memory is written before anyone reads it
 
     # -- one step ------------------------------------------------------------------------------
@@ -198,14 +204,18 @@ class Trainer:
         correct: Any = None
         self.parallel.start_step(len(micro))
         for i, (x, y, positions) in enumerate(micro):
-            loss = self.net.forward_backward(x, y, len(x) / global_count, positions, key)
+            seed = len(x) / global_count if self.scaler is None else self.scaler.scale * (len(x) / global_count)
+            loss = self.net.forward_backward(x, y, seed, positions, key)
             part, hits = loss * len(x), self.count_correct(y)
             loss_sum, correct = (part, hits) if i == 0 else (loss_sum + part, correct + hits)
             if len(micro) > 1:
                 self._accumulate(first=i == 0, last=i == len(micro) - 1)
         with self.comm.waiting(f"epoch {self.position.epoch}, step {self.position.step + 1}'s reduction"):
             stats = self.parallel.reduce(loss_sum, correct, stop)
-            self.parallel.update(B.array_module(stats).isfinite(stats[0]), begun)  # shared memory waits here
+            finite = B.array_module(stats).isfinite(stats[0])
+            if self.scaler is not None:
+                finite = self.scaler.unscale(self.net.flat_grads, finite)
+            self.parallel.update(finite, begun)  # shared-memory strategies wait for the node's ranks here
         return stats
 
     def _accumulate(self, first: bool, last: bool) -> None:

@@ -62,7 +62,7 @@ class Dense(Op):
         self.deferral: Any = None
 
     def forward(self, x: Array, w: Array, b: Array | None = None) -> Array:
-        z = x @ w
+        z = B.operand(x) @ B.operand(w)
         if b is not None:
             z += b
         self.z = z  # (overwritten by activations whose gradient needs only their output)
@@ -71,16 +71,16 @@ class Dense(Op):
     def backward(self, g: Array) -> Sequence[Array | None]:
         x, w = self.inputs[0], self.inputs[1]
         dz = self.fn.grad(self.z, self.value, g)
-        grads: list[Any] = [dz @ w.value.T if x.requires_grad else None]
+        grads: list[Any] = [B.operand(dz) @ B.operand(w.value).T if x.requires_grad else None]
         outs = self.grad_out or (None,) * len(self.inputs)
         if outs[1] is not None:  # the weight gradient goes straight into the flat buffer
             if self.deferral is not None:
                 self.deferral.take(self, x.value, dz)  # which writes it there before the update
             else:
-                B.array_module(dz).matmul(x.value.T, dz, out=outs[1])
+                B.array_module(dz).matmul(B.operand(x.value).T, B.operand(dz), out=outs[1])
             grads.append(IN_PLACE)
         else:
-            grads.append(x.value.T @ dz)
+            grads.append(B.operand(x.value).T @ B.operand(dz))
         if len(self.inputs) == 3:
             if outs[2] is not None:
                 column_sums(dz, out=outs[2])

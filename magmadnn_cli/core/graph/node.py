@@ -165,7 +165,12 @@ class Graph:
         for node in self.nodes:
             node.grad = None
         fresh = {id(p) for p in self.parameters}  # parameters whose grad view still holds old data
-        loss.grad = B.array_module(loss.value).full_like(loss.value, scale)
+        xp = B.array_module(loss.value)
+        if isinstance(scale, (int, float)):
+            loss.grad = xp.full_like(loss.value, scale)
+        else:  # a device scalar (a loss scale): copied on the device
+            loss.grad = xp.empty_like(loss.value)
+            loss.grad[...] = scale
         for op, sole in zip(reversed(self.ops), reversed(self.sole_consumer)):
             if op.grad is None or not op.requires_grad:
                 continue

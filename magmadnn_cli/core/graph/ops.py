@@ -64,11 +64,11 @@ class MatMul(Op):
     """2-D matrix product (a batch of rows times a weight matrix)."""
 
     def forward(self, a: Array, b: Array) -> Array:
-        return a @ b
+        return B.operand(a) @ B.operand(b)
 
     def backward(self, g: Array) -> Sequence[Array]:
         a, b = self.inputs
-        return g @ b.value.T, a.value.T @ g
+        return B.operand(g) @ B.operand(b.value).T, B.operand(a.value).T @ B.operand(g)
 
 
 class Pow(Op):

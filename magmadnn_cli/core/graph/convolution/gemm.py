@@ -66,7 +66,8 @@ class Gemm:
             for i, j, (rows, columns) in self._windows(ho, wo):
                 cols[:, i, j] = xc[:, :, rows, columns]
         self.cols, self.row = cols.reshape(c * kh * kw, -1), row
-        y = matmul_wide(w.reshape(f, -1), self.cols)
+        self.cols = B.operand(self.cols)
+        y = matmul_wide(B.operand(w.reshape(f, -1)), self.cols)
         if b is not None:
             y += b[:, None]
         return as_nchw(y.reshape(f, n, ho, row)[..., :wo])
@@ -76,12 +77,13 @@ class Gemm:
         f, n, (ho, wo) = w.shape[0], g.shape[0], g.shape[2:]
         gc = (xp.zeros if self.row != wo else xp.empty)((f, n, ho, self.row), dtype=g.dtype)
         gc[..., :wo] = g.transpose(1, 0, 2, 3)  # channel-major, junk columns zero
-        g2 = gc.reshape(f, -1)
+        whole = gc.reshape(f, -1)
+        g2 = B.operand(whole)
         dw = matmul_nt(g2, self.cols).reshape(w.shape)
-        db = column_sums(g2.T)
+        db = column_sums(whole.T)
         dx = None
         if need_dx:  # W^T made contiguous: OpenBLAS runs faster than on its transposed view (docs/performance.md)
-            dx = self._scatter(matmul_wide(xp.ascontiguousarray(w.reshape(f, -1).T), g2), (ho, wo))
+            dx = self._scatter(matmul_wide(xp.ascontiguousarray(B.operand(w.reshape(f, -1)).T), g2), (ho, wo))
         return dx, dw, db
 
     def _scatter(self, dcols: Array, out_hw: tuple[int, int]) -> Array:

@@ -68,8 +68,8 @@ class Winograd:
         v = xp.empty((4, 4, n, th, tw, c), dtype=x.dtype)
         for a, rows in enumerate(_input_transform(*(xh[:, k:k + 2 * th:2] for k in range(4)))):
             v[a] = xp.stack(_input_transform(*(rows[:, :, k:k + 2 * tw:2] for k in range(4))))
-        self.v = v.reshape(16, -1, c)
-        self.u = self._kernel_transform(w).reshape(16, c, f)
+        self.v = B.operand(v.reshape(16, -1, c))
+        self.u = B.operand(self._kernel_transform(w).reshape(16, c, f))
         m = (self.v @ self.u).reshape(4, 4, n, th, tw, f)
         y = xp.empty((n, th, 2, tw, 2, f), dtype=x.dtype)
         for r, row in enumerate(_output_transform(*m)):
@@ -94,7 +94,7 @@ class Winograd:
         dm = xp.empty((4, 4, n, th, tw, f), dtype=g.dtype)
         for a, rows in enumerate(_output_adjoint(gh[:, :, 0], gh[:, :, 1])):
             dm[a] = xp.stack(_output_adjoint(rows[:, :, :, 0], rows[:, :, :, 1]))
-        dm = dm.reshape(16, -1, f)
+        dm = B.operand(dm.reshape(16, -1, f))
         du = (self.v.transpose(0, 2, 1) @ dm).reshape(4, 4, c, f)
         gm = self._transform_matrix(g)
         dw = xp.einsum("ai,abcf,bj->fcij", gm, du, gm)
