@@ -298,8 +298,8 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
 def plot(folder: Annotated[Path, typer.Argument(help="a run folder (learning curves) or a search folder "
                                                 "(objective by hyperparameter) or a cross-validation folder "
                                                 "(metrics per fold)")],
-         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG to write [default: "
-                           "FOLDER/curves.png, objective.png or folds.png]")] = None,
+         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="the plot as .png, .pdf or .svg, "
+                           "by its suffix [default: FOLDER/curves.png, objective.png or folds.png]")] = None,
          overwrite: OverwriteFileOpt = False) -> None:
     """Plot a run's loss and metrics per epoch (train vs validation, best epoch marked), a search's
     objective against each hyperparameter, or a cross-validation's metrics per fold (with their mean).

@@ -256,6 +256,8 @@ def test_plot_writes_the_format_its_suffix_names(capsys, blobs, tmp_path):
         code, _, err = run_cli(capsys, "plot", run, "-o", tmp_path / name)
         assert code == 2 and "--output" in err and ".png, .pdf or .svg" in err, err
         assert not (tmp_path / name).exists()
+    code, out, _ = run_cli(capsys, "plot", "--help")  # the help promises what -o writes
+    assert code == 0 and ".png, .pdf or .svg" in " ".join(out.replace("│", " ").split()), out
 
 
 @pytest.mark.parametrize("rows", ["1,1e308,-1e308\n2,-1e308,1e308\n", "nan,0.5,0.5\n2,0.4,0.4\n", "inf,0.5,0.5\n"])
