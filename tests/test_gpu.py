@@ -162,3 +162,23 @@ def test_counter_based_masks_are_the_same_on_the_gpu():
     cpu = keep_mask(99, positions, (64, 3, 5, 5), 0.4, np.float32, np)
     gpu = keep_mask(99, gpu_backend.xp.asarray(positions), (64, 3, 5, 5), 0.4, np.float32, gpu_backend.xp)
     np.testing.assert_array_equal(B.to_host(gpu), cpu)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(__import__("magmadnn_cli.core.graph.kernels", fromlist=["KERNELS"]).KERNELS))
+def test_every_custom_kernel_computes_its_numpy_reference(name):
+    """The CUDA body against the numpy reference declared beside it (what the suite's stand-in runs)."""
+    from magmadnn_cli.core.graph import kernels
+    kernel, rng = kernels.KERNELS[name], np.random.default_rng(0)
+    host = [np.bool_(True) if p.split()[0] == "bool" else rng.uniform(0.1, 1.0, 1000).astype(np.float32)
+            for p in kernel.inputs.split(",")]
+    outs = [rng.uniform(0.1, 1.0, 1000).astype(np.float32) for _ in kernel.outputs.split(",")]
+    expected = [o.copy() for o in outs]
+    kernel.reference(*host, *expected)
+    with B.using(B.select("gpu", "float32")):
+        xp = B.current().xp
+        device_outs = [xp.asarray(o) for o in outs]
+        kernels.elementwise(name)(*(xp.asarray(h) for h in host), *device_outs)
+        for got, want in zip(device_outs, expected):
+            np.testing.assert_allclose(B.to_host(got), want, rtol=2e-6, atol=1e-7)

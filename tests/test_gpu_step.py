@@ -224,3 +224,15 @@ def test_two_gpu_ranks_reduce_through_nccl_with_no_crossing_and_give_one_process
     with np.load(tmp_path / "one" / "model.npz") as one, np.load(tmp_path / "two" / "model.npz") as two:
         for k in (k for k in one.files if k.startswith("weights/")):
             np.testing.assert_allclose(two[k], one[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_device_gpu_searches_and_exports_on_the_standin(standin, capsys, tmp_path):
+    code, out, err = run_cli(capsys, "tune", ROOT / "configs" / "heart_tune.yaml", "--set", "device=gpu",
+                             "--set", "search.trials=2", "--set", "training.epochs=2", "--out", tmp_path / "search")
+    assert code == 0, err
+    assert (tmp_path / "search" / "best_config.yaml").exists() and (tmp_path / "search" / "model.npz").exists()
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", *SMALL, "--out", tmp_path / "cnn",
+                           "-q")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "export", tmp_path / "cnn", "-o", tmp_path / "cnn.onnx")
+    assert code == 0 and (tmp_path / "cnn.onnx").stat().st_size > 0, err
