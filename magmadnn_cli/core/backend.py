@@ -189,6 +189,28 @@ def rng(seed: int) -> Any:
     return current().xp.random.default_rng(seed)
 
 
+def new_stream() -> Any:
+    """A created (non-blocking) CUDA stream: the one a captured step runs on (the legacy default stream
+    cannot be captured)."""
+    return current().xp.cuda.Stream(non_blocking=True)
+
+
+@contextmanager
+def graph_memory() -> Iterator[list]:
+    """Around a CUDA-graph capture: every block allocated during it is kept in the yielded list, so the
+    memory pool never hands the graph's buffers to other work while the list (the graph's owner) lives."""
+    kept: list = []
+    cuda = current().xp.cuda
+    allocate = cuda.get_allocator()
+
+    def keeping(size: int) -> Any:
+        block = allocate(size)
+        kept.append(block)
+        return block
+    with cuda.using_allocator(keeping):
+        yield kept
+
+
 def synchronize() -> None:
     """Wait for queued GPU work (for honest timings); a no-op on the CPU."""
     if current().device == "gpu":

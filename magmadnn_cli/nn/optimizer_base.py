@@ -109,9 +109,10 @@ class Optimizer:
         xp = B.array_module(params)
         if xp is np and not finite:
             return
-        if xp is not np and self.fusable():
-            self.begin_step()
-            self.device_step(params, grads, finite)
+        if xp is not np and self.fusable():  # eagerly: the rate and count as kernel arguments
+            lr = self.lr()
+            self.t += 1
+            self._fused_update(params, grads, finite, lr, self.t)
             return
         self.ensure_state(params)
         if self.clip_norm is not None:
@@ -147,14 +148,19 @@ class Optimizer:
         self.device_scalars[1] = float(self.t)
 
     def device_step(self, params: Array, grads: Array, finite: Any = True) -> None:
-        """The update on the device, after `begin_step`: clipping and one kernel over the parameters,
-        gradients and slots, skipped by the kernel unless `finite` (a device boolean). Host values
-        here are constants, so a captured step replays it as it is."""
+        """The update on the device after `begin_step`, reading the rate and count from device memory:
+        host values here are constants, so a captured step replays it as it is."""
+        assert self.device_scalars is not None, "begin_step comes first"
+        self._fused_update(params, grads, finite, self.device_scalars[0], self.device_scalars[1])
+
+    def _fused_update(self, params: Array, grads: Array, finite: Any, lr: Any, t: Any) -> None:
+        """Clipping, then one kernel over the parameters, gradients and slots, skipped by the kernel
+        unless `finite` (a device boolean); `lr` and `t`: host numbers or device scalars."""
         xp, kind = B.array_module(params), params.dtype.type
         self.ensure_state(params)
         if self.clip_norm is not None:
             self.clip(grads, xp.vdot(grads, grads))
-        found = self.fused(self.device_scalars[0], self.device_scalars[1])
+        found = self.fused(lr, t)
         assert found is not None
         name, scalars = found
         ok = xp.ones((), dtype=bool) if finite is True else finite

@@ -35,6 +35,7 @@ class Captured:
     key: Array
     stop: Array
     stats: Array
+    memory: list  # the blocks allocated while capturing, kept while the graph lives
 
     def feed(self, micro: Micro, key: int, stop: bool) -> None:
         for static, batch in zip(self.inputs, micro):
@@ -51,7 +52,7 @@ class StepRunner:
         self.trainer = trainer
         self.on_gpu = B.current().device == "gpu"
         self.cuda_graph = cuda_graph and self.on_gpu
-        self.stream = B.current().xp.cuda.Stream(non_blocking=True) if self.cuda_graph else None
+        self.stream = B.new_stream() if self.cuda_graph else None
         self.graphs: dict[tuple, Captured | None] = {}  # None: warmed up, not captured yet
         self.refused: str | None = None  # why steps run eagerly (said once)
         self.replays = 0
@@ -97,13 +98,16 @@ class StepRunner:
         t, xp = self.trainer, B.current().xp
         inputs = [tuple(a.copy() for a in batch) for batch in micro]
         key, stop = xp.zeros((), dtype=np.uint64), xp.zeros((), dtype=B.current().floatx)
-        self.stream.begin_capture()
-        try:
-            stats = t.train_step(inputs, count, key, stop, begun=True)
-        except Exception as exc:  # cupy and the CUDA runtime raise several kinds; the step runs eagerly
-            self.stream.end_capture()
-            return self._refuse(f"{type(exc).__name__}: {exc}")
-        captured = Captured(self.stream.end_capture(), inputs, key, stop, stats)
+        with B.graph_memory() as memory:
+            self.stream.begin_capture()
+            try:
+                stats = t.train_step(inputs, count, key, stop, begun=True)
+                graph = self.stream.end_capture()
+            except Exception as exc:  # cupy and the CUDA runtime raise several kinds; the step runs eagerly
+                with contextlib.suppress(Exception):
+                    self.stream.end_capture()
+                return self._refuse(f"{type(exc).__name__}: {exc}")
+        captured = Captured(graph, inputs, key, stop, stats, memory)
         self.graphs[shape] = captured
         return captured
 

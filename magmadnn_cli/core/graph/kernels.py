@@ -95,7 +95,7 @@ KERNELS = {
         "if (ok) { p = (p - shrink * p) - lr_m * mm / (sqrt(vv * v_scale) + eps); m = mm; v = vv; }", _adam_step),
     "adamax_step": Kernel(
         "T g, T lr_m, T b1, T b2, T eps, T wd, bool ok", "T p, T m, T u",
-        "T gg = g + wd * p; T mm = b1 * m + ((T)1 - b1) * gg; T uu = max(b2 * u, abs(gg) + eps);"
+        "T gg = g + wd * p; T mm = b1 * m + ((T)1 - b1) * gg; T uu = max(b2 * u, fabs(gg) + eps);"
         "if (ok) { p = p - lr_m * mm / uu; m = mm; u = uu; }", _adamax_step),
     "square_step": Kernel(
         "T g, T lr, T keep, T add, T eps, T wd, bool ok", "T p, T s",

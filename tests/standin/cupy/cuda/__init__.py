@@ -206,6 +206,25 @@ class MemoryPool:
 DEFAULT_POOL = MemoryPool()
 
 
+_ALLOCATOR: list = [DEFAULT_POOL.malloc]
+
+
+def get_allocator() -> Any:
+    return _ALLOCATOR[-1]
+
+
+class using_allocator:
+    """The stand-in allocates through numpy; the allocator is kept for code that asks for it."""
+    def __init__(self, allocator: Any = None) -> None:
+        self.allocator = allocator
+
+    def __enter__(self) -> None:
+        _ALLOCATOR.append(self.allocator)
+
+    def __exit__(self, *exc: Any) -> None:
+        _ALLOCATOR.pop()
+
+
 def malloc_managed(size: int) -> None:
     return None
 
