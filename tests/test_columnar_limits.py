@@ -74,6 +74,18 @@ def test_timestamps_out_of_range_are_refused_by_column(capsys, tmp_path, kind, v
     assert code == 2 and "column 'when'" in said and f"data row {ROWS}" in said and "years 1 to 9999" in said, said
 
 
+@pytest.mark.parametrize("kind, value", [("date32", 3_000_000), ("date64", -70_000 * 365 * 86400 * 10**3)])
+def test_dates_out_of_range_are_refused_by_column(capsys, tmp_path, kind, value):
+    """Date columns (days, or ms, since 1970) as timestamps are: date32 cast to int64 was pyarrow's
+    error, said as 'cannot read it as parquet', for every date32 column (parquet's dates)."""
+    per_day = 1 if kind == "date32" else 86400 * 10**3
+    days = pa.array([(18_262 + i) * per_day for i in range(ROWS - 1)] + [value], pa.int32() if kind == "date32"
+                    else pa.int64()).cast(getattr(pa, kind)())
+    feather.write_feather(pa.table({"x": X, "day": days, "label": LABELS}), str(tmp_path / "d.feather"))  # keeps date64
+    code, said = _train(capsys, tmp_path, "d.feather")
+    assert code == 2 and "column 'day'" in said and f"data row {ROWS}" in said and "years 1 to 9999" in said, said
+
+
 def test_timestamps_in_range_still_train(capsys, tmp_path):
     when = pa.array([datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31)] * (ROWS // 2), pa.timestamp("us"))
     pq.write_table(pa.table({"x": X, "when": when, "label": LABELS}), str(tmp_path / "t.parquet"))

@@ -250,7 +250,8 @@ def _check_dates(column: Any, name: str, path: Path, start: int) -> None:
     others as '<value out of range: ...>', which would be trained as a category)."""
     kind = column.type
     per_second = UNITS[kind.unit] if pa.types.is_timestamp(kind) else 1 / dates.DAY if kind == pa.date32() else 10**3
-    ticks = column.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    ticks = column.cast(pa.int32() if kind == pa.date32() else pa.int64())  # pyarrow casts date32 to int32 only
+    ticks = ticks.to_numpy(zero_copy_only=False).astype(np.float64)
     with np.errstate(invalid="ignore"):
         bad = (ticks / per_second < FIRST) | (ticks / per_second > LAST)
     if bad.any():
