@@ -320,3 +320,14 @@ def standin(monkeypatch):
     finally:
         _forget_cupy()
         kernels.elementwise.cache_clear()
+
+
+def tiny_config(tmp_path, data: str, more: str = "") -> "Path":
+    """c.yaml in `tmp_path`: a one-layer classifier of `data` (target `label`), one epoch, no checkpoints;
+    `more` adds data settings (", normalize: none")."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"name: t\nseed: 0\ndata: {{train: {data}, target: label, validation_split: 0.0{more}}}\nmodel:\n  layers:\n"
+        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: adam\n"
+        "training: {epochs: 1, checkpoint: false}\n")
+    return path

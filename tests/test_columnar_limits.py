@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import tiny_config, run_cli
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.feather as feather  # noqa: E402
@@ -29,11 +29,7 @@ LABELS = ["ab"[(i % 7) > 3] for i in range(ROWS)]
 
 
 def _config(tmp_path: Path, data: str, more: str = "") -> Path:
-    (tmp_path / "c.yaml").write_text(
-        f"name: t\nseed: 0\ndata: {{train: {data}, target: label, validation_split: 0.0{more}}}\nmodel:\n  layers:\n"
-        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: adam\n"
-        "training: {epochs: 1, checkpoint: false}\n")
-    return tmp_path / "c.yaml"
+    return tiny_config(tmp_path, data, "" + more)
 
 
 def _train(capsys, tmp_path: Path, data: str, more: str = "") -> tuple[int, str]:

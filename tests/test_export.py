@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -197,16 +198,22 @@ def test_a_text_model_needs_opset_20(capsys, tmp_path):
     assert f"removed {tmp_path / 'run' / 'model.onnx'}: exported from the model this run replaces" in out + err
 
 
-def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):
-    """A category column of numbers (codes) compares cells as numbers ('2.0' is code 2): a cell that is
-    no number is an unseen code (all zeros) in predict; onnxruntime's Cast stopped the whole graph."""
-    lines = ["plan,x,label"] + [f"{1 + i % 3},{i % 7},{'ab'[i % 2]}" for i in range(60)]
+def codes_run(capsys, tmp_path: Path, label: Callable[[int], str]) -> Path:
+    """A run on codes.csv: a category column `plan` of codes 1-3, a number `x`, a label per row."""
+    lines = ["plan,x,label"] + [f"{1 + i % 3},{i % 7},{label(i)}" for i in range(60)]
     (tmp_path / "codes.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "c.yaml").write_text(
         "name: codes\nseed: 0\ndata: {train: codes.csv, target: label, validation_split: 0.0, "
         "columns: {plan: category}}\nmodel:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\n"
         "loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 2, batch_size: 8}\n")
     assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    return tmp_path / "run"
+
+
+def test_a_code_column_given_text_reads_it_as_an_unseen_code(capsys, tmp_path):
+    """A category column of numbers (codes) compares cells as numbers ('2.0' is code 2): a cell that is
+    no number is an unseen code (all zeros) in predict; onnxruntime's Cast stopped the whole graph."""
+    codes_run(capsys, tmp_path, lambda i: "ab"[i % 2])
     (tmp_path / "new.csv").write_text("plan,x,label\n 2.0 ,3,a\ngold,3,a\n0x2,3,b\n1e0,4,b\n1e999,4,b\n-1e-999,4,b\n"
                                       f"{'9' * 50},4,a\n")  # beyond a double: onnxruntime's Cast stopped
     _export_and_compare(capsys, tmp_path / "run", tmp_path / "new.csv", None, "label", tmp_path)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from test_export import MESSY, _export_and_compare, _messy_run
+from test_export import MESSY, _export_and_compare, _messy_run, codes_run
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -81,13 +81,7 @@ DIGITS = {"0": "\u0660", "1": "\u0661", "2": "\u0662", "3": "\u0663", "9": "\u06
 
 def test_codes_written_in_other_scripts_digits_read_as_predict_reads_them(capsys, tmp_path):
     """predict reads '٢' (and '२', '２', '٠٢.٠') as the code 2; the graph took them for unseen codes."""
-    lines = ["plan,x,label"] + [f"{1 + i % 3},{i % 7},{'ab'[(i + i // 3) % 2]}" for i in range(60)]
-    (tmp_path / "codes.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "c.yaml").write_text(
-        "name: codes\nseed: 0\ndata: {train: codes.csv, target: label, validation_split: 0.0, "
-        "columns: {plan: category}}\nmodel:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\n"
-        "loss: cross_entropy\noptimizer: {type: adam, learning_rate: 0.05}\ntraining: {epochs: 2, batch_size: 8}\n")
-    assert run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")[0] == 0
+    codes_run(capsys, tmp_path, lambda i: "ab"[(i + i // 3) % 2])
     cells = ["\u0662", "\u0663", " \u0661 ", "\u0968", "\uff13", "\u0660\u0662.\u0660", "+\u06f1", "\u0661\u0662",
              "1", "\u0662e\u0660", "\U0001d7d0", "\u0662\u0663"]  # 2, 3, 1, २, ３, ٠٢.٠, +۱, 12, ..., 𝟐
     (tmp_path / "new.csv").write_text("plan,x,label\n" + "".join(f"{c},3,a\n" for c in cells))

@@ -9,15 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import tiny_config, run_cli
 
 
 def _config(tmp_path: Path, data: str, more: str = "") -> Path:
-    (tmp_path / "c.yaml").write_text(
-        f"name: t\nseed: 0\ndata: {{train: {data}, target: label, validation_split: 0.0, normalize: none{more}}}\n"
-        "model:\n  layers:\n    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\n"
-        "optimizer: adam\ntraining: {epochs: 1, checkpoint: false}\n")
-    return tmp_path / "c.yaml"
+    return tiny_config(tmp_path, data, ", normalize: none" + more)
 
 
 def test_thousands_dot_alone_is_applied_with_a_decimal_comma(capsys, tmp_path):

@@ -182,16 +182,20 @@ def test_a_replacing_cross_validation_that_fails_puts_the_earlier_run_back(capsy
     assert snapshot(out) == before and not _temps(out)
 
 
-def test_a_replacing_search_that_fails_puts_the_earlier_search_back(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", [("trials.csv",), ("trials", "1", "model.npz")])
+def test_a_replacing_search_that_fails_puts_the_earlier_search_back(capsys, tmp_path, monkeypatch, where):
+    """Its results file, or a trial's model: a full disk is not one trial's failure (every trial would
+    fail so): the search stops, says the file, and the earlier search is put back."""
     config = project(tmp_path, SHORT + SEARCH)
     out = tmp_path / "s"
     assert run_cli(capsys, "tune", config, "--out", out, "-q")[0] == 0
     before = snapshot(out)
-    disk_full(monkeypatch, str(out / ".trials.csv.*.tmp"))
+    target = out.joinpath(*where)
+    disk_full(monkeypatch, str(target.parent / f".{target.name}.*.tmp"))
     code, _, err = run_cli(capsys, "tune", config, "--out", out, "--overwrite", "-q")
     monkeypatch.undo()
     said = _flat(err)
-    assert code == 2 and f"{out / 'trials.csv'}: cannot write: No space left on device" in said, err
+    assert code == 2 and f"{target}: cannot write: No space left on device" in said, err
     assert f"the earlier search in {out} is put back as it was" in said, err
     assert snapshot(out) == before and not _temps(out)
 
@@ -246,19 +250,3 @@ def test_a_later_overwrite_keeps_the_run_a_killed_one_was_replacing(capsys, earl
     _killed_while_replacing(out)
     assert run_cli(capsys, "train", config, "--out", out, "--overwrite", "-q")[0] == 0
     assert not (out / STASH).exists() and (out / "config.yaml").read_text() != "killed: run\n"
-
-
-def test_a_full_disk_in_a_trial_stops_the_search_naming_the_file(capsys, tmp_path, monkeypatch):
-    """A full disk is not one trial's failure (every trial would fail so): the search stops, says the
-    file, and the earlier search is put back."""
-    config = project(tmp_path, SHORT + SEARCH)
-    out = tmp_path / "s"
-    assert run_cli(capsys, "tune", config, "--out", out, "-q")[0] == 0
-    before = snapshot(out)
-    disk_full(monkeypatch, str(out / "trials" / "1" / ".model.npz.*.tmp"))
-    code, _, err = run_cli(capsys, "tune", config, "--out", out, "--overwrite", "-q")
-    monkeypatch.undo()
-    said = _flat(err)
-    assert code == 2 and f"{out / 'trials' / '1' / 'model.npz'}: cannot write: No space left on device" in said, err
-    assert f"the earlier search in {out} is put back as it was" in said, err
-    assert snapshot(out) == before and not _temps(out)
