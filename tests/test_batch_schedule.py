@@ -73,3 +73,14 @@ def test_schedule_epochs_start_at_one(capsys, tmp_path, blobs):
     code, _, err = run_cli(capsys, "train", config, "--out", tmp_path / "o", "--set", "training.batch_schedule={0: 64}")
     assert code == 2
     assert "batch_schedule" in err and "Traceback" not in err
+
+
+def test_split_bounds_cut_a_range_as_numpy_array_split_does():
+    import numpy as np
+    from magmadnn_cli.training.batches import split_bounds
+    for lo, hi in ((0, 0), (3, 4), (10, 37), (100, 164)):
+        for shares in (1, 2, 3, 5, 8):
+            parts = np.array_split(np.arange(lo, hi), shares)
+            for share, part in enumerate(parts):
+                a, b = split_bounds(lo, hi, shares, share)
+                assert list(range(a, b)) == part.tolist(), (lo, hi, shares, share)

@@ -168,17 +168,23 @@ def test_counter_based_masks_are_the_same_on_the_gpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(__import__("magmadnn_cli.core.graph.kernels", fromlist=["KERNELS"]).KERNELS))
 def test_every_custom_kernel_computes_its_numpy_reference(name):
-    """The CUDA body against the numpy reference declared beside it (what the suite's stand-in runs)."""
+    """The CUDA body against the numpy reference declared beside it (what the suite's stand-in runs),
+    with scalars passed as production passes them (0-d device arrays and numpy scalars) and both ways of
+    a bool flag (an update skipped by `ok` false leaves its outputs as they were)."""
     from magmadnn_cli.core.graph import kernels
-    kernel, rng = kernels.KERNELS[name], np.random.default_rng(0)
-    host = [np.bool_(True) if p.split()[0] == "bool" else rng.uniform(0.1, 1.0, 1000).astype(np.float32)
-            for p in kernel.inputs.split(",")]
-    outs = [rng.uniform(0.1, 1.0, 1000).astype(np.float32) for _ in kernel.outputs.split(",")]
-    expected = [o.copy() for o in outs]
-    kernel.reference(*host, *expected)
-    with B.using(B.select("gpu", "float32")):
-        xp = B.current().xp
-        device_outs = [xp.asarray(o) for o in outs]
-        kernels.elementwise(name)(*(xp.asarray(h) for h in host), *device_outs)
-        for got, want in zip(device_outs, expected):
-            np.testing.assert_allclose(B.to_host(got), want, rtol=2e-6, atol=1e-7)
+    kernel = kernels.KERNELS[name]
+    kinds = [p.split()[0] for p in kernel.inputs.split(",")]
+    for flag in (True, False):
+        rng = np.random.default_rng(0)
+        host = [np.bool_(flag) if kind == "bool" else np.float32(rng.uniform(0.1, 1.0)) if i else
+                rng.uniform(0.1, 1.0, 1000).astype(np.float32) for i, kind in enumerate(kinds)]
+        outs = [rng.uniform(0.1, 1.0, 1000).astype(np.float32) for _ in kernel.outputs.split(",")]
+        expected = [o.copy() for o in outs]
+        kernel.reference(*host, *expected)
+        with B.using(B.select("gpu", "float32")):
+            xp = B.current().xp
+            device_outs = [xp.asarray(o) for o in outs]
+            args = [xp.asarray(h) if i in (0, 1) and not isinstance(h, np.bool_) else h for i, h in enumerate(host)]
+            kernels.elementwise(name)(*args, *device_outs)  # the first scalar as a 0-d device array
+            for got, want in zip(device_outs, expected):
+                np.testing.assert_allclose(B.to_host(got), want, rtol=2e-6, atol=1e-7)

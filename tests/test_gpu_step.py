@@ -104,10 +104,10 @@ def test_statistics_are_read_once_per_50_steps_and_at_the_epoch_end(standin, mon
     assert watch.log_reads == 2 * math.ceil(steps_per_epoch / step_log.READ_EVERY)
 
 
-def test_a_non_finite_loss_stops_the_run_at_the_next_read_with_the_weights_unharmed(standin, monkeypatch, capsys,
+def test_a_non_finite_loss_stops_the_run_at_the_next_read_naming_its_step(standin, monkeypatch, capsys,
                                                                                    tmp_path):
-    """Step 7's loss is made NaN: its update is skipped on the device (so are the steps after it, up to the
-    read), and the run stops naming step 7, as on the CPU."""
+    """Step 7's loss (and each after it) is made NaN: the run goes on to the next read of the statistics,
+    then stops naming step 7, as the CPU does (a skipped update changes nothing: the fused-update test)."""
     forward_backward = __import__("magmadnn_cli.nn.network", fromlist=["Network"]).Network.forward_backward
     calls = Counter()
 

@@ -172,3 +172,36 @@ def test_two_ranks_train_as_one_process_does(tmp_path, precision):
     with np.load(tmp_path / "one" / "model.npz") as one, np.load(tmp_path / "two" / "model.npz") as two:
         for k in (k for k in one.files if k.startswith("weights/")):
             np.testing.assert_allclose(two[k], one[k], atol=2e-2, err_msg=k)
+
+
+def test_a_skipped_step_counts_alike_on_the_cpu_and_the_gpu(standin, capsys, tmp_path, monkeypatch):
+    """An overflow at step 5 under mixed_float16: the CPU (a host branch) and the GPU (the kernel's own
+    skip) end with the same step count and scale, and weights equal to float32 rounding."""
+    from magmadnn_cli.nn.network import Network as Net
+    from magmadnn_cli.nn.optimizer_base import Optimizer
+
+    forward_backward, step_counts = Net.forward_backward, []
+    calls = [0]
+
+    def overflowing(net, *args, **kwargs):
+        loss = forward_backward(net, *args, **kwargs)
+        calls[0] += 1
+        if calls[0] == 5:
+            net.flat_grads[0] = np.inf
+        return loss
+    state_dict = Optimizer.state_dict
+
+    def recorded(opt):
+        step_counts.append(opt.t)
+        return state_dict(opt)
+    monkeypatch.setattr(Net, "forward_backward", overflowing)
+    monkeypatch.setattr(Optimizer, "state_dict", recorded)
+    weights = {}
+    for device in ("cpu", "gpu"):
+        calls[0] = 0
+        _train(capsys, tmp_path / device, "digits_mlp", "mixed_float16", "training.epochs=1", f"device={device}")
+        with np.load(tmp_path / device / "model.npz") as saved:
+            weights[device] = {k: saved[k] for k in saved.files if k.startswith("weights/")}
+    assert step_counts[0] == step_counts[-1] == 40  # every step counted, the skipped one too
+    for k in weights["cpu"]:
+        np.testing.assert_allclose(weights["gpu"][k], weights["cpu"][k], atol=1e-4, err_msg=k)

@@ -198,7 +198,8 @@ def new_stream() -> Any:
 @contextmanager
 def graph_memory() -> Iterator[list]:
     """Around a CUDA-graph capture: every block allocated during it is kept in the yielded list, so the
-    memory pool never hands the graph's buffers to other work while the list (the graph's owner) lives."""
+    memory pool never hands the graph's buffers to other work while the list (the graph's owner) lives
+    (none is reused within the capture either: a graph holds all a step allocates)."""
     kept: list = []
     cuda = current().xp.cuda
     allocate = cuda.get_allocator()
@@ -211,10 +212,15 @@ def graph_memory() -> Iterator[list]:
         yield kept
 
 
+def follow_default_stream(stream: Any) -> None:
+    """Make `stream` wait (on the device) for the work queued so far on the legacy default stream."""
+    stream.wait_event(current().xp.cuda.Stream.null.record())
+
+
 def synchronize() -> None:
-    """Wait for queued GPU work (for honest timings); a no-op on the CPU."""
+    """Wait for queued GPU work on every stream (for honest timings); a no-op on the CPU."""
     if current().device == "gpu":
-        current().xp.cuda.Stream.null.synchronize()
+        current().xp.cuda.Device().synchronize()
 
 
 def host_memory_available() -> int | None:

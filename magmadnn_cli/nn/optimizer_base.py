@@ -104,10 +104,13 @@ class Optimizer:
     # -- one step ------------------------------------------------------------------------------
     def step(self, params: Array, grads: Array, finite: Any = True) -> None:
         """One update of `params` from `grads` (both flat; `grads` is used as scratch): clip the
-        gradient to `clip_norm`, then apply the rule. None unless `finite` (the step's loss was): on
-        the CPU a host branch; on a GPU the device keeps the old values, so nothing is read back."""
+        gradient to `clip_norm`, then apply the rule. None unless `finite` (the step's loss, and under
+        loss scaling its gradients, were): on the CPU a host branch; on a GPU the device keeps the old
+        values, so nothing is read back. A skipped step still counts (the step count and the schedule
+        advance) on every device: a GPU could not know it was skipped without a read."""
         xp = B.array_module(params)
         if xp is np and not finite:
+            self.t += 1
             return
         if xp is not np and self.fusable():  # eagerly: the rate and count as kernel arguments
             lr = self.lr()

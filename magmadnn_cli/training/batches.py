@@ -51,3 +51,10 @@ class BatchSchedule:
         done = bisect.bisect_right(self._ends, step)
         start = self._ends[done - 1] if done else 0
         return done + (step - start) / (self._ends[done] - start)
+
+
+def split_bounds(lo: int, hi: int, shares: int, share: int) -> tuple[int, int]:
+    """Share `share` of [lo, hi) cut into `shares` contiguous parts as `numpy.array_split` cuts them."""
+    size, extra = divmod(hi - lo, shares)
+    start = lo + share * size + min(share, extra)
+    return start, start + size + (share < extra)

@@ -59,34 +59,40 @@ class StepRunner:
 
     @contextlib.contextmanager
     def streaming(self) -> Iterator[None]:
-        """Every piece of a run's device work on the step's stream (so it stays in order with the replays),
-        which is waited for at the end (work on the legacy default stream does not wait for it)."""
+        """Every piece of a run's device work on the step's stream, in order with the replays. The
+        stream first waits for what the legacy default stream has queued (the data's upload, the
+        weights, a restored checkpoint: a created stream does not wait for it by itself), and is waited
+        for at the end, before work on the default stream reads what it wrote."""
         if self.stream is None:
             yield
             return
+        B.follow_default_stream(self.stream)
         try:
             with self.stream:
                 yield
         finally:
+            if self.stream.is_capturing():  # stopped inside a capture (a second signal)
+                with contextlib.suppress(Exception):
+                    self.stream.end_capture()
             self.stream.synchronize()
 
     def run(self, micro: Micro, count: int) -> Array:
-        """One step on `micro` (this rank's batches of the update; `count` global rows): its statistics."""
+        """One step on `micro` (this rank's batches of the update; `count` global rows): its statistics.
+        The warm-up of a batch shape runs the very code the capture records (the optimizer's rate and
+        count read from device memory), so whatever it builds on first use is built outside the graph."""
         t = self.trainer
         key, stop = derive_key(t.seed, t.position.epoch), bool(t.signals.received)
         shape = (tuple(tuple(x.shape) for x, _, _ in micro), count)
+        if self.cuda_graph and self.refused is None and (why := t.parallel.can_capture()) is not None:
+            self._refuse(why)
         if not self.cuda_graph or self.refused is not None:
             return t.train_step(micro, count, key, stop)
+        t.opt.begin_step()
         if shape not in self.graphs:
             self.graphs[shape] = None
-            return t.train_step(micro, count, key, stop)  # the warm-up
-        captured = self.graphs[shape]
-        if captured is None and (why := t.parallel.can_capture()) is not None:
-            self._refuse(why)
-            return t.train_step(micro, count, key, stop)
-        t.opt.begin_step()
-        captured = captured or self._capture(shape, micro, count)
-        if captured is None:  # the capture failed: this step eagerly, its optimizer's host part done
+            return t.train_step(micro, count, key, stop, begun=True)  # the warm-up
+        captured = self.graphs[shape] or self._capture(shape, micro, count)
+        if captured is None:  # the capture failed: this step eagerly (said once)
             return t.train_step(micro, count, key, stop, begun=True)
         captured.feed(micro, key, stop)
         captured.graph.launch(self.stream)
@@ -94,19 +100,24 @@ class StepRunner:
         return captured.stats
 
     def _capture(self, shape: tuple, micro: Micro, count: int) -> Captured | None:
-        """Capture the step on static copies of `micro`'s buffers (None, said once, where it cannot be)."""
+        """Capture the step on static copies of `micro`'s buffers (None, said once, where it cannot be).
+        Memory allocated while capturing stays the graph's (`B.graph_memory`); what the step uses from
+        before (parameters, gradients, slots, the step buffer) is owned by their objects for the run."""
         t, xp = self.trainer, B.current().xp
         inputs = [tuple(a.copy() for a in batch) for batch in micro]
         key, stop = xp.zeros((), dtype=np.uint64), xp.zeros((), dtype=B.current().floatx)
+        graph = None
         with B.graph_memory() as memory:
             self.stream.begin_capture()
             try:
                 stats = t.train_step(inputs, count, key, stop, begun=True)
                 graph = self.stream.end_capture()
             except Exception as exc:  # cupy and the CUDA runtime raise several kinds; the step runs eagerly
-                with contextlib.suppress(Exception):
-                    self.stream.end_capture()
                 return self._refuse(f"{type(exc).__name__}: {exc}")
+            finally:
+                if graph is None and self.stream.is_capturing():
+                    with contextlib.suppress(Exception):
+                        self.stream.end_capture()
         captured = Captured(graph, inputs, key, stop, stats, memory)
         self.graphs[shape] = captured
         return captured

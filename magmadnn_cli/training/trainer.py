@@ -30,7 +30,7 @@ from ..errors import DivergenceError, Interrupted
 from ..reporting import Reporter
 from .. import signals
 from ..signals import StopSignals
-from .batches import BatchSchedule
+from .batches import BatchSchedule, split_bounds
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from .segments import Segments
@@ -87,13 +87,6 @@ class Plan:
     cuda_graph: bool = False
 
 
-def split_bounds(lo: int, hi: int, shares: int, share: int) -> tuple[int, int]:
-    """Share `share` of [lo, hi) cut into `shares` contiguous parts as `numpy.array_split` cuts them."""
-    size, extra = divmod(hi - lo, shares)
-    start = lo + share * size + min(share, extra)
-    return start, start + size + (share < extra)
-
-
 class Checkpointer(Protocol):
     last: Path | None
 
@@ -127,6 +120,7 @@ class Trainer:
         self.log = StepLog()  # the steps' statistics not yet read from the device
         self.order: Array | None = None  # the epoch's order of the training rows, on the device
         self.runner = StepRunner(self, plan.cuda_graph)  # eager steps, or CUDA graphs replayed
+        self.done = 0  # the epoch's steps run so far (on a GPU ahead of `position`, which counts those read)
         self.scaler = loss_scaler(parallel)  # mixed_float16's dynamic loss scale (None otherwise)
 
     # -- state ---------------------------------------------------------------------------------
@@ -210,7 +204,7 @@ class Trainer:
             loss_sum, correct = (part, hits) if i == 0 else (loss_sum + part, correct + hits)
             if len(micro) > 1:
                 self._accumulate(first=i == 0, last=i == len(micro) - 1)
-        with self.comm.waiting(f"epoch {self.position.epoch}, step {self.position.step + 1}'s reduction"):
+        with self.comm.waiting(f"epoch {self.position.epoch}, step {self.done + 1}'s reduction"):
             stats = self.parallel.reduce(loss_sum, correct, stop)
             finite = B.array_module(stats).isfinite(stats[0])
             if self.scaler is not None:
@@ -253,8 +247,10 @@ class Trainer:
         statistics stay on the device until `self.log` is read: when full, at the epoch's end and before
         a checkpoint."""
         batches = self.batches(len(train.x), self.position.epoch)
+        self.done = self.position.step
         for step in range(self.position.step + 1, len(batches) + 1):
             stats = self.runner.run(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
+            self.done = step
             self.log.add(stats, step, len(batches[step - 1]), self.global_step)
             checkpoint = step < len(batches) and self.checkpointer is not None and \
                 self.checkpointer.due(self.global_step, None)
@@ -381,7 +377,7 @@ class Trainer:
         signum = signals.received() or signal.SIGINT
         why = ("a second signal" if self.signals.enabled else
                "training.checkpoint.on_signal is false" if self.checkpointer is not None else "checkpoints are off")
-        where = f"epoch {self.position.epoch}, step {self.position.step}"
+        where = f"epoch {self.position.epoch}, step {max(self.done, self.position.step)}"
         cp = self.checkpointer
         stopped = Interrupted(advice.stopped_at_once(signal.Signals(signum).name, where, cp.newest() if cp else None,
                                                      self.comm.size, why), signum)

@@ -151,7 +151,7 @@ def _index(key: Any) -> Any:
 
 
 def _operand(value: Any) -> Any:
-    if isinstance(value, _np.ndarray) and value.ndim > 0:
+    if isinstance(value, _np.ndarray):  # 0-d ones too: cupy takes numpy scalars, never numpy arrays
         LEDGER.violation("a host (numpy) array used as an operand of a device operation; copy it with "
                          "cupy.asarray first")
         LEDGER.copy("implicit")
@@ -184,7 +184,7 @@ def unwrap(value: Any) -> Any:
 
 def _check_operands(args: Any, kwargs: dict) -> None:
     for value in (*args, *kwargs.values()):
-        if isinstance(value, _np.ndarray) and value.ndim > 0:
+        if isinstance(value, _np.ndarray):
             _operand(value)
         elif isinstance(value, (tuple, list)):
             _check_operands(value, {})
@@ -217,7 +217,7 @@ def _binary(name: str) -> Callable:
     op = getattr(_np.ndarray, name)
 
     def method(self: ndarray, other: Any) -> Any:
-        if isinstance(other, _np.ndarray) and other.ndim > 0:
+        if isinstance(other, _np.ndarray):
             other = _operand(other)
         elif not isinstance(other, (ndarray, numbers.Number, _np.generic, _np.ndarray)):
             return NotImplemented
@@ -286,7 +286,10 @@ def ElementwiseKernel(in_params: str, out_params: str, operation: str, name: str
     outputs = [p.split()[-1] for p in out_params.split(",")]
     inputs = [p.split()[-1] for p in in_params.split(",")]
 
+    kinds = [p.split()[0] for p in (*in_params.split(","), *out_params.split(","))]
+
     def launch(*args: Any) -> Any:
+        _check_kernel_types(name, kinds, args)
         given_outputs = list(args[len(inputs):])
         ins = list(args[:len(inputs)])
         if not given_outputs:
@@ -297,6 +300,23 @@ def ElementwiseKernel(in_params: str, out_params: str, operation: str, name: str
         _call(reference, (*ins, *given_outputs), {})
         return given_outputs[0] if len(given_outputs) == 1 else tuple(given_outputs)
     return launch
+
+
+def _check_kernel_types(name: str, kinds: list[str], args: tuple) -> None:
+    """cupy's rules: the arrays given for a type placeholder (T) share one dtype; a parameter of a fixed
+    type (bool) takes arrays of that dtype; scalars are cast."""
+    placeholders: dict[str, set] = {}
+    for kind, arg in zip(kinds, args):
+        if not isinstance(arg, ndarray):
+            continue
+        if kind in ("bool", "float32", "float64", "int32", "int64", "uint64"):
+            if arg.dtype != _np.dtype(kind):
+                raise TypeError(f"{name}: Type is mismatched: a {arg.dtype} array for a {kind} parameter")
+        else:
+            placeholders.setdefault(kind, set()).add(arg.dtype)
+    for kind, found in placeholders.items():
+        if len(found) > 1:
+            raise TypeError(f"{name}: Type is mismatched: {kind} given {sorted(map(str, found))}")
 
 
 def fuse(*args: Any, **kwargs: Any) -> Any:

@@ -35,6 +35,14 @@ class Device:
         pass
 
 
+class Event:
+    """A CUDA event (the stand-in's work is done when issued: nothing to wait for)."""
+
+    def synchronize(self) -> None:
+        if LEDGER.capturing:
+            raise StandInError("an event waited for during a capture")
+
+
 class Graph:
     """A captured sequence of operations, replayed on the buffers it was captured with."""
 
@@ -96,6 +104,14 @@ class Stream:
         if self.is_capturing():
             raise StandInError("synchronize() on a capturing stream")
 
+    def record(self, event: Any = None) -> "Event":
+        if LEDGER.capturing and self.tape is None:
+            raise StandInError("an event recorded on another stream during a capture")
+        return event or Event()
+
+    def wait_event(self, event: "Event") -> None:
+        pass
+
     def begin_capture(self, mode: Any = None) -> None:
         if self.is_legacy:
             raise StandInError("cudaErrorStreamCaptureUnsupported: the legacy default stream cannot be captured; "
@@ -109,6 +125,9 @@ class Stream:
             raise StandInError("end_capture without begin_capture")
         for root, old in self.saved.values():
             root[...] = old  # captured work did not run
+        for root in self.fresh.values():
+            if root.dtype.kind == "f" and root.flags.writeable:
+                root[...] = _np.nan  # what the graph's own buffers hold before a launch: nothing defined
         graph, self.tape, LEDGER.capturing = Graph(self.tape), None, False
         self.saved, self.fresh = {}, {}
         return graph
