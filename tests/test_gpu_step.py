@@ -193,11 +193,11 @@ def test_a_fused_update_is_the_published_rule_in_one_pass_and_skips_on_the_devic
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("graph", ["false", "auto"])
-def test_two_gpu_ranks_reduce_through_nccl_with_no_crossing_and_give_one_process_weights(tmp_path, graph):
+@pytest.mark.parametrize("config,graph", [("digits_mlp", "false"), ("resnet_small", "auto")])
+def test_two_gpu_ranks_reduce_through_nccl_with_no_crossing_and_give_one_process_weights(tmp_path, config, graph):
     """2 ranks, each with its own (stand-in) GPU, reduce through NCCL, eagerly or in captured steps
-    (NCCL's collectives in the graph): no step reads or copies, and the model is the one process's
-    (float64, to rounding)."""
+    (NCCL's collectives in the graph; resnet_small's batchnorm statistics summed over the ranks): no step
+    reads or copies, and the model is the one process's (float64, to rounding)."""
     import json
     import os
     import subprocess
@@ -209,8 +209,8 @@ def test_two_gpu_ranks_reduce_through_nccl_with_no_crossing_and_give_one_process
     if mpiexec is None:
         pytest.skip("no mpiexec in this environment")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))} | {"CUPY_STANDIN_DEVICES": "2"}
-    args = ["train", str(ROOT / "configs" / "digits_mlp.yaml"), "--set", "device=gpu", "--set", "precision=float64",
-            "--set", "training.epochs=2", "--set", f"training.cuda_graph={graph}"]
+    args = ["train", str(ROOT / "configs" / f"{config}.yaml"), "--set", "device=gpu", "--set", "precision=float64",
+            "--set", "training.epochs=2", "--set", "training.early_stopping=null", "--set", f"training.cuda_graph={graph}"]
     for ranks, out in ((0, "one"), (2, "two")):
         prefix = [str(mpiexec), "-n", str(ranks)] if ranks else []
         done = subprocess.run([*prefix, sys.executable, str(STANDIN / "count_steps.py"), str(tmp_path / f"{out}.json"),
