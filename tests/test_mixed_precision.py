@@ -90,25 +90,32 @@ def test_mixed_modes_reach_float32s_test_accuracy(capsys, tmp_path, config, sets
         assert metrics["test"]["accuracy"] >= reference["test"]["accuracy"] - 0.01, (precision, metrics["test"])
 
 
-def test_an_injected_overflow_is_skipped_on_the_device_and_halves_the_scale(capsys, tmp_path, monkeypatch):
-    """Step 5's gradients overflow: that update changes nothing, the scale ends at 2^14, and the run
-    goes on (a loss scale's overflow is not a divergence)."""
+def _overflow_at(monkeypatch, step: int) -> list[int]:
+    """Every run's `step`-th backward pass leaves an infinite gradient; returns the pass counter (reset
+    it to [0] between runs)."""
     from magmadnn_cli.nn.network import Network as Net
 
-    calls, scalers = [0], []
-    forward_backward, init = Net.forward_backward, LossScaler.__init__
+    calls, forward_backward = [0], Net.forward_backward
 
     def overflowing(net, *args, **kwargs):
         loss = forward_backward(net, *args, **kwargs)
         calls[0] += 1
-        if calls[0] == 5:
+        if calls[0] == step:
             net.flat_grads[0] = np.inf
         return loss
+    monkeypatch.setattr(Net, "forward_backward", overflowing)
+    return calls
+
+
+def test_an_injected_overflow_is_skipped_on_the_device_and_halves_the_scale(capsys, tmp_path, monkeypatch):
+    """Step 5's gradients overflow: that update changes nothing, the scale ends at 2^14, and the run
+    goes on (a loss scale's overflow is not a divergence)."""
+    scalers, init = [], LossScaler.__init__
+    _overflow_at(monkeypatch, 5)
 
     def kept(scaler):
         init(scaler)
         scalers.append(scaler)
-    monkeypatch.setattr(Net, "forward_backward", overflowing)
     monkeypatch.setattr(LossScaler, "__init__", kept)
     metrics, _ = _train(capsys, tmp_path / "run", "digits_mlp", "mixed_float16", "training.epochs=1")
     assert scalers and scalers[-1].state_dict() == {"scale": 2.0 ** 14, "clean_steps": 40 - 5}
@@ -177,24 +184,13 @@ def test_two_ranks_train_as_one_process_does(tmp_path, precision):
 def test_a_skipped_step_counts_alike_on_the_cpu_and_the_gpu(standin, capsys, tmp_path, monkeypatch):
     """An overflow at step 5 under mixed_float16: the CPU (a host branch) and the GPU (the kernel's own
     skip) end with the same step count and scale, and weights equal to float32 rounding."""
-    from magmadnn_cli.nn.network import Network as Net
     from magmadnn_cli.nn.optimizer_base import Optimizer
 
-    forward_backward, step_counts = Net.forward_backward, []
-    calls = [0]
-
-    def overflowing(net, *args, **kwargs):
-        loss = forward_backward(net, *args, **kwargs)
-        calls[0] += 1
-        if calls[0] == 5:
-            net.flat_grads[0] = np.inf
-        return loss
-    state_dict = Optimizer.state_dict
+    calls, step_counts, state_dict = _overflow_at(monkeypatch, 5), [], Optimizer.state_dict
 
     def recorded(opt):
         step_counts.append(opt.t)
         return state_dict(opt)
-    monkeypatch.setattr(Net, "forward_backward", overflowing)
     monkeypatch.setattr(Optimizer, "state_dict", recorded)
     weights = {}
     for device in ("cpu", "gpu"):
