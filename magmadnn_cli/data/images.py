@@ -129,7 +129,7 @@ def read_mnist_idx(images: Path) -> tuple[np.ndarray, np.ndarray]:
     if y.dtype.kind == "f" and not (np.isfinite(y) & (y == np.round(y))).all():
         record = int(np.flatnonzero(~(np.isfinite(y) & (y == np.round(y))))[0])
         raise DataError(f"{labels_path}: label {record + 1} is {y[record]}; labels are whole class numbers")
-    return x[:, None].astype(np.float32), y.astype(np.int64)
+    return x[:, None], y.astype(np.int64)  # pixels as stored (uint8 for MNIST): the caller casts once
 
 
 def read_cifar_bin(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +144,7 @@ def read_cifar_bin(path: Path) -> tuple[np.ndarray, np.ndarray]:
             raise DataError(f"{f}: not a CIFAR-10 binary batch ({len(raw)} bytes is not a multiple of 3073)")
         records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3073)
         ys.append(records[:, 0].astype(np.int64))
-        xs.append(records[:, 1:].reshape((-1, *CIFAR_SHAPE)).astype(np.float32))
+        xs.append(records[:, 1:].reshape((-1, *CIFAR_SHAPE)))
     return np.concatenate(xs), np.concatenate(ys)
 
 
@@ -209,7 +209,7 @@ def _cifar_records(path: Path, data: Any, labels: Any) -> tuple[np.ndarray, np.n
     if len(y) != len(pixels):
         raise DataError(f"{path}: {len(pixels):,} images but {len(y):,} labels; a CIFAR-10 batch has one label per "
                         "image (a truncated or damaged batch)")
-    return pixels.astype(np.uint8).reshape((-1, *CIFAR_SHAPE)).astype(np.float32), y.astype(np.int64)
+    return pixels.astype(np.uint8).reshape((-1, *CIFAR_SHAPE)), y.astype(np.int64)
 
 
 def image_format(path: Path) -> str | None:
@@ -225,6 +225,7 @@ def image_format(path: Path) -> str | None:
 
 
 def read_images(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The images (N, C, H, W) as stored (uint8 for 8-bit pixels) and their labels."""
     kind = image_format(path)
     reader = {"idx": read_mnist_idx, "cifar_bin": read_cifar_bin, "cifar_python": read_cifar_python}[kind]  # type: ignore[index]
     try:

@@ -21,6 +21,7 @@ from .columns import ColumnEncoder, RawColumns
 from .fitting import fit, looks_like
 from .classes import case_variants, rare_classes, unseen_note
 from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies
+from .pixels import check_shape, eight_bit_note, unscaled_note
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .row_index import without_row_index
 from .scaling import check_scale
@@ -224,6 +225,7 @@ def reshaped(x: np.ndarray, shape: list[int] | None, source: str) -> np.ndarray:
     """Rows reshaped to `data.shape` (e.g. 784 pixel columns -> (1, 28, 28))."""
     if not shape:
         return x
+    check_shape(x.shape[1:], shape, source)
     width, held = math.prod(x.shape[1:]), math.prod(shape)  # Python ints: no overflow
     if held != width:
         raise DataError(f"data.shape: {shape} holds {held} values per sample; {source} has {width} feature values "
@@ -261,17 +263,19 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     """Read the configured data, split it (seeded, stratified for classes; or fold k of K), encode the
     columns, labels and targets and fit the normalizers, on the training rows only."""
     table = _read(cfg, seed)
+    said = eight_bit_note(table.settled, cfg.scale, table.source)
     cfg = cfg.model_copy(update=table.settled)  # the validation and test files are written alike
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
     rare = rare_classes(classes, labels, parts) if task != "regression" and fold is None else ""
-    notes = table.notes + notes + [n for n in [case_variants(classes), rare] if n]
+    notes = table.notes + notes + [n for n in [said, case_variants(classes), rare] if n]
     if table.x.ndim == 2 and cfg.shape is None:
         notes += target_copies(table.raw.rows(parts["train"]), table.features, labels[parts["train"]], task, cfg.target)
     x, _ = encode_features(table, encoder)
     x = reshaped(x, cfg.shape, table.source)
     numbers = encoder.number_mask() if encoder.columns else None
     method = normalize_method(cfg, x)
+    notes += [n for n in [unscaled_note(x, cfg.scale, method, table.source)] if n]
     check_scale(x, cfg.scale, x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx),
                 encoder.output_names(), table.source)
     normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers, encoder.output_names(), table.source)

@@ -22,6 +22,7 @@ from .columns import RawColumns
 from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
 from .text_source import STDIN, check_file, is_stream
 from .images import image_format, read_images
+from .pixels import channels_first, settle_eight_bit
 from .numbers import OffStyle, other_style_note, respelled_labels, two_way_note
 from .json_records import json_refusal
 from .table import ReadSpec, Table, check_finite, checked_columns, joined, labelled, typed_labels, whole_read
@@ -130,6 +131,7 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
         raise DataError(f"{path}: x must be numeric; received dtype {x.dtype}")
     if x.ndim < 2 or len(x) == 0:
         raise DataError(f"{path}: x must have shape (samples, features...); received {x.shape}")
+    x, layout = channels_first(x, path)
     if y is not None and (y.ndim == 0 or len(y) != len(x)):
         raise DataError(f"{path}: x has {len(x)} rows but y has " + (f"{len(y)}" if y.ndim else "shape () (one value)")
                         + "; they must have one row per sample")
@@ -137,7 +139,8 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
         x = x.astype(spec.dtype or B.current().floatx)
     flat = x.reshape(len(x), -1)
     check_finite(flat, path, [f"x[{i}]" for i in range(flat.shape[1])])
-    table = Table(RawColumns(x), y, [f"x{i}" for i in range(flat.shape[1])], str(path))
+    table = Table(RawColumns(x), y, [f"x{i}" for i in range(flat.shape[1])], str(path), notes=[layout] if layout else [])
+    settle_eight_bit(table.settled, f["x"].dtype, x.ndim, spec.data)
     unused = [f"data.{key} ({value})" for key, value in (("target", spec.target), ("features", spec.features)) if value]
     if unused and not spec.features_from:  # said when training reads it (not again for a model that was)
         table.notes.append(f"{path}: {' and '.join(unused)} ignored: an .npz has no columns to name; its arrays x "
@@ -147,8 +150,10 @@ def read_npz(path: Path, spec: ReadSpec) -> Table:
 
 def read_image_set(path: Path, spec: ReadSpec) -> Table:
     x, y = read_images(path)
-    return Table(RawColumns(x.astype(spec.dtype or B.current().floatx, copy=False)), y,
-                 [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(path))
+    table = Table(RawColumns(x.astype(spec.dtype or B.current().floatx, copy=False)), y,
+                  [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(path))
+    settle_eight_bit(table.settled, x.dtype, x.ndim, spec.data)
+    return table
 
 
 # -- the registry --------------------------------------------------------------------------------
