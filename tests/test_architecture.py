@@ -32,8 +32,37 @@ def test_each_library_is_imported_only_by_its_layer(library):
 
 def test_the_folders_are_the_layers():
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert folders == ["commands", "config", "core", "data", "distributed", "nn", "training"]
+    assert folders == sorted(LAYERS)
     assert not (PACKAGE / "config" / "schema.py").read_text().count("import numpy")
+
+
+LAYERS = ["commands", "inference", "training", "distributed", "nn", "data", "config", "core"]  # top to bottom
+
+
+def _imported_folders(path) -> set[str]:
+    """The package folders a module imports from (relative imports resolved)."""
+    rel = path.relative_to(PACKAGE).parts
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = list(rel[:-1])[:len(rel) - node.level] if node.level > 1 else list(rel[:-1])
+            parts = base + [m for m in (node.module or "").split(".") if m]
+            if parts and parts[0] in LAYERS:
+                found.add(parts[0])
+    return found
+
+
+def test_imports_point_down_the_layers():
+    """A folder imports only from the folders below it (DESIGN.md's layers; the inference layer sits
+    under the commands and over training)."""
+    ups = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        top = path.relative_to(PACKAGE).parts[0]
+        if top not in LAYERS:
+            continue
+        ups += [f"{path.relative_to(PACKAGE)} imports {t}" for t in _imported_folders(path)
+                if LAYERS.index(t) < LAYERS.index(top)]
+    assert not ups, ups
 
 
 # -- distributed strategies: one registry ------------------------------------------------------------

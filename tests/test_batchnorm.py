@@ -11,7 +11,8 @@ from magmadnn_cli.core.graph import nn
 from magmadnn_cli.core.graph import Variable
 from magmadnn_cli.nn.layers import BatchNorm, Dense
 from magmadnn_cli.nn.losses import MeanSquaredError
-from magmadnn_cli.training.modelfile import load, restore
+from magmadnn_cli.inference import restore
+from magmadnn_cli.training.modelfile import load
 from magmadnn_cli.nn.network import Network
 
 from conftest import check_op_grads, run_cli

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from magmadnn_cli.core import backend as B
-from magmadnn_cli.training.modelfile import load, restore
+from magmadnn_cli.inference import restore
+from magmadnn_cli.training.modelfile import load
 
 from conftest import BLOBS_CONFIG, ROOT, blobs_csv, run_cli, write_csv
 
@@ -73,9 +74,9 @@ def test_small_probabilities_keep_their_digits():
     to the 7 significant digits float32 holds."""
     from types import SimpleNamespace
 
-    from magmadnn_cli.commands.predict import _rows
+    from magmadnn_cli.inference.predictor import output_rows
     saved = SimpleNamespace(task="binary", classes=["no", "yes"])
-    rows = _rows(np.array([[3e-9], [0.123456789]], dtype=np.float32), saved, proba=True)
+    rows = output_rows(np.array([[3e-9], [0.123456789]], dtype=np.float32), saved, proba=True)
     assert rows[:, 0].tolist() == ["no", "no"]
     assert float(rows[0, 2]) == pytest.approx(3e-9, rel=1e-6) and rows[1, 2] == "0.1234568", rows
 

@@ -17,7 +17,8 @@ from magmadnn_cli.nn.layers import Conv2D, Dense, LayerNorm, LayerNormOp
 from magmadnn_cli.nn.losses import Huber, HuberNode, MeanSquaredError
 from magmadnn_cli.nn.network import Network
 from magmadnn_cli.nn.optimizers import Adamax
-from magmadnn_cli.training.modelfile import load, restore
+from magmadnn_cli.inference import restore
+from magmadnn_cli.training.modelfile import load
 
 from conftest import ROOT, check_op_grads, project, run_cli
 

@@ -121,7 +121,8 @@ def test_residual_block_gradients_and_shape_rule():
 
 
 def test_resnet_config_trains_and_round_trips(capsys, tmp_path):
-    from magmadnn_cli.training.modelfile import load, restore
+    from magmadnn_cli.inference import restore
+    from magmadnn_cli.training.modelfile import load
     code, _, err = run_cli(capsys, "train", ROOT / "configs" / "resnet_small.yaml", "--out", tmp_path / "r", "-q",
                            "--set", "training.epochs=2")
     assert code == 0, err

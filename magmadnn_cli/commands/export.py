@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core import backend as B
 from ..data.tables import READERS
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
-from ..training.modelfile import SavedModel, load, restore
+from ..inference import Predictor
+from ..training.modelfile import SavedModel
 from ..training.onnx_graph import OPSET, required_opset
 from .made_files import record
 from .run_dir import model_file
@@ -27,9 +27,8 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
     model_path = model_file(model_path)
     given, out = out is not None, out or model_path.with_suffix(".onnx")
     check_output_file(out, (model_path,), overwrite, given)
-    saved = load(model_path)
-    with B.using(B.select("cpu", saved.config.precision)):
-        restore(saved, model_path)  # every check predict makes: weights present and shaped, labels for the outputs
+    saved = Predictor(model_path, "cpu").saved  # every check predict makes: weights present and shaped, labels
+
     needed = required_opset(saved)
     if opset is not None and opset < needed:
         raise MagmaError(f"--opset {opset}: {model_path} reads text columns (categories or booleans), which its graph "

@@ -225,25 +225,3 @@ def _shape_problem(saved: SavedModel) -> str | None:
     if bad:
         return f"weights {', '.join(bad[:5])} are not finite numbers (NaN or infinity): predictions would be NaN"
     return None
-
-
-def restore(saved: SavedModel, path: Path | str | None = None) -> Network:
-    """Rebuild the network from the saved config and load its weights: every weight present in its
-    shape, the outputs as many as the class labels (`path`: the model file, named in the messages).
-    `predict`, `evaluate` and `export` all check a model file here."""
-    from .builder import build_network  # noqa: PLC0415 (builder imports this module's neighbours)
-    where = f"{path}: " if path is not None else ""
-    network = build_network(saved.config, saved.sample_shape)
-    try:
-        network.load_state_dict(saved.weights)
-    except Exception as exc:
-        raise ModelFileError(f"{where}the model's weights do not fit its architecture: {exc}") from exc
-    outputs = network.output_shape[-1] if network.output_shape else 1
-    expected = {"classification": len(saved.classes), "binary": 1}.get(saved.task, outputs)
-    if outputs != expected:
-        raise ModelFileError(f"{where}corrupt model file: the network has {outputs} outputs for {len(saved.classes)} "
-                             f"class labels ({saved.task})")
-    if saved.targets.active and saved.targets.spread.shape != (outputs,):
-        raise ModelFileError(f"{where}corrupt model file: the target scaling has {saved.targets.spread.size} values "
-                             f"for the network's {outputs} outputs")
-    return network
