@@ -42,6 +42,19 @@ class SyntheticData(Strict):
     noise: Annotated[float, Field(ge=0.0)] = 0.1
 
 
+class ImageSettings(Strict):
+    """How image files (a folder of class folders) are decoded: their size, colours and resizing."""
+    size: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="[height, width] every "
+                                           "image is resized to (default: the first image's)")
+    color: Literal["auto", "grayscale", "rgb", "rgba"] = Field(
+        "auto", description="the channels: grayscale (1), rgb (3) or rgba (4); auto: the first image's (grayscale "
+                            "for gray and 16-bit gray, rgba where it has alpha or a transparent palette, else rgb)")
+    resize: Literal["stretch", "crop", "pad"] = Field(
+        "stretch", description="an image of another size: stretch to the size; crop (the centre, to the size's aspect "
+                               "ratio) or pad (with black, to it), then resize")
+    workers: PositiveInt | None = Field(None, description="processes decoding the files (default: every core)")
+
+
 class ColumnSpec(Strict):
     """One feature column's type and missing-value handling (unset: inferred / data.missing_values)."""
     type: ColumnKind | None = Field(None, description="number | category (one-hot) | boolean | date (year, month, "
@@ -60,7 +73,8 @@ class ColumnSpec(Strict):
 
 
 class DataConfig(Strict):
-    train: Path | None = Field(None, description="CSV (with header) or NPZ (arrays x, y); relative to the config file")
+    train: Path | None = Field(None, description="CSV (with header), NPZ (arrays x, y), ... or a folder of class "
+                               "folders of images (train/<class>/*.png); relative to the config file")
     target: str | None = Field(None, description="CSV column holding the class or value")
     features: list[str] | None = Field(None, description="CSV feature columns (default: all but the target "
                                        "and the columns typed ignore)")
@@ -100,6 +114,9 @@ class DataConfig(Strict):
                             "in the data's units)")
     scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
     shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
+    image: ImageSettings | None = Field(None, description="image files (data.train: a folder of class folders): "
+                                        "{size: [H, W], color, resize, workers} (default: the first image's size "
+                                        "and colours)")
     delimiter: Literal[",", ";", "\t", "|"] | None = Field(None, description="CSV field separator (default: sniffed; tab for .tsv)")
     decimal: Literal[".", ","] | None = Field(None, description="the decimal mark of CSV number cells (default: '.', or "
                                               "',' detected in a file not separated by commas whose numbers read "

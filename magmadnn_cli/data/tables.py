@@ -21,6 +21,7 @@ from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chun
 from .columns import RawColumns
 from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
 from .text_source import STDIN, check_file, is_stream
+from .image_folder import is_image_file, read_image_folder
 from .images import image_format, read_images
 from .pixels import channels_first, settle_eight_bit
 from .numbers import OffStyle, other_style_note, respelled_labels, two_way_note
@@ -186,6 +187,7 @@ READERS = (
     *(_columnar(kind) for kind in SUFFIXES),
     Reader("csv", lambda p: str(p) == STDIN or is_stream(p) or p.name.lower().endswith(CSV_SUFFIXES), read_csv,
            csv_chunks, lambda p, spec: csv_header(p, spec.csv_format(p))),
+    Reader("image_folder", lambda p: not is_stream(p) and p.is_dir(), read_image_folder, _whole(read_image_folder)),
 )
 
 
@@ -207,9 +209,13 @@ def reader_for(path: Path) -> Reader:
                         "give the .csv")
     if path.name.lower().endswith(".json"):
         raise json_refusal(path)
+    if is_image_file(path):
+        raise DataError(f"{path}: one image is not a data set: give the folder of class folders it belongs in "
+                        "(data.train: train/, holding train/<class>/*.png)")
     raise DataError(f"{path}: unknown data format; expected .csv, .tsv, .txt or .data (also .gz, .bz2, .xz), "
                     ".parquet or .pq, .feather or .arrow, .jsonl or .ndjson (also .gz, .bz2, .xz), .npz, "
-                    "MNIST *-idx3-ubyte[.gz] or CIFAR-10 batches (data_batch_*.bin, data_batch_*)")
+                    "MNIST *-idx3-ubyte[.gz], CIFAR-10 batches (data_batch_*.bin, data_batch_*), or a folder of class "
+                    "folders of images (train/<class>/*.png)")
 
 
 def read_table(path: Path, spec: ReadSpec) -> Table:

@@ -1,0 +1,152 @@
+"""A folder of class folders of image files (`train/<class>/*.png`, the layout Keras'
+`image_dataset_from_directory` and torchvision's `ImageFolder` read) as data: labels are the folder
+names, sorted; nested folders are read; other files are ignored and counted once. Files are decoded
+with Pillow in worker processes (data.image.workers, default every core), in a fixed order."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config.data import ImageSettings
+from ..core import backend as B
+from ..errors import DataError
+from . import image_decode
+from .columns import RawColumns
+from .image_decode import SUFFIXES, Decoding, decode_block, first_look
+from .pixels import settle_eight_bit
+from .table import ReadSpec, Table, typed_labels
+
+BLOCK = 64                # files a worker decodes per task
+PARALLEL_FROM = 256       # fewer files are decoded in this process (starting workers costs more)
+SHOWN = 3                 # ignored files named in the note
+
+
+@dataclass
+class Listing:
+    """The image files of a class-folder layout, in order, with their class names; the files left out."""
+    files: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+
+def is_image_file(path: Path) -> bool:
+    return path.name.lower().endswith(SUFFIXES)
+
+
+def list_classes(root: Path) -> Listing:
+    """Every image file under each class folder of `root` (folders sorted by name, files walked in
+    sorted order), the class folders, and the other files (not images, or outside a class folder)."""
+    listing = Listing()
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir() or entry.name.startswith("."):  # hidden folders (.ipynb_checkpoints) are no class
+            listing.ignored.append(entry.path)
+            continue
+        _check_name(root, entry.name)
+        before = len(listing.files)
+        for folder, dirs, names in os.walk(entry.path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(names):
+                path = os.path.join(folder, name)
+                (listing.files if name.lower().endswith(SUFFIXES) else listing.ignored).append(path)
+        listing.labels += [entry.name] * (len(listing.files) - before)
+        listing.classes.append(entry.name)
+        if len(listing.files) == before:
+            raise DataError(f"{Path(entry.path)}: a class folder with no image files ({', '.join(SUFFIXES)}); add its "
+                            "images, or remove the folder (every subfolder of the data folder is a class)")
+    if not listing.files:
+        loose = any(is_image_file(Path(p)) for p in listing.ignored)
+        raise DataError(f"{root}: is a directory " + ("of images, but not in class folders: put each class's images "
+                        "in a subfolder named after the class (train/<class>/*.png)" if loose else
+                        "with no class folders of images; expected a data file, or a folder holding one subfolder "
+                        "of images per class (train/<class>/*.png)"))
+    return listing
+
+
+def _check_name(root: Path, name: str) -> None:
+    """A class folder's name must be text (it becomes the label)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"{root}: the class folder {name.encode('utf-8', 'surrogateescape')!r} is not named in valid "
+                        "UTF-8; rename it (its name is the class's label)") from None
+
+
+def decoding(listing: Listing, settings: ImageSettings | None) -> Decoding:
+    """data.image resolved: size and colours default to the first image's."""
+    settings = settings or ImageSettings()
+    size, color = tuple(settings.size) if settings.size else None, settings.color
+    if size is None or color == "auto":
+        first = Path(listing.files[0])
+        try:
+            seen_size, seen_color = first_look(first)
+        except Exception as exc:  # noqa: BLE001  any decoding failure names the file
+            raise DataError(f"{first}: cannot read as an image: {image_decode.why(exc)}") from exc
+        size, color = size or seen_size, seen_color if color == "auto" else color
+    return Decoding((int(size[0]), int(size[1])), color, settings.resize)
+
+
+def decode_all(listing: Listing, how: Decoding, workers: int | None) -> np.ndarray:
+    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order; in `workers`
+    processes (default: every core) for large listings. A file that fails is named."""
+    files = listing.files
+    out = np.empty((len(files), *how.shape), np.uint8)
+    blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
+    workers = min(workers or len(os.sched_getaffinity(0)), len(blocks))
+    if workers <= 1 or len(files) < PARALLEL_FROM:
+        results: Any = (decode_block(start, paths, how) for start, paths in blocks)
+        return _gathered(out, results, files)
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding threads or MPI
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=image_decode.quiet_worker) as pool:
+        return _gathered(out, pool.map(decode_block, *zip(*blocks), [how] * len(blocks)), files)
+
+
+def _gathered(out: np.ndarray, results: Any, files: list[str]) -> np.ndarray:
+    for start, block, failed in results:
+        out[start:start + len(block)] = block
+        if failed is not None:
+            where, message = failed
+            raise DataError(f"{Path(files[where])}: cannot read as an image: {message}; fix or remove the file")
+    return out
+
+
+def read_image_folder(root: Path, spec: ReadSpec) -> Table:
+    """The images under `root`'s class folders as a table of (N, C, H, W) samples labelled by folder;
+    the resolved data.image settled (validation and test folders, and predict, decode alike)."""
+    if image_decode.Image is None:
+        raise DataError(f"{root}: reading image files needs Pillow: pip install 'magmadnn-cli[images]' (make install "
+                        "has it)")
+    listing = list_classes(root)
+    settings = spec.data.image if spec.data is not None else None
+    how = decoding(listing, settings)
+    dtype = np.dtype(spec.dtype or B.current().floatx)
+    B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
+                     f"{root}: {len(listing.files):,} decoded images of {how.shape}", on_host=True)
+    pixels = decode_all(listing, how, settings.workers if settings else None)
+    x = pixels.astype(dtype)
+    del pixels
+    table = Table(RawColumns(x), typed_labels(np.array(listing.labels)),
+                  [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root), notes=_notes(root, listing, how))
+    table.settled["image"] = (settings or ImageSettings()).model_copy(update={"size": list(how.size),
+                                                                              "color": how.color})
+    settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
+    return table
+
+
+def _notes(root: Path, listing: Listing, how: Decoding) -> list[str]:
+    """What reading the folder decided and left out, a line each."""
+    height, width = how.size
+    notes = [f"{root}: {len(listing.files):,} images in {len(listing.classes)} class folders, decoded as {how.color} "
+             f"{height}x{width} ({how.shape[0]} x {height} x {width} per sample)"]
+    if listing.ignored:
+        shown = ", ".join(str(Path(p).relative_to(root)) for p in listing.ignored[:SHOWN])
+        notes.append(f"{root}: {len(listing.ignored):,} other file(s) ignored (not {'/'.join(SUFFIXES)} images in a "
+                     f"class folder): {shown}" + (", ..." if len(listing.ignored) > SHOWN else ""))
+    return notes
