@@ -8,10 +8,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Field, PositiveInt, model_validator
 
+from .activations import ALPHA_ACTIVATIONS, DECLARATIONS, ActivationName
 from .base import Declared, PositiveFloat, Strict, UnitFloat
-
-ActivationName = Literal["linear", "sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "softmax", "log_softmax"]
-ALPHA_ACTIVATIONS = ("leaky_relu", "elu")
 
 
 # -- initializers --------------------------------------------------------------------------------
@@ -77,14 +75,15 @@ class AlphaFor(LayerSpec):
     def _alpha_needs_its_activation(self) -> "AlphaFor":
         activation = getattr(self, "activation", "linear")
         if getattr(self, "alpha", None) is not None and activation not in ALPHA_ACTIVATIONS:
-            raise ValueError(f"alpha is the slope/scale of leaky_relu and elu; activation {activation!r} takes "
-                             "none: remove alpha or change the activation")
+            raise ValueError(f"alpha is the slope/scale of {' and '.join(ALPHA_ACTIVATIONS)}; activation "
+                             f"{activation!r} takes none: remove alpha or change the activation")
         return self
 
     @property
     def activation_args(self) -> dict[str, float]:
-        alpha = getattr(self, "alpha", None)
-        return {} if alpha is None else {"alpha": alpha}
+        """The activation's parameters: alpha as given, else as declared, where it takes one."""
+        alpha, declared = getattr(self, "alpha", None), DECLARATIONS[getattr(self, "activation", "linear")].alpha
+        return {} if declared is None else {"alpha": declared if alpha is None else alpha}
 
 
 class DenseLayer(AlphaFor):

@@ -4,7 +4,6 @@ assembles data, network, optimizer, the strategy's wrapper and the trainer (the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..config.rules import output_head
+from ..config.activations import DECLARATIONS as ACTIVATION_DECLARATIONS
 from ..config.schema import Config
 from ..core import backend as B
 from ..data.augment import augment
@@ -161,7 +161,6 @@ def _unmeasured_monitor(config: Config, data: Prepared) -> str | None:
     return None
 
 
-HEAD_RANGES = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "relu": (0.0, math.inf), "gelu": (-0.17, math.inf)}
 KEEP_RANGE = {"dropout", "flatten", "reshape", "pool2d", "global_avg_pool"}  # layers after the head that keep its range
 UNREACHABLE_SHARE = 0.01  # a few outliers out of reach are the data's; more are the head's
 
@@ -174,9 +173,7 @@ def unreachable_targets(config: Config, data: Prepared) -> str | None:
     after = {layer.type for layer in config.model.layers[head.index + 1:]}
     if task_of(config) != "regression" or not after <= KEEP_RANGE:  # a batchnorm's scale and shift unbind it
         return None
-    alpha = getattr(config.model.layers[head.index], "alpha", None)
-    low, high = (-(1.0 if alpha is None else alpha), math.inf) if head.activation == "elu" else \
-        HEAD_RANGES.get(head.activation, (-math.inf, math.inf))
+    low, high = ACTIVATION_DECLARATIONS[head.activation].output_range(getattr(config.model.layers[head.index], "alpha", None))
     y = data.train.y
     share = float(np.mean((y < low) | (y > high))) if y.size else 0.0
     if share <= UNREACHABLE_SHARE:

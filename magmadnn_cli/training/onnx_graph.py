@@ -8,7 +8,6 @@ only, lazily, so the package works without it."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -19,6 +18,7 @@ from ..data.columns import Column, MissingTokens
 from ..data import dates
 from ..errors import MagmaError
 from ..nn.layers import build_layers
+from ..core.graph.activations import get_activation
 from .modelfile import SavedModel
 from .onnx_cells import boolean, number_tokens, one_hot, text_missing
 
@@ -329,23 +329,8 @@ def _residual(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
 
 
 def _activation(g: Graph, spec: Any, z: str) -> str:
-    name, alpha = spec.activation, getattr(spec, "alpha", None)
-    simple = {"linear": None, "sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
-    if name in simple:
-        return z if simple[name] is None else g.op(simple[name], z)
-    if name == "leaky_relu":
-        return g.op("LeakyRelu", z, alpha=0.01 if alpha is None else alpha)
-    if name == "elu":
-        return g.op("Elu", z, alpha=1.0 if alpha is None else alpha)
-    if name in ("softmax", "log_softmax"):
-        return g.op("Softmax" if name == "softmax" else "LogSoftmax", z, axis=-1)
-    if name == "gelu":  # 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), the runtime's tanh form
-        cube = g.op("Mul", g.op("Mul", z, z), z)
-        inner = g.op("Mul", g.op("Add", z, g.op("Mul", cube, g.const(np.float32(0.044715), "k"))),
-                     g.const(np.float32(math.sqrt(2.0 / math.pi)), "c"))
-        return g.op("Mul", g.op("Mul", z, g.const(np.float32(0.5), "half")),
-                    g.op("Add", g.op("Tanh", inner), g.const(np.float32(1.0), "one")))
-    raise MagmaError(f"activation {name!r} cannot be exported to ONNX yet")
+    """The layer's activation in its declared ONNX form (`core/graph/activations.py`)."""
+    return get_activation(spec.activation, **getattr(spec, "activation_args", {})).onnx(g, z)
 
 
 LAYERS: dict[str, Callable[..., str]] = {  # config name -> exporter (a layer missing here is refused by name)

@@ -1,11 +1,14 @@
-"""Activation functions: the registry `ACTIVATIONS`, keyed by the config's names.
+"""Activation functions: the registry `ACTIVATIONS`, keyed by the config's names, each class the
+implementation of one declaration (`config/activations.py`: name, alpha, output range).
 
-Each is a value function and a gradient that may use the input `z`, the output `y`, or both.
+Each is a value function, a gradient that may use the input `z`, the output `y`, or both, and its
+ONNX form (`onnx`, on the exporter's graph builder: ops by name, constants).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +18,7 @@ from .node import Array
 
 
 class Activation:
-    name = ""
+    name = ""  # the declaration's name (`config/activations.py`)
     # Piecewise linear and non-decreasing: a max over a window commutes with it exactly, with the
     # same first maximum, so pooling may run before it (on the smaller array).
     commutes_with_max = False
@@ -33,6 +36,10 @@ class Activation:
         """d(loss)/dz given g = d(loss)/dy."""
         raise NotImplementedError  # abstract
 
+    def onnx(self, g: Any, z: str) -> str:
+        """The activation of graph value `z` in `g` (the ONNX exporter's builder); returns the output's name."""
+        raise NotImplementedError  # abstract
+
 
 class Linear(Activation):
     name = "linear"
@@ -43,6 +50,9 @@ class Linear(Activation):
 
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         return g
+
+    def onnx(self, g: Any, z: str) -> str:
+        return z
 
 
 class Sigmoid(Activation):
@@ -76,6 +86,9 @@ class Sigmoid(Activation):
         d *= g
         return d
 
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("Sigmoid", z)
+
 
 class Tanh(Activation):
     name = "tanh"
@@ -87,6 +100,9 @@ class Tanh(Activation):
         if B.array_module(y) is not np:
             return elementwise("tanh_grad")(y, g)
         return g * (1.0 - y * y)
+
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("Tanh", z)
 
 
 class ReLU(Activation):
@@ -101,6 +117,9 @@ class ReLU(Activation):
             return elementwise("relu_grad")(z, g)
         return g * (z > 0)
 
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("Relu", z)
+
 
 class LeakyReLU(Activation):
     name = "leaky_relu"
@@ -114,6 +133,9 @@ class LeakyReLU(Activation):
 
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         return B.array_module(z).where(z > 0, g, self.alpha * g)
+
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("LeakyRelu", z, alpha=self.alpha)
 
 
 class ELU(Activation):
@@ -130,6 +152,9 @@ class ELU(Activation):
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         return B.array_module(z).where(z > 0, g, g * (y + self.alpha))
 
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("Elu", z, alpha=self.alpha)
+
 
 class GELU(Activation):
     """0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), the tanh form of Hendrycks & Gimpel."""
@@ -144,6 +169,28 @@ class GELU(Activation):
         t = B.array_module(z).tanh(self._c * (z + 0.044715 * z ** 3))
         dt = (1.0 - t * t) * self._c * (1.0 + 3 * 0.044715 * z * z)
         return g * (0.5 * (1.0 + t) + 0.5 * z * dt)
+
+    def onnx(self, g: Any, z: str) -> str:
+        cube = g.op("Mul", g.op("Mul", z, z), z)
+        inner = g.op("Mul", g.op("Add", z, g.op("Mul", cube, g.const(np.float32(0.044715), "k"))),
+                     g.const(np.float32(self._c), "c"))
+        return g.op("Mul", g.op("Mul", z, g.const(np.float32(0.5), "half")),
+                    g.op("Add", g.op("Tanh", inner), g.const(np.float32(1.0), "one")))
+
+
+class SiLU(Activation):
+    """z sigmoid(z) (Elfwing et al. 2018; swish with beta 1): smooth, non-monotonic below zero."""
+    name = "silu"
+
+    def __call__(self, z: Array) -> Array:
+        return z * Sigmoid()(z)
+
+    def grad(self, z: Array, y: Array, g: Array) -> Array:
+        s = Sigmoid()(z)
+        return g * (s + y * (1.0 - s))  # d/dz z s(z) = s + z s (1 - s) = s + y (1 - s)
+
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("Mul", z, g.op("Sigmoid", z))
 
 
 class Softmax(Activation):
@@ -160,6 +207,9 @@ class Softmax(Activation):
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         return y * (g - (g * y).sum(axis=-1, keepdims=True))
 
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("Softmax", z, axis=-1)
+
 
 class LogSoftmax(Activation):
     """z - logsumexp(z) over the last axis."""
@@ -174,13 +224,16 @@ class LogSoftmax(Activation):
     def grad(self, z: Array, y: Array, g: Array) -> Array:
         return g - B.array_module(y).exp(y) * g.sum(axis=-1, keepdims=True)
 
+    def onnx(self, g: Any, z: str) -> str:
+        return g.op("LogSoftmax", z, axis=-1)
 
-ACTIVATIONS: dict[str, type[Activation]] = {
-    cls.name: cls for cls in (Linear, Sigmoid, Tanh, ReLU, LeakyReLU, ELU, GELU, Softmax, LogSoftmax)
-}
+
+ACTIVATIONS: dict[str, type[Activation]] = {cls.name: cls for cls in Activation.__subclasses__()}
 
 
 def get_activation(name: str, **kwargs: float) -> Activation:
+    """The activation `name` with its parameters (`alpha`; configs pass their declared default,
+    `config/activations.py`, which a test keeps equal to the classes' own)."""
     from ...errors import MagmaError  # noqa: PLC0415
     if name not in ACTIVATIONS:
         raise MagmaError(f"unknown activation {name!r} (expected one of {', '.join(ACTIVATIONS)})")
