@@ -58,6 +58,7 @@ class LayerSpec(Declared):
     declarations: ClassVar[dict[str, type[Declared]]] = {}
     cancels_bias: ClassVar[bool] = False
     width_field: ClassVar[str | None] = None
+    keeps_range: ClassVar[bool] = False  # its outputs lie in its input's range (a bounded head stays bounded)
 
     name: str | None = Field(None, pattern=SAFE_NAME,
                              description="stable name for the layer's weights (default <type>_<index>)")
@@ -104,11 +105,13 @@ class ActivationLayer(AlphaFor):
 
 
 class DropoutLayer(LayerSpec):
+    keeps_range: ClassVar[bool] = True
     type: Literal["dropout"]
     rate: UnitFloat
 
 
 class FlattenLayer(LayerSpec):
+    keeps_range: ClassVar[bool] = True
     type: Literal["flatten"]
 
 
@@ -150,6 +153,7 @@ class Conv2DLayer(AlphaFor):
 
 
 class Pool2DLayer(LayerSpec):
+    keeps_range: ClassVar[bool] = True
     type: Literal["pool2d"]
     mode: Literal["max", "avg"] = "max"
     pool_size: IntOrPair = 2
@@ -180,10 +184,12 @@ class LayerNormLayer(LayerSpec):
 
 
 class GlobalAvgPoolLayer(LayerSpec):
+    keeps_range: ClassVar[bool] = True
     type: Literal["global_avg_pool"]
 
 
 class ReshapeLayer(LayerSpec):
+    keeps_range: ClassVar[bool] = True
     type: Literal["reshape"]
     shape: list[PositiveInt] = Field(min_length=1)
 

@@ -161,7 +161,6 @@ def _unmeasured_monitor(config: Config, data: Prepared) -> str | None:
     return None
 
 
-KEEP_RANGE = {"dropout", "flatten", "reshape", "pool2d", "global_avg_pool"}  # layers after the head that keep its range
 UNREACHABLE_SHARE = 0.01  # a few outliers out of reach are the data's; more are the head's
 
 
@@ -170,8 +169,8 @@ def unreachable_targets(config: Config, data: Prepared) -> str | None:
     of the training targets, as scaled, lie outside of: the model could never fit them (a sigmoid on
     standardized targets reaches only [mean, mean + 1 sd])."""
     head = output_head(config.model.layers, config.loss.type)
-    after = {layer.type for layer in config.model.layers[head.index + 1:]}
-    if task_of(config) != "regression" or not after <= KEEP_RANGE:  # a batchnorm's scale and shift unbind it
+    after = config.model.layers[head.index + 1:]
+    if task_of(config) != "regression" or not all(layer.keeps_range for layer in after):  # a batchnorm unbinds it
         return None
     low, high = ACTIVATION_DECLARATIONS[head.activation].output_range(getattr(config.model.layers[head.index], "alpha", None))
     y = data.train.y
