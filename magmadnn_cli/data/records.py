@@ -1,0 +1,196 @@
+"""Tables from rows held in memory (a server's request body): JSON records (`[{"age": 41, ...}]`),
+MLflow's `dataframe_split` (`{"columns": [...], "data": [[...]]}`) and `dataframe_records`, and CSV
+text. Each becomes the Table a file reader gives for the same rows: the same columns checked against
+the model's, the same cell parsing (numbers, text, missing cells, data.missing_tokens), so a model
+answers them as `predict` answers a file of those rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .columns import RawColumns
+from .csv_reader import DELIMITERS, CsvFormat, parse_cells
+from .numbers import detect_style, typed_cells
+from .table import ReadSpec, Table, _closest, checked_columns
+
+NUMBER = (int, float)
+STYLE_LINES = 200  # lines of a CSV body sampled to detect how its numbers are written
+
+
+def json_table(payload: Any, spec: ReadSpec, source: str) -> Table:
+    """A JSON body as a table: a list of records, {"dataframe_split": {...}}, {"dataframe_records":
+    [...]}, {"columns": [...], "data": [...]} or MLflow's {"instances" | "inputs": [records]}."""
+    if isinstance(payload, list):
+        return records_table(payload, spec, source)
+    if isinstance(payload, dict):
+        if set(payload) == {"columns", "data"} or set(payload) == {"columns", "data", "index"}:
+            return split_table(payload, spec, source)
+        keys = [k for k in ("dataframe_split", "dataframe_records", "instances", "inputs") if k in payload]
+        if len(keys) == 1 and len(payload) <= 2:  # MLflow sends "params" beside the data
+            body = payload[keys[0]]
+            return split_table(body, spec, f"{source} ({keys[0]})") if keys[0] == "dataframe_split" else \
+                records_table(body, spec, f"{source} ({keys[0]})")
+    raise DataError(f"{source}: expected a JSON list of records ([{{\"column\": value, ...}}, ...]), "
+                    "{\"dataframe_split\": {\"columns\": [...], \"data\": [[...], ...]}} or {\"dataframe_records\": "
+                    f"[...]}}; received {_kind(payload)}" + (f" with keys {', '.join(map(repr, list(payload)[:6]))}"
+                                                           if isinstance(payload, dict) else ""))
+
+
+def records_table(records: Any, spec: ReadSpec, source: str) -> Table:
+    """Records (one JSON object a row) as a table; a key a record lacks is a missing cell, as in a
+    JSON Lines file."""
+    if not isinstance(records, list):
+        raise DataError(f"{source}: expected a list of records ([{{\"column\": value, ...}}, ...]); received "
+                        f"{_kind(records)}")
+    bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise DataError(f"{source}: data row {bad + 1}: a JSON {_kind(records[bad])}, not an object; expected one "
+                        "record ({\"column\": value, ...}) a row")
+    names = list(dict.fromkeys(key for record in records for key in record))
+    return values_table(names, [[r.get(n) for n in names] for r in records], spec, source)
+
+
+def split_table(body: Any, spec: ReadSpec, source: str) -> Table:
+    """pandas' `to_dict(orient="split")` (MLflow's dataframe_split): column names and rows of values."""
+    if not isinstance(body, dict) or not isinstance(body.get("columns"), list) or not isinstance(body.get("data"), list):
+        raise DataError(f"{source}: expected {{\"columns\": [names], \"data\": [[values], ...]}}; received "
+                        f"{_kind(body)}" + (f" with keys {', '.join(map(repr, list(body)[:6]))}"
+                                            if isinstance(body, dict) else ""))
+    names, rows = [str(n) for n in body["columns"]], body["data"]
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(names):
+            got = f"{len(row)} values" if isinstance(row, list) else f"a JSON {_kind(row)}"
+            raise DataError(f"{source}: data row {i + 1} has {got}; \"columns\" names {len(names)}: give each row "
+                            "one value per column, in that order")
+    return values_table(names, rows, spec, source)
+
+
+def values_table(names: list[str], rows: list[list[Any]], spec: ReadSpec, source: str) -> Table:
+    """Rows of JSON values under `names` as a table: numbers as numbers, null as a missing cell,
+    strings and booleans as a CSV cell holding them would be read."""
+    wanted = _wanted(names, spec, source)
+    position = {n: i for i, n in enumerate(names)}
+    text = spec.text_columns(wanted)
+    dtype = spec.dtype or np.float32
+    flat = [row[position[n]] for row in rows for n in wanted]
+    if not text and {type(v) for v in flat} <= {int, float}:  # numbers only: no text pass (the common case)
+        x = _numbers(flat, len(rows), len(wanted), dtype)
+        if x is not None:
+            return spec.blanked(Table(RawColumns(x), None, wanted, source))
+    x = np.full((len(rows), len(wanted)), np.nan, dtype)
+    strings: dict[int, np.ndarray] = {}
+    for j, name in enumerate(wanted):
+        column = [row[position[name]] for row in rows]
+        numbers = None if j in text or not {type(v) for v in column} <= {int, float, type(None)} else \
+            _numbers([math.nan if v is None else v for v in column], len(rows), 1, dtype)
+        if numbers is not None:
+            x[:, j] = numbers[:, 0]
+            continue
+        cells = np.array([_cell(v, name, source, i) for i, v in enumerate(column)], dtype=str).reshape(-1, 1)
+        typed, texts = typed_cells(cells, dtype, {0} if j in text else set())
+        x[:, j] = typed[:, 0]
+        if 0 in texts:
+            strings[j] = texts[0]
+    return spec.blanked(Table(RawColumns(x, strings), None, wanted, source))
+
+
+def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
+    """CSV text (a header row, or rows of data.names' columns without one) as a table, its cells
+    parsed by the CSV line reader: dialect and number style as for a file."""
+    lines = [line for line in io.StringIO(text).readlines() if line.strip()]
+    if not lines:
+        raise DataError(f"{source}: empty CSV body; expected a header row and data rows")
+    fmt = _csv_format(lines, spec)
+    first = next(csv.reader(lines[:1], delimiter=fmt.delimiter))
+    names = [f.strip() for f in first]
+    header = True
+    if spec.header and not (set(names) & set(spec.header)):  # data.names: rows of those columns, no header row
+        header = False
+        names = [n for n in spec.header if len(first) == len(spec.header) or n != _target(spec)]
+    rows = lines[1:] if header else lines
+    wanted = _wanted(names, spec, source)
+    if not rows:
+        return Table(RawColumns(np.zeros((0, len(wanted)), spec.dtype or np.float32)), None, wanted, source)
+    position = {n: i for i, n in enumerate(names)}
+    x, strings = parse_cells(rows, source, names, [position[n] for n in wanted], 1 + header, fmt,
+                             spec.dtype or np.float32, spec.text_columns(wanted))
+    return spec.blanked(Table(RawColumns(x, strings), None, wanted, source))
+
+
+def _csv_format(lines: list[str], spec: ReadSpec) -> CsvFormat:
+    """The body's delimiter (data.delimiter, else the one of , ; tab | that splits the first lines
+    alike into the most fields) and number style (data.decimal / data.thousands, else detected)."""
+    data = spec.data
+    delimiter = data.delimiter if data is not None and data.delimiter else None
+    if delimiter is None:
+        delimiter, fields = ",", 1
+        for candidate in DELIMITERS:
+            try:
+                counts = [len(row) for row in csv.reader(lines[:20], delimiter=candidate)]
+            except csv.Error:
+                continue
+            if counts[0] > fields and all(c == counts[0] for c in counts):
+                delimiter, fields = candidate, counts[0]
+    decimal, thousands = (data.decimal, data.thousands) if data is not None else (None, None)
+    if decimal is None and thousands is None:
+        decimal, thousands = detect_style(lines[:STYLE_LINES], delimiter) or (".", "")
+    decimal = decimal or ("," if thousands == "." else ".")
+    return CsvFormat(delimiter, decimal=decimal, thousands=thousands or "")
+
+
+def _wanted(names: list[str], spec: ReadSpec, source: str) -> list[str]:
+    """The model's feature columns, checked against the body's as against a file's; a column the
+    model does not know is refused (a misspelt name would otherwise be a missing cell, filled)."""
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise DataError(f"{source}: duplicate column names: {', '.join(duplicates[:10])}; give each column once")
+    wanted = checked_columns(source, names, spec)  # type: ignore[arg-type]  (a name, not a path)
+    known = set(wanted) | {_target(spec)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise DataError(f"{source}: unknown column(s) {', '.join(map(repr, unknown[:10]))}"
+                        + (f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else "")
+                        + f"{_closest(unknown[0], [w for w in wanted if w not in names])}; the model reads "
+                        f"{', '.join(wanted[:20])}{', ...' if len(wanted) > 20 else ''}: leave the others out")
+    return wanted
+
+
+def _target(spec: ReadSpec) -> str | None:
+    """The training data's target column (a body may hold it; it is not read)."""
+    return spec.data.target if spec.data is not None else spec.target
+
+
+def _numbers(values: list[Any], rows: int, columns: int, dtype: Any) -> np.ndarray | None:
+    """JSON numbers as the float type (through float64, as a CSV cell is read); None where one is
+    beyond float64 (a huge integer: read as text, then as infinity)."""
+    try:
+        wide = np.array(values, dtype=np.float64).reshape(rows, columns)
+    except OverflowError:
+        return None
+    with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell later
+        return wide.astype(dtype)
+
+
+def _cell(value: Any, column: str, source: str, row: int) -> str:
+    """A JSON value as a CSV cell would hold it (null: a missing cell)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, NUMBER):
+        return repr(value)
+    raise DataError(f"{source}: column {column!r}, data row {row + 1}: a JSON {_kind(value)}; expected a number, "
+                    "a string, true/false or null (a flat table: one value a cell)")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number" if isinstance(value, NUMBER) else type(value).__name__)

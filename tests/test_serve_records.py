@@ -1,0 +1,93 @@
+"""Tables from rows in memory (data/records.py): JSON records, MLflow's dataframe_split and
+dataframe_records, and CSV text give the rows `predict` gives for a file of them, to the digit."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from magmadnn_cli.data.records import csv_table, json_table
+from magmadnn_cli.errors import DataError
+from magmadnn_cli.inference import Predictor, new_tally, read_spec
+from serve_helpers import HEART_NAMES, csv_text, digits_rows, heart_rows, predicted, records, train_models
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return train_models(tmp_path_factory.mktemp("models"))
+
+
+def answer(model: Predictor, table_of, body, proba: bool = True) -> list[list[str]]:
+    with model.using():
+        spec = read_spec(model.path, model.saved, False)
+        return model.predict_table(table_of(body, spec, "request"), proba, (), False, new_tally()).tolist()
+
+
+@pytest.mark.parametrize("name", ["heart", "digits"])
+def test_every_body_form_answers_as_predict_does(models, name, capsys, tmp_path):
+    names, rows = (HEART_NAMES, heart_rows()) if name == "heart" else digits_rows()
+    expected = predicted(capsys, models[name], tmp_path, names, rows)
+    model = Predictor(models[name], "cpu")
+    split = {"columns": names, "data": [[r[n] for n in names] for r in records(names, rows)]}
+    assert answer(model, json_table, records(names, rows)) == expected
+    assert answer(model, json_table, {"dataframe_records": records(names, rows)}) == expected
+    assert answer(model, json_table, {"dataframe_split": split}) == expected
+    assert answer(model, json_table, split) == expected
+    assert answer(model, csv_table, csv_text(names, rows)) == expected
+    assert answer(model, json_table, records(names, rows), proba=False) == [r[:1] for r in expected]
+
+
+def test_text_cells_missing_keys_and_headerless_csv_read_as_a_file_would(models, capsys, tmp_path):
+    rows = heart_rows(count=30, start=160)  # rows 167 and 193 of the file hold '?'
+    assert any("?" in r for r in rows)
+    expected = predicted(capsys, models["heart"], tmp_path, HEART_NAMES, rows)
+    model = Predictor(models["heart"], "cpu")
+    as_text = [dict(zip(HEART_NAMES, r)) for r in rows]  # every value a string, '?' included
+    assert answer(model, json_table, as_text) == expected
+    lacking = [{k: v for k, v in r.items() if v is not None} for r in records(HEART_NAMES, rows)]
+    assert answer(model, json_table, lacking) == expected  # a key left out is a missing cell
+    assert answer(model, csv_table, csv_text(HEART_NAMES, rows, header=False)) == expected  # data.names
+
+
+def test_bad_bodies_get_predicts_messages(models, capsys, tmp_path):
+    names, cells = digits_rows(count=3)
+    data = tmp_path / "rows.csv"
+    data.write_text(csv_text(names[1:], [r[1:] for r in cells]))
+    from conftest import run_cli
+    code, _, err = run_cli(capsys, "predict", models["digits"], data)
+    assert code == 2
+    file_message = " ".join(err.split()).split(f"{data}: ", 1)[1]
+    with pytest.raises(DataError) as missing:
+        answer(Predictor(models["digits"], "cpu"), json_table, [dict(list(r.items())[1:]) for r in records(names, cells)])
+    assert " ".join(str(missing.value).split()) == f"request: {file_message}"
+    model = Predictor(models["heart"], "cpu")
+    rows = records(HEART_NAMES, heart_rows(count=3))
+    with pytest.raises(DataError, match=r"request: missing feature column\(s\) age, .*did you mean 'agee'\?"):
+        answer(model, json_table, [{("agee" if k == "age" else k): v for k, v in r.items()} for r in rows])
+    with pytest.raises(DataError, match=r"request: unknown column\(s\) 'id'; the model reads age, sex, .*leave"):
+        answer(model, json_table, [{**r, "id": 7} for r in rows])
+    assert len(answer(model, json_table, [{**r, "num": 1} for r in rows])) == 3  # the target: not read
+    with pytest.raises(DataError, match=r"column 'chol', data row 2: .*inf"):
+        answer(model, json_table, [r if i != 1 else {**r, "chol": "inf"} for i, r in enumerate(rows)])
+    with pytest.raises(DataError, match=r"column 'chol', data row 3: a JSON array"):
+        answer(model, json_table, [r if i != 2 else {**r, "chol": [1]} for i, r in enumerate(rows)])
+    with pytest.raises(DataError, match=r"data row 2 has 3 values; \"columns\" names 13"):
+        answer(model, json_table, {"dataframe_split": {"columns": HEART_NAMES, "data": [list(rows[0].values()),
+                                                                                        [1, 2, 3]]}})
+    with pytest.raises(DataError, match="expected a JSON list of records"):
+        answer(model, json_table, {"rows": []})
+
+
+def test_a_thousand_single_row_tables_take_under_a_second(models):
+    """The records path's own cost per request (it runs once per request): digits' 64 columns."""
+    names, rows = digits_rows(count=1)
+    body = records(names, rows)
+    model = Predictor(models["digits"], "cpu")
+    with model.using():
+        spec = read_spec(model.path, model.saved, False)
+        start = time.perf_counter()
+        for _ in range(1000):
+            json_table(body, spec, "request")
+        took = time.perf_counter() - start
+    assert took < 1.0, f"{took * 1000:.0f} us per single-row table"
