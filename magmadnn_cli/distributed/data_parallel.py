@@ -34,8 +34,10 @@ class DataParallel:
     captures = True  # a step of this strategy can be captured as a CUDA graph (its work stays on the device)
     whole_gradient = True  # after `reduce`, every rank holds the whole summed gradient
 
-    def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True) -> None:
+    def __init__(self, network: Any, optimizer: Any, comm: Communicator, sync_batchnorm: bool = True,
+                 note: str | None = None) -> None:
         self.net, self.optimizer, self.comm = network, optimizer, comm  # comm: the ranks sharing gradients
+        self.note = note  # what the run log says of how it came to this strategy (a fallback taken)
         self.world = comm  # every rank of the job (more than `comm` under model parallelism)
         self.sync_batchnorm = sync_batchnorm
         self._place()
@@ -103,7 +105,7 @@ class DataParallel:
 
     def layout(self) -> str | None:
         """A run-log line on how the ranks share the work (None: nothing to say beyond the rank count)."""
-        return None
+        return self.note
 
     def summary(self) -> dict[str, Any]:
         """What the run's metrics report of the strategy (nothing: every step is the same)."""

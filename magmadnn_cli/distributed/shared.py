@@ -19,7 +19,6 @@ one machine (the tests do).
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -77,18 +76,18 @@ class SharedMemoryCommunicator(MPICommunicator):
         return bool(self.local.allreduce(flag, op=MPI.LAND))
 
 
-def shared_memory_usable(network: Any, optimizer: Any, comm: SharedMemoryCommunicator) -> bool:
-    """CPU only, ranks on one node unless asked across nodes, and room in /dev/shm on every rank."""
-    if B.current().device != "cpu" or (comm.local_size < comm.size and not comm.across_nodes):
-        return False
+def shared_memory_refusal(network: Any, optimizer: Any, comm: SharedMemoryCommunicator) -> str | None:
+    """Why the shared_memory strategy cannot run here (None: it can): CPU only, ranks on one node unless
+    asked across nodes, and room in /dev/shm on every rank."""
+    if B.current().device != "cpu":
+        return "the shared_memory strategy runs on the CPU; a GPU reduces through MPI's allreduce (or NCCL)"
+    if comm.local_size < comm.size and not comm.across_nodes:
+        return "the ranks span several nodes; MPI's allreduce carries the gradients between them"
     nbytes = _shared_floats(network, optimizer, comm.local_size) * network.flat_params.dtype.itemsize
     if comm.all_agree(shared_memory_fits(nbytes)):
-        return True
-    if comm.rank == 0:
-        print(f"warning: /dev/shm has less than the {nbytes / 2**20:.0f} MiB the shared_memory strategy "
-              "needs (a container's default is 64 MiB: docker run --shm-size); using MPI allreduce instead",
-              file=sys.stderr)
-    return False
+        return None
+    return (f"/dev/shm has less than the {nbytes / 2**20:.0f} MiB the shared_memory strategy needs (a container's "
+            "default is 64 MiB: docker run --shm-size); using MPI allreduce instead")
 
 
 def _shared_floats(network: Any, optimizer: Any, ranks: int) -> int:

@@ -79,9 +79,14 @@ def _sharded(network: Any, optimizer: Any, comm: Communicator, groups: ModelGrou
     """One copy per node in shared memory where the communicator is made for it and it can (CPU,
     room in /dev/shm); else MPI's allreduce."""
     if comm.size > 1:
-        from .shared import ShardedDataParallel, SharedMemoryCommunicator, shared_memory_usable  # noqa: PLC0415
-        if isinstance(comm, SharedMemoryCommunicator) and shared_memory_usable(network, optimizer, comm):
-            return ShardedDataParallel(network, optimizer, comm, dist.sync_batchnorm)
+        from .shared import ShardedDataParallel, SharedMemoryCommunicator, shared_memory_refusal  # noqa: PLC0415
+        if isinstance(comm, SharedMemoryCommunicator):
+            why = shared_memory_refusal(network, optimizer, comm)
+            if why is None:
+                return ShardedDataParallel(network, optimizer, comm, dist.sync_batchnorm)
+            if groups.model_ranks == 1:  # the fallback is said in the run log
+                from .data_parallel import DataParallel as Fallback  # noqa: PLC0415
+                return Fallback(network, optimizer, comm, dist.sync_batchnorm, note=f"distributed: {why}")
     return _synchronous(network, optimizer, comm, groups, dist)
 
 
