@@ -246,3 +246,16 @@ def test_the_trainer_has_few_collaborators():
     source = inspect.getsource(Trainer)
     assert not re.search(r"--[a-z]", source), "the trainer names CLI flags (advice belongs in training/advice.py)"
     assert "tune_convolutions" not in source, "choosing convolution algorithms is training/convolutions.py's"
+
+
+def test_only_the_cli_and_reporting_print():
+    """Library code reports through the reporter or its return values (a print from a rank bypasses the
+    run log, and the quiet flag)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("cli.py", "reporting.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not found, found
