@@ -50,6 +50,22 @@ def digits(wheels: Path) -> None:
               [[int(float(v)) for v in r] for r in rows if r])
 
 
+def digits_png(wheels: Path) -> None:
+    """The digits as 8-bit grayscale PNG files in class folders (digits_png/<label>/<row>.png), pixels
+    0-16 scaled to 0-255 (round(v * 255 / 16)): the image-folder example. Read from digits.csv.gz."""
+    from PIL import Image  # noqa: PLC0415  (the [images] extra; only this builder needs it)
+    del wheels
+    with gzip.open(HERE / "digits.csv.gz", "rt") as f:
+        rows = list(csv.reader(f))[1:]
+    root = HERE / "digits_png"
+    for i, row in enumerate(rows):
+        pixels = bytes(round(int(v) * 255 / 16) for v in row[:64])
+        folder = root / row[64]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.frombytes("L", (8, 8), pixels).save(folder / f"{i:04d}.png", optimize=True)
+    print(f"{root}: {len(rows)} PNG files in {len({r[64] for r in rows})} class folders")
+
+
 def iris(wheels: Path) -> None:
     rows = sklearn_csv(wheels, "iris.csv")
     names = rows[0][2:]
@@ -132,7 +148,7 @@ def heart_raw(wheels: Path) -> None:
 
 def main() -> None:
     wheels = Path(sys.argv[1] if len(sys.argv) > 1 else "wheels")
-    for build in (digits, iris, breast_cancer, diabetes, mnist_5k, heart, heart_raw):
+    for build in (digits, digits_png, iris, breast_cancer, diabetes, mnist_5k, heart, heart_raw):
         build(wheels)
 
 

@@ -247,3 +247,42 @@ def test_train_a_cnn_from_a_folder(tmp_path, capsys):
     import json
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["test"]["accuracy"] == 1.0, metrics
+
+
+def test_shipped_digit_pngs_are_the_digits_csv():
+    from conftest import ROOT
+    rows = np.loadtxt(ROOT / "datasets" / "digits.csv.gz", delimiter=",", skiprows=1, dtype=np.int64)
+    order = np.argsort(rows[:, 64], kind="stable")  # class folders in order, files by row number within
+    t = read_table(ROOT / "datasets" / "digits_png", ReadSpec(None, None))
+    assert t.x.shape == (1797, 1, 8, 8) and t.y.tolist() == rows[order, 64].tolist()
+    np.testing.assert_array_equal(t.x.reshape(1797, 64), np.round(rows[order, :64] * 255 / 16))
+
+
+@pytest.mark.slow
+def test_digits_folder_config_trains_and_evaluates(capsys, tmp_path):
+    from conftest import ROOT
+    import json
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_folder.yaml", "--out", tmp_path / "r", "-q")
+    assert code == 0, err
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["test"]["accuracy"] >= 0.97
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "r" / "model.npz", ROOT / "datasets" / "digits_png")
+    assert code == 0 and "accuracy" in out, err
+
+
+@pytest.mark.slow
+def test_digits_folder_model_exports_taking_decoded_pixels(capsys, tmp_path):
+    """The exported graph takes the images as decoded (0-255 float32, N x C x H x W) and scales them
+    itself: its labels are predict's."""
+    from conftest import ROOT
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_folder.yaml", "--out", tmp_path / "r", "-q",
+                           "--set", "training.epochs=2")
+    assert code == 0, err
+    assert run_cli(capsys, "export", tmp_path / "r", "-o", tmp_path / "m.onnx")[0] == 0
+    code, out, err = run_cli(capsys, "predict", tmp_path / "r" / "model.npz", ROOT / "datasets" / "digits_png")
+    assert code == 0, err
+    pixels = read_table(ROOT / "datasets" / "digits_png", ReadSpec(None, None)).x  # as decoded: 0-255
+    assert pixels.max() == 255
+    _, labels = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"features": pixels})
+    assert [str(v) for v in labels.reshape(-1)] == out.splitlines()[1:]
