@@ -286,3 +286,27 @@ def test_digits_folder_model_exports_taking_decoded_pixels(capsys, tmp_path):
     assert pixels.max() == 255
     _, labels = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"features": pixels})
     assert [str(v) for v in labels.reshape(-1)] == out.splitlines()[1:]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_on_error_skip_counts_and_lists_the_bad_files(tmp_path, workers):
+    written = folder(tmp_path / "t", per=150, h=4, w=4)
+    for name in ("cat/0.png", "dog/7.png"):  # the very first file too: the defaults come from the next one
+        good = (tmp_path / "t" / name).read_bytes()
+        (tmp_path / "t" / name).write_bytes(good[: len(good) // 2])
+    t = read_table(tmp_path / "t", spec(workers=workers, on_error="skip"))
+    assert t.x.shape == (298, 1, 4, 4) and t.y.tolist() == ["cat"] * 149 + ["dog"] * 149
+    bad = {("cat", "0.png"), ("dog", "7.png")}
+    kept = [p for c in ("cat", "dog") for p in sorted((tmp_path / "t" / c).iterdir()) if (c, p.name) not in bad]
+    np.testing.assert_array_equal(t.x[:, 0], np.stack([written[p] for p in kept]))
+    said = [n for n in t.notes if "skipped" in n]
+    assert len(said) == 1 and "2 file(s)" in said[0] and "cat/0.png" in said[0] and "dog/7.png" in said[0]
+    assert "on_error: skip" in said[0]
+
+
+def test_on_error_skip_with_nothing_readable_refused(tmp_path):
+    for c in ("a", "b"):
+        (tmp_path / "t" / c).mkdir(parents=True)
+        (tmp_path / "t" / c / "x.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match="no image .* could be read"):
+        read_table(tmp_path / "t", spec(on_error="skip"))

@@ -53,6 +53,9 @@ class ImageSettings(Strict):
         "stretch", description="an image of another size: stretch to the size; crop (the centre, to the size's aspect "
                                "ratio) or pad (with black, to it), then resize")
     workers: PositiveInt | None = Field(None, description="processes decoding the files (default: every core)")
+    on_error: Literal["error", "skip"] = Field(
+        "error", description="a file that cannot be decoded: error (named, nothing trained) or skip (counted and "
+                             "listed in the run log)")
 
 
 class ColumnSpec(Strict):

@@ -53,16 +53,17 @@ def decode(path: Path, how: Decoding) -> np.ndarray:
     return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
 
 
-def decode_block(start: int, paths: list[str], how: Decoding) -> tuple[int, np.ndarray, tuple[int, str] | None]:
-    """Images `start`, ... of a listing as one uint8 array; on the first file that fails: its
-    position and why (the images before it decoded)."""
-    out = np.empty((len(paths), *how.shape), np.uint8)
+def decode_block(start: int, paths: list[str], how: Decoding) -> tuple[int, np.ndarray, list[tuple[int, str]]]:
+    """Images `start`, ... of a listing as one uint8 array (zeros where a file fails), and the
+    files that failed: their positions and why."""
+    out = np.zeros((len(paths), *how.shape), np.uint8)
+    failed = []
     for i, path in enumerate(paths):
         try:
             out[i] = decode(Path(path), how)
         except Exception as exc:  # noqa: BLE001  every failure of a file is reported with its path
-            return start, out[:i], (start + i, why(exc))
-    return start, out, None
+            failed.append((start + i, why(exc)))
+    return start, out, failed
 
 
 def quiet_worker() -> None:

@@ -26,6 +26,7 @@ from .table import ReadSpec, Table, typed_labels
 BLOCK = 64                # files a worker decodes per task
 PARALLEL_FROM = 256       # fewer files are decoded in this process (starting workers costs more)
 SHOWN = 3                 # ignored files named in the note
+SKIPPED_SHOWN = 20        # skipped files listed with why
 
 
 @dataclass
@@ -84,37 +85,55 @@ def decoding(listing: Listing, settings: ImageSettings | None) -> Decoding:
     settings = settings or ImageSettings()
     size, color = tuple(settings.size) if settings.size else None, settings.color
     if size is None or color == "auto":
-        first = Path(listing.files[0])
-        try:
-            seen_size, seen_color = first_look(first)
-        except Exception as exc:  # noqa: BLE001  any decoding failure names the file
-            raise DataError(f"{first}: cannot read as an image: {image_decode.why(exc)}") from exc
+        seen_size, seen_color = _first_readable(listing.files, settings.on_error == "skip")
         size, color = size or seen_size, seen_color if color == "auto" else color
     return Decoding((int(size[0]), int(size[1])), color, settings.resize)
 
 
-def decode_all(listing: Listing, how: Decoding, workers: int | None) -> np.ndarray:
-    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order; in `workers`
-    processes (default: every core) for large listings. A file that fails is named."""
+def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]:
+    """The size and colours of the first file (with `skip`: the first one Pillow opens)."""
+    for path in files:
+        try:
+            return first_look(Path(path))
+        except Exception as exc:  # noqa: BLE001  any decoding failure names the file
+            if not skip:
+                raise DataError(f"{Path(path)}: cannot read as an image: {image_decode.why(exc)}; fix or remove the "
+                                "file (or data.image.on_error: skip)") from exc
+    raise DataError(f"{Path(files[0]).parent.parent}: no image of the {len(files):,} files could be read "
+                    "(data.image.on_error: skip)")
+
+
+def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False
+               ) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order, in `workers`
+    processes (default: every core) for large listings; and the files that failed (position, why):
+    without `skip`, the first one is refused, naming it."""
     files = listing.files
     out = np.empty((len(files), *how.shape), np.uint8)
     blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
     workers = min(workers or len(os.sched_getaffinity(0)), len(blocks))
     if workers <= 1 or len(files) < PARALLEL_FROM:
         results: Any = (decode_block(start, paths, how) for start, paths in blocks)
-        return _gathered(out, results, files)
+        return out, _gathered(out, results, files, skip)
     context = multiprocessing.get_context("spawn")  # no fork of a process holding threads or MPI
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=image_decode.quiet_worker) as pool:
-        return _gathered(out, pool.map(decode_block, *zip(*blocks), [how] * len(blocks)), files)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=image_decode.quiet_worker)
+    try:
+        return out, _gathered(out, pool.map(decode_block, *zip(*blocks), [how] * len(blocks)), files, skip)
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
-def _gathered(out: np.ndarray, results: Any, files: list[str]) -> np.ndarray:
-    for start, block, failed in results:
+def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool) -> list[tuple[int, str]]:
+    """The decoded blocks put in place; the failures (the first one refused without `skip`)."""
+    failed: list[tuple[int, str]] = []
+    for start, block, bad in results:
         out[start:start + len(block)] = block
-        if failed is not None:
-            where, message = failed
-            raise DataError(f"{Path(files[where])}: cannot read as an image: {message}; fix or remove the file")
-    return out
+        if bad and not skip:
+            where, message = bad[0]
+            raise DataError(f"{Path(files[where])}: cannot read as an image: {message}; fix or remove the file (or "
+                            "data.image.on_error: skip)")
+        failed += bad
+    return failed
 
 
 def read_image_folder(root: Path, spec: ReadSpec) -> Table:
@@ -124,20 +143,29 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
         raise DataError(f"{root}: reading image files needs Pillow: pip install 'magmadnn-cli[images]' (make install "
                         "has it)")
     listing = list_classes(root)
-    settings = spec.data.image if spec.data is not None else None
+    settings = (spec.data.image if spec.data is not None else None) or ImageSettings()
     how = decoding(listing, settings)
     dtype = np.dtype(spec.dtype or B.current().floatx)
     B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
                      f"{root}: {len(listing.files):,} decoded images of {how.shape}", on_host=True)
-    pixels = decode_all(listing, how, settings.workers if settings else None)
-    x = pixels.astype(dtype)
+    pixels, failed = decode_all(listing, how, settings.workers, settings.on_error == "skip")
+    keep = np.ones(len(pixels), bool)
+    keep[[where for where, _ in failed]] = False
+    x = pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
     del pixels
-    table = Table(RawColumns(x), typed_labels(np.array(listing.labels)),
-                  [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root), notes=_notes(root, listing, how))
-    table.settled["image"] = (settings or ImageSettings()).model_copy(update={"size": list(how.size),
-                                                                              "color": how.color})
+    notes = _notes(root, listing, how) + ([_skipped(root, listing, failed)] if failed else [])
+    table = Table(RawColumns(x), typed_labels(np.array(listing.labels)[keep]),
+                  [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root), notes=notes)
+    table.settled["image"] = settings.model_copy(update={"size": list(how.size), "color": how.color})
     settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
     return table
+
+
+def _skipped(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:
+    """The run-log line listing the files data.image.on_error: skip left out."""
+    shown = "; ".join(f"{Path(listing.files[where]).relative_to(root)}: {why}" for where, why in failed[:SKIPPED_SHOWN])
+    more = f"; ... ({len(failed) - SKIPPED_SHOWN} more)" if len(failed) > SKIPPED_SHOWN else ""
+    return f"{root}: {len(failed):,} file(s) that cannot be decoded skipped (data.image.on_error: skip): {shown}{more}"
 
 
 def _notes(root: Path, listing: Listing, how: Decoding) -> list[str]:
