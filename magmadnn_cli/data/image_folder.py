@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from .pixels import settle_eight_bit
 from .table import ReadSpec, Table, typed_labels
 
 BLOCK = 64                # files a worker decodes per task
-PARALLEL_FROM = 256       # fewer files are decoded in this process (starting workers costs more)
+PARALLEL_AFTER_S = 1.0    # default workers: started only when decoding here would take longer (they cost ~0.3 s)
 SHOWN = 3                 # ignored files named in the note
 SKIPPED_SHOWN = 20        # skipped files listed with why
 
@@ -105,20 +106,24 @@ def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]
 
 def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False
                ) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order, in `workers`
-    processes (default: every core) for large listings; and the files that failed (position, why):
-    without `skip`, the first one is refused, naming it."""
+    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order; after the first
+    block, in `workers` processes (default: every core, where decoding here would take longer than
+    PARALLEL_AFTER_S); and the files that failed (position, why): without `skip`, the first one is
+    refused, naming it. The pixels do not depend on the number of processes."""
     files = listing.files
     out = np.empty((len(files), *how.shape), np.uint8)
     blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
-    workers = min(workers or len(os.sched_getaffinity(0)), len(blocks))
-    if workers <= 1 or len(files) < PARALLEL_FROM:
-        results: Any = (decode_block(start, paths, how) for start, paths in blocks)
-        return out, _gathered(out, results, files, skip)
+    count = min(workers or len(os.sched_getaffinity(0)), len(blocks))
+    started = time.perf_counter()
+    failed = _gathered(out, [decode_block(*blocks[0], how)], files, skip)  # the first block here: it times a file
+    rest = blocks[1:]
+    worth = (time.perf_counter() - started) / len(blocks[0][1]) * (len(files) - len(blocks[0][1])) > PARALLEL_AFTER_S
+    if count <= 1 or not rest or not (worth or workers):  # workers unset: processes only where they pay
+        return out, failed + _gathered(out, (decode_block(start, paths, how) for start, paths in rest), files, skip)
     context = multiprocessing.get_context("spawn")  # no fork of a process holding threads or MPI
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=image_decode.quiet_worker)
+    pool = ProcessPoolExecutor(count, mp_context=context, initializer=image_decode.quiet_worker)
     try:
-        return out, _gathered(out, pool.map(decode_block, *zip(*blocks), [how] * len(blocks)), files, skip)
+        return out, failed + _gathered(out, pool.map(decode_block, *zip(*rest), [how] * len(rest)), files, skip)
     finally:
         pool.shutdown(cancel_futures=True)
 
