@@ -223,6 +223,25 @@ def export(model: ModelArg,
     err.print(written(run_export(model, output, overwrite, opset)), markup=False, highlight=False)
 
 
+@app.command()
+def serve(model: ModelArg,
+          host: Annotated[str, typer.Option(help="address to listen on (another than 127.0.0.1 is reachable from "
+                                            "other machines)")] = "127.0.0.1",
+          port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: a free one)")] = 8080,
+          max_batch_rows: Annotated[int, typer.Option(help="rows the model's thread takes at once")] = 1024,
+          max_wait_ms: Annotated[float, typer.Option(help="how long it waits for more requests to join")] = 5.0,
+          max_body_mb: Annotated[float, typer.Option(help="larger request bodies are refused (413)")] = 16.0,
+          timeout_s: Annotated[float, typer.Option(help="a request not answered in time gets 504")] = 30.0,
+          token_file: Annotated[Optional[Path], typer.Option(help="every endpoint but /health needs "
+                                "Authorization: Bearer <the file's token>", show_default=False)] = None,
+          device: DeviceOpt = "auto") -> None:
+    """A saved model behind HTTP: POST /predict and /invocations (MLflow's protocol); GET /health,
+    /ready, /metadata and /metrics. Needs the serve extra: pip install 'magmadnn-cli[serve]'."""
+    from .commands.serve import serve as run_serve
+    run_serve(model, host, port, max_batch_rows, max_wait_ms, max_body_mb, timeout_s, token_file, device,
+              say=lambda message: err.print(message, markup=False, highlight=False), warn=_warn)
+
+
 @app.command("lr-find")
 def lr_find(config: ConfigArg, set_: SetOpt = None,
             low: Annotated[float, typer.Option("--min", help="the first learning rate")] = 1e-7,

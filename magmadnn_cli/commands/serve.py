@@ -1,0 +1,302 @@
+"""`magmadnn serve MODEL`: a saved model behind HTTP, on FastAPI and uvicorn (the `serve` extra).
+POST /predict and /invocations (MLflow's scoring protocol) take JSON records, dataframe_split,
+dataframe_records or CSV text and answer what `predict` writes; GET /health, /ready, /metadata and
+/metrics (Prometheus). Bounded (body size, time per request), local unless told, optionally behind a
+bearer token; SIGTERM or Ctrl-C finish the requests in flight and end it (exit 0)."""
+
+import asyncio
+import contextlib
+import hmac
+import io
+import json
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ..data.writers import write_rows
+from ..errors import MagmaError
+from ..inference import Predictor
+from .run_dir import model_file
+from .serving import SOURCE, Job, Metrics, Service, metadata, status_of
+
+ENDPOINTS = ("/predict", "/invocations", "/health", "/ready", "/metadata", "/metrics")
+LOCAL = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_mb: float  # as given; the bytes: `max_body`
+    timeout: float      # seconds per request, from its body read to its answer
+    token: str | None   # the bearer token every endpoint but /health needs (None: none)
+
+    @property
+    def max_body(self) -> int:
+        return int(self.max_body_mb * 2**20)
+
+
+def serve(model_path: Path, host: str = "127.0.0.1", port: int = 8080, max_batch_rows: int = 1024,
+          max_wait_ms: float = 5.0, max_body_mb: float = 16.0, timeout_s: float = 30.0,
+          token_file: Path | None = None, device: str = "auto", say: Callable[[str], None] = print,
+          warn: Callable[[str], None] = print) -> None:
+    """Serve the model (a file or a run folder) until SIGTERM or Ctrl-C; the model is loaded and
+    the address bound before anything is said, so their mistakes end the command at once (exit 2)."""
+    uvicorn = _web()
+    _check(max_batch_rows, max_wait_ms, max_body_mb, timeout_s)
+    limits = Limits(max_body_mb, timeout_s, _token(token_file) if token_file is not None else None)
+    model = Predictor(model_file(model_path), device)
+    metrics = Metrics()
+    service = Service(model, max_batch_rows, max_wait_ms / 1000, metrics)
+    sock = _listen(host, port)
+    server = _server_class(uvicorn)(uvicorn.Config(app(service, limits), log_level="warning", access_log=False,
+                                                   lifespan="off", timeout_graceful_shutdown=timeout_s + 5))
+    where = sock.getsockname()
+    url = f"http://{'[' + where[0] + ']' if ':' in where[0] else where[0]}:{where[1]}"
+    if host not in LOCAL:
+        warn(f"listening on {host} ({url}): reachable from other machines"
+             + ("" if limits.token else "; anyone who reaches it can use the model (--token-file asks for a token)"))
+    service.start()
+    try:
+        with _stop_signals(server):  # from here on a stop signal ends `run` (exit 0)
+            say(f"serving {model.path} on {url} (POST /predict, /invocations; GET /health, /ready, /metadata, "
+                "/metrics); Ctrl-C stops")
+            server.run(sockets=[sock])
+    finally:
+        service.stop()
+        sock.close()
+    say("stopped: every request in flight was answered")
+
+
+def _web() -> Any:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise MagmaError(f"magmadnn serve needs FastAPI and uvicorn ({exc.name} is not installed): "
+                         "pip install 'magmadnn-cli[serve]'") from None
+    return uvicorn
+
+
+def _check(max_batch_rows: int, max_wait_ms: float, max_body_mb: float, timeout_s: float) -> None:
+    for name, value in (("--max-batch-rows", max_batch_rows), ("--max-body-mb", max_body_mb),
+                        ("--timeout-s", timeout_s)):
+        if not value > 0:
+            raise MagmaError(f"{name}: expected a number above 0; received {value:g}")
+    if not max_wait_ms >= 0:
+        raise MagmaError(f"--max-wait-ms: expected 0 or more; received {max_wait_ms:g}")
+
+
+def _token(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MagmaError(f"--token-file {path}: cannot read it ({exc}); give a file holding the token, one line")
+    if not token or any(c.isspace() for c in token):
+        raise MagmaError(f"--token-file {path}: expected one token (no spaces) on one line; the file holds "
+                         + ("nothing" if not token else "text with spaces"))
+    return token
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port (port 0: a free one), or the reason it cannot be."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        raise MagmaError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port (or "
+                         "--host)") from None
+    return sock
+
+
+def _server_class(uvicorn: Any) -> Any:
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose stop signals `_stop_signals` takes: they end `run` once the requests
+        in flight are answered (uvicorn's own would raise them again after, an exit of 128 + signal)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+    return Server
+
+
+@contextlib.contextmanager
+def _stop_signals(server: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM ask `server` to stop (a second SIGINT: at once), the handlers before
+    restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def app(service: Service, limits: Limits) -> Any:
+    """The FastAPI app, inside `Guard` (token, body size, metrics)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+    api = FastAPI(title="magmadnn serve", docs_url=None, redoc_url=None, openapi_url=None)
+    model, described = service.model, metadata(service.model)
+
+    @api.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge) -> Response:
+        return _error(413, _too_large(limits))
+
+    @api.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @api.get("/ready")
+    async def ready() -> Response:
+        done = service.ready.is_set()
+        return JSONResponse({"ready": done}, status_code=200 if done else 503)
+
+    @api.get("/metadata")
+    async def meta() -> Response:
+        return Response(json.dumps(described, default=str), media_type="application/json")
+
+    @api.get("/metrics")
+    async def metrics() -> Response:
+        return PlainTextResponse(service.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def predict(request: Request) -> Response:
+        proba = request.query_params.get("proba", "false").lower() in ("true", "1", "yes")
+        if proba and model.task == "regression":
+            return _error(422, "proba=true gives class probabilities; this is a regression model (leave it out)")
+        body = await request.body()
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        try:
+            rows = await asyncio.wait_for(_submitted(service, body, content_type, proba), limits.timeout)
+        except asyncio.TimeoutError:
+            return _error(504, f"{SOURCE}: not answered within --timeout-s {limits.timeout:g} s; send fewer rows a "
+                               "request, or start the server with a larger --timeout-s")
+        except Exception as exc:  # noqa: BLE001 (every error is an answer; the server goes on)
+            status = status_of(exc)
+            return _error(status, str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}")
+        return _answer(rows, model, proba, request.headers.get("accept", ""))
+
+    api.post("/predict")(predict)
+    api.post("/invocations")(predict)
+    return Guard(api, service.metrics, limits)
+
+
+async def _submitted(service: Service, body: bytes, content_type: str, proba: bool) -> np.ndarray:
+    """The output rows of one request, from the model's thread (cancelled there if it times out)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(rows: np.ndarray | None, exc: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(exc) if exc is not None else future.set_result(rows)
+
+    job = Job(body, content_type, proba, lambda rows, exc: loop.call_soon_threadsafe(settle, rows, exc))
+    service.submit(job)
+    try:
+        return await future
+    finally:
+        job.cancelled = True  # answered, or given up on (timed out): nothing more to do for it
+
+
+def _answer(rows: np.ndarray, model: Predictor, proba: bool, accept: str) -> Any:
+    """The rows as `predict` writes them: CSV for `Accept: text/csv`, else JSON: {"predictions":
+    [values]} for one output column, [{column: value, ...}] for several (labels typed as in training)."""
+    from fastapi.responses import Response
+    columns = model.columns(proba)
+    if "text/csv" in accept:
+        out = io.BytesIO()
+        write_rows(out, None, columns, [rows])
+        return Response(out.getvalue(), media_type="text/csv")
+    typed = [rows[:, j].astype({"float": float, "int": int}.get(kind, str)).tolist()
+             for j, kind in enumerate(columns.kinds)]
+    predictions = typed[0] if len(typed) == 1 else [dict(zip(columns.names, values)) for values in zip(*typed)]
+    return Response(json.dumps({"predictions": predictions}), media_type="application/json")
+
+
+def _error(status: int, message: str) -> Any:
+    from fastapi.responses import JSONResponse
+    return JSONResponse({"error": message, "status": status}, status_code=status)
+
+
+def _too_large(limits: Limits) -> str:
+    return (f"{SOURCE}: the body is larger than --max-body-mb {limits.max_body_mb:g}; send fewer rows a request, "
+            "or start the server with a larger --max-body-mb")
+
+
+class Guard:
+    """ASGI middleware before every endpoint: the bearer token (all but /health), the body size
+    (Content-Length, and the bytes as they arrive), the counters /metrics shows."""
+
+    def __init__(self, inner: Any, metrics: Metrics, limits: Limits) -> None:
+        self.inner, self.metrics, self.limits = inner, metrics, limits
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        path = scope["path"] if scope["path"] in ENDPOINTS else "other"
+        status, start = [500], time.perf_counter()
+
+        async def sent(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        self.metrics.in_flight += 1
+        try:
+            refusal = self._refusal(scope, path)
+            if refusal is not None:
+                await _reply(sent, *refusal)
+            else:
+                await self.inner(scope, self._bounded(receive), sent)
+        finally:
+            self.metrics.in_flight -= 1
+            self.metrics.request(path, status[0], time.perf_counter() - start)
+
+    def _refusal(self, scope: dict, path: str) -> tuple[int, str, list] | None:
+        headers = dict(scope["headers"])
+        if self.limits.token is not None and path != "/health":
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.limits.token}".encode()):
+                return 401, ("no bearer token; send the header Authorization: Bearer <token> (the server's "
+                             "--token-file)" if not given else "wrong bearer token"), [(b"www-authenticate", b"Bearer")]
+        length = headers.get(b"content-length", b"0")
+        if length.isdigit() and int(length) > self.limits.max_body:
+            return 413, _too_large(self.limits), []
+        return None
+
+    def _bounded(self, receive: Callable) -> Callable:
+        """`receive`, raising BodyTooLarge once the body exceeds the limit (a body sent in chunks)."""
+        seen = [0]
+
+        async def bounded() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen[0] += len(message.get("body", b""))
+                if seen[0] > self.limits.max_body:
+                    raise BodyTooLarge()
+            return message
+        return bounded
+
+
+async def _reply(send: Callable, status: int, message: str, headers: list) -> None:
+    body = json.dumps({"error": message, "status": status}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
