@@ -285,7 +285,7 @@ def test_digits_folder_model_exports_taking_decoded_pixels(capsys, tmp_path):
     pixels = read_table(ROOT / "datasets" / "digits_png", ReadSpec(None, None)).x  # as decoded: 0-255
     assert pixels.max() == 255
     _, labels = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"features": pixels})
-    assert [str(v) for v in labels.reshape(-1)] == out.splitlines()[1:]
+    assert [str(v) for v in labels.reshape(-1)] == [line.rsplit(",", 1)[1] for line in out.splitlines()[1:]]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -310,3 +310,39 @@ def test_on_error_skip_with_nothing_readable_refused(tmp_path):
         (tmp_path / "t" / c / "x.png").write_bytes(b"not a png")
     with pytest.raises(DataError, match="no image .* could be read"):
         read_table(tmp_path / "t", spec(on_error="skip"))
+
+
+def test_predict_names_each_image_by_its_path_from_class_folders_a_flat_folder_or_one_file(capsys, tmp_path):
+    """predict MODEL folder/ | image.png: one row per image, its path first (relative to the folder given),
+    labelled as the training folders name the classes; evaluate scores a class-folder layout."""
+    import csv
+    import io
+    import shutil
+
+    from conftest import ROOT, run_cli
+    shipped = ROOT / "datasets" / "digits_png"
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_folder.yaml", "--set", "training.epochs=6",
+                           "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", shipped)
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 1797 and list(rows[0]) == ["path", "prediction"]
+    right = sum(r["path"].split("/")[0] == r["prediction"] for r in rows)
+    assert right / len(rows) > 0.9, right
+    flat = tmp_path / "new"
+    flat.mkdir()
+    for r in rows[:: 300]:
+        shutil.copy(shipped / r["path"], flat / r["path"].replace("/", "_"))
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", flat, "--proba")
+    assert code == 0, err
+    got = list(csv.DictReader(io.StringIO(out)))
+    assert [g["prediction"] for g in got] == [r["prediction"] for r in rows[:: 300]]
+    assert "prob_0" in got[0] and got[0]["path"] == sorted(p.name for p in flat.iterdir())[0]
+    one = shipped / rows[5]["path"]
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run", one)
+    assert code == 0 and out.splitlines()[1] == f"{one},{rows[5]['prediction']}", out + err
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run", shipped, "--json")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_folder.yaml", "--set", f"data.train={one}")
+    assert code == 2 and "one image is not a data set" in err

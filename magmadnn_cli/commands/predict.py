@@ -27,6 +27,8 @@ from ..training.modelfile import SavedModel
 from .run_dir import model_file
 
 Warn = Callable[[str], None]
+IMAGE_READERS = ("image_folder", "image_file")  # their rows are files: each output row starts with its path
+IMAGE_PATH = ("path",)
 
 
 def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,
@@ -123,9 +125,9 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     with model.using():
         _check_keep(keep, model.columns(proba).names)
-        tally = new_tally()
-        rows = (model.predict_table(table, proba, keep, strict, tally)
-                for table in _input_chunks(data_path, model.saved, tuple(keep), chunk_rows, warn))
+        tally, tables = new_tally(), _input_chunks(data_path, model.saved, tuple(keep), chunk_rows, warn)
+        keep = (*IMAGE_PATH, *keep) if reader_for(data_path).name in IMAGE_READERS else tuple(keep)
+        rows = (model.predict_table(table, proba, keep, strict, tally) for table in tables)
         first = next(rows, None)  # predicted before the header is written: its mistakes leave no output behind
         if first is None and warn:  # a header and no rows (a batch with nothing new): the header alone
             warn(f"{data_path}: no data rows; the output holds the header alone")

@@ -72,6 +72,23 @@ def list_classes(root: Path) -> Listing:
     return listing
 
 
+def list_images(root: Path) -> Listing:
+    """Every image file under `root` (a folder, walked in sorted order, or one image file), unlabelled:
+    what predict reads (class folders or not); the other files left out."""
+    listing = Listing()
+    if root.is_file():
+        listing.files.append(str(root))
+    for folder, dirs, names in os.walk(root) if root.is_dir() else ():
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            (listing.files if name.lower().endswith(SUFFIXES) else listing.ignored).append(path)
+    if not listing.files:
+        raise DataError(f"{root}: no image files ({', '.join(SUFFIXES)}) in it or its folders")
+    listing.labels = [""] * len(listing.files)
+    return listing
+
+
 def _check_name(root: Path, name: str) -> None:
     """A class folder's name must be text (it becomes the label)."""
     try:
@@ -147,7 +164,7 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     if image_decode.Image is None:
         raise DataError(f"{root}: reading image files needs Pillow: pip install 'magmadnn-cli[images]' (make install "
                         "has it)")
-    listing = list_classes(root)
+    listing = list_classes(root) if spec.need_target else list_images(root)
     settings = (spec.data.image if spec.data is not None else None) or ImageSettings()
     how = decoding(listing, settings)
     dtype = np.dtype(spec.dtype or B.current().floatx)
@@ -159,11 +176,18 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     x = pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
     del pixels
     notes = _notes(root, listing, how) + ([_skipped(root, listing, failed)] if failed else [])
-    table = Table(RawColumns(x), typed_labels(np.array(listing.labels)[keep]),
-                  [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root), notes=notes)
+    labels = typed_labels(np.array(listing.labels)[keep]) if spec.need_target else None
+    paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[keep]
+    table = Table(RawColumns(x), labels, [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root),
+                  kept={"path": paths}, notes=notes)
     table.settled["image"] = settings.model_copy(update={"size": list(how.size), "color": how.color})
     settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
     return table
+
+
+def _shown(root: Path, file: str) -> str:
+    """A file as predict names it: relative to the folder given (one image file: as given)."""
+    return str(root) if root.is_file() else os.path.relpath(file, root)
 
 
 def _skipped(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:

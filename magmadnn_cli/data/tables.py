@@ -157,6 +157,14 @@ def read_image_set(path: Path, spec: ReadSpec) -> Table:
     return table
 
 
+def read_one_image(path: Path, spec: ReadSpec) -> Table:
+    """One image file: something to predict on, never a data set to train or score on."""
+    if spec.need_target:
+        raise DataError(f"{path}: one image is not a data set: give the folder of class folders it belongs in "
+                        "(data.train: train/, holding train/<class>/*.png)")
+    return read_image_folder(path, spec)
+
+
 # -- the registry --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Reader:
@@ -188,6 +196,8 @@ READERS = (
     Reader("csv", lambda p: str(p) == STDIN or is_stream(p) or p.name.lower().endswith(CSV_SUFFIXES), read_csv,
            csv_chunks, lambda p, spec: csv_header(p, spec.csv_format(p))),
     Reader("image_folder", lambda p: not is_stream(p) and p.is_dir(), read_image_folder, _whole(read_image_folder)),
+    Reader("image_file", lambda p: not is_stream(p) and p.is_file() and is_image_file(p), read_one_image,
+           _whole(read_one_image)),
 )
 
 
@@ -209,9 +219,6 @@ def reader_for(path: Path) -> Reader:
                         "give the .csv")
     if path.name.lower().endswith(".json"):
         raise json_refusal(path)
-    if is_image_file(path):
-        raise DataError(f"{path}: one image is not a data set: give the folder of class folders it belongs in "
-                        "(data.train: train/, holding train/<class>/*.png)")
     raise DataError(f"{path}: unknown data format; expected .csv, .tsv, .txt or .data (also .gz, .bz2, .xz), "
                     ".parquet or .pq, .feather or .arrow, .jsonl or .ndjson (also .gz, .bz2, .xz), .npz, "
                     "MNIST *-idx3-ubyte[.gz], CIFAR-10 batches (data_batch_*.bin, data_batch_*), or a folder of class "
