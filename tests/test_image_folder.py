@@ -346,3 +346,27 @@ def test_predict_names_each_image_by_its_path_from_class_folders_a_flat_folder_o
     assert code == 0, err
     code, _, err = run_cli(capsys, "train", ROOT / "configs" / "digits_folder.yaml", "--set", f"data.train={one}")
     assert code == 2 and "one image is not a data set" in err
+
+
+@pytest.mark.mpi
+def test_two_ranks_train_a_folder_to_one_process_weights(tmp_path):
+    """Every rank decodes the folder alike; 2 ranks give 1 process's model (float64, to rounding)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, find_mpiexec
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec in this environment")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MAGMADNN_"))}
+    args = ["-m", "magmadnn_cli", "train", str(ROOT / "configs" / "digits_folder.yaml"), "--set", "precision=float64",
+            "--set", "training.epochs=2", "--set", "distributed.strategy=allreduce", "-q"]
+    for ranks, out in ((0, "one"), (2, "two")):
+        prefix = [str(mpiexec), "-n", str(ranks)] if ranks else []
+        done = subprocess.run([*prefix, sys.executable, *args, "--out", str(tmp_path / out)], capture_output=True,
+                              text=True, env=env, stdin=subprocess.DEVNULL, timeout=300)
+        assert done.returncode == 0, done.stderr
+    with np.load(tmp_path / "one" / "model.npz") as one, np.load(tmp_path / "two" / "model.npz") as two:
+        for k in (k for k in one.files if k.startswith("weights/")):
+            np.testing.assert_allclose(two[k], one[k], rtol=1e-10, atol=1e-12, err_msg=k)
