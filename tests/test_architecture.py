@@ -259,3 +259,13 @@ def test_only_the_cli_and_reporting_print():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not found, found
+
+
+def test_the_readmes_layout_names_every_module():
+    """README's Layout is true to the code: every module of the package is named in it."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("## Layout"):]
+    block = block[:block.index("```", block.index("```") + 3)]
+    modules = {p.stem for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")}
+    missing = sorted(m for m in modules if not re.search(rf"\b{re.escape(m)}\b", block))
+    assert not missing, f"README's Layout does not name: {missing}"
