@@ -15,7 +15,6 @@ import numpy as np
 from .. import signals
 from .columns import is_missing, is_number
 
-STYLES = {",": ".", ".": ","}  # decimal mark -> the thousands separator that goes with it
 
 
 def _pattern(decimal: str, thousands: str) -> re.Pattern[str]:

@@ -33,9 +33,6 @@ class Strategy:
     communicator: Callable[[], Communicator]
     wrapper: Wrapper
     exact_on_any_rank_count: bool = True  # N ranks end with one process's weights (to float rounding)
-    multiple_hosts: bool = True  # its ranks may span several nodes
-    gpus: bool = True  # runs its own algorithm on GPU ranks (else they fall back to allreduce)
-    resume: bool = True  # --resume continues it, on any rank count (exactly when exact_on_any_rank_count)
     model_parallel: bool = True  # distributed.model_parallel > 1 may split its layers
     whole_model: str = ""  # why it cannot split layers (when not model_parallel)
     stale_gradients: bool = False  # applies gradients computed on older weights (takes max_staleness)
@@ -124,7 +121,7 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              _mpi("parameter_server"), _synchronous),
     Strategy("shared_memory", "one copy of the weights and optimizer state per node in shared memory; the "
              "node's ranks split the reduction and the update", _node_memory(across_nodes=True), _sharded,
-             gpus=False, model_parallel=False, whole_model="keeps one whole copy of the weights per node"),
+             model_parallel=False, whole_model="keeps one whole copy of the weights per node"),
     Strategy("async", "asynchronous SGD: rank 0 serves the weights, the other ranks send gradients without "
              "waiting for one another", _mpi("allreduce"), _asynchronous,  # allreduce: evaluation's sums
              exact_on_any_rank_count=False, model_parallel=False, whole_model="serves whole models from one rank",
