@@ -1,0 +1,170 @@
+"""`magmadnn serve` under load, on loopback only: 16 concurrent clients sending single-row requests
+(requests per second, p50 and p99 latency), and 256-row requests (rows per second) against
+`predict`'s in-process rate on the same rows; for digits_mlp (64 number columns) and heart_raw
+(categories, missing cells). Bounded: each phase stops after --requests requests or --seconds, and
+the server runs on 127.0.0.1 with a free port. Models are trained first (a few epochs) into a temp
+folder unless given. Run as one process:
+
+    python benchmarks/serve_load.py [--clients 16] [--requests 4000] [--seconds 20] [--rows 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+HEART = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal"]
+
+
+def rows_of(name: str) -> tuple[list[str], list[list[str]]]:
+    """The model's feature columns and its training file's rows (target left out), as text."""
+    if name == "heart_raw":
+        lines = (ROOT / "datasets" / "processed.cleveland.data").read_text().splitlines()
+        return HEART, [line.split(",")[:-1] for line in lines]
+    with gzip.open(ROOT / "datasets" / "digits.csv.gz", "rt") as f:
+        table = list(csv.reader(f))
+    target = table[0].index("label")
+    return [c for i, c in enumerate(table[0]) if i != target], [[c for i, c in enumerate(r) if i != target]
+                                                                for r in table[1:]]
+
+
+def record(names: list[str], row: list[str]) -> dict:
+    return {n: (None if c == "?" else float(c)) for n, c in zip(names, row)}
+
+
+def start(model: Path) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen([sys.executable, "-m", "magmadnn_cli", "serve", str(model), "--port", "0"],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=ENV)
+    for line in process.stderr:
+        if line.startswith("serving "):
+            port = int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0])
+            threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()
+            break
+    else:
+        raise SystemExit(f"the server did not start (exit {process.wait()})")
+    deadline = time.monotonic() + 60
+    while post(port, "GET", "/ready", None)[0] != 200:
+        if time.monotonic() > deadline:
+            raise SystemExit("the server did not become ready in 60 s")
+        time.sleep(0.05)
+    return process, port
+
+
+LOCAL = threading.local()
+
+
+def post(port: int, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+    """One request on this thread's kept-alive connection (reopened if the server closed it)."""
+    for attempt in (0, 1):
+        connection = getattr(LOCAL, "connection", None)
+        if connection is None or getattr(LOCAL, "port", None) != port:
+            LOCAL.connection = connection = HTTPConnection("127.0.0.1", port, timeout=60)
+            LOCAL.port = port
+        try:
+            connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (ConnectionError, OSError):
+            LOCAL.connection = None
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def load(port: int, bodies: list[bytes], clients: int, requests: int, seconds: float) -> dict:
+    """`requests` requests (at most `seconds` of them) from `clients` threads; latencies in ms."""
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+    failed = [0]
+
+    def one(i: int) -> None:
+        if time.monotonic() > stop:
+            return
+        begin = time.perf_counter()
+        status, _ = post(port, "POST", "/predict", bodies[i % len(bodies)])
+        latencies.append((time.perf_counter() - begin) * 1000)
+        failed[0] += status != 200
+
+    begin = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(requests)))
+    wall = time.perf_counter() - begin
+    ms = np.array(latencies)
+    return {"requests": len(ms), "failed": failed[0], "per_s": len(ms) / wall, "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99))}
+
+
+def in_process_rate(model: Path, names: list[str], rows: list[list[str]], folder: Path) -> float:
+    """`predict`'s rows per second in-process on the same rows (a CSV file, model loaded each call)."""
+    from magmadnn_cli.commands.predict import predict
+    data = folder / "rows.csv"
+    data.write_text("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n")
+    best = 0.0
+    for _ in range(3):
+        begin = time.perf_counter()
+        count = predict(model, data, folder / "out.csv", overwrite=True)
+        best = max(best, count / (time.perf_counter() - begin))
+    return best
+
+
+def bench(name: str, model: Path, args: argparse.Namespace, folder: Path) -> dict:
+    names, rows = rows_of(name)
+    singles = [json.dumps([record(names, r)]).encode() for r in rows]
+    chunks = [json.dumps([record(names, r) for r in (rows * (args.rows // len(rows) + 2))[i:i + args.rows]]).encode()
+              for i in range(0, len(rows), args.rows)]
+    process, port = start(model)
+    try:
+        load(port, singles, args.clients, 200, args.seconds)  # warm the connections
+        single = load(port, singles, args.clients, args.requests, args.seconds)
+        batch = load(port, chunks, args.clients, max(20, args.requests // 20), args.seconds)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    many = (rows * (20000 // len(rows) + 1))[:20000]
+    return {"model": name, "single": single, "batch_rows_per_s": batch["per_s"] * args.rows,
+            "batch_p50_ms": batch["p50_ms"], "predict_rows_per_s": in_process_rate(model, names, many, folder)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rows", type=int, default=256)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        results = []
+        for name, epochs in (("digits_mlp", 5), ("heart_raw", 10)):
+            subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(ROOT / "configs" / f"{name}.yaml"),
+                            "--out", str(folder / name), "-q", "--set", f"training.epochs={epochs}"], env=ENV,
+                           check=True, capture_output=True)
+            results.append(bench(name, folder / name / "model.npz", args, folder))
+    print(f"{'model':<11} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'failed':>6} {'rows/s ' + str(args.rows):>12} "
+          f"{'predict rows/s':>15} {'ratio':>6}")
+    for r in results:
+        s = r["single"]
+        print(f"{r['model']:<11} {s['per_s']:>7.0f} {s['p50_ms']:>7.1f} {s['p99_ms']:>7.1f} {s['failed']:>6} "
+              f"{r['batch_rows_per_s']:>12.0f} {r['predict_rows_per_s']:>15.0f} "
+              f"{r['batch_rows_per_s'] / r['predict_rows_per_s']:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
