@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import IO, Any, Callable, Collection
 import numpy as np
 
 from . import signals
+from .config.names import is_data_name
 from .errors import MagmaError
 
 
@@ -164,14 +164,6 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
 
 
 MODEL = "model.npz"  # the model file of a run folder (and of a search's)
-DATA_NAME = re.compile(r"(?i).*\.(csv|tsv|txt|data|parquet|pq|feather|arrow|jsonl|ndjson)(\.(gz|bz2|xz))?")
-
-
-def is_data_name(path: Path) -> bool:
-    """Whether a file's name is a data file's (eu.csv, train.jsonl.gz; not eu.csv.yaml)."""
-    return DATA_NAME.fullmatch(path.name) is not None
-
-
 def _what_else(path: Path) -> str:
     """What a file that is not an .npz is, by its name: a config to train, a data file, or unknown."""
     name = path.name.lower()

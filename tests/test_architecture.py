@@ -206,6 +206,18 @@ def test_the_config_layer_knows_nothing_of_numpy():
     assert not found, found
 
 
+def test_the_config_layer_loads_without_numpy_at_all():
+    """Not even through what it imports (it did, through files.py)."""
+    import subprocess
+    import sys
+    blocker = ("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('numpy', 'cupy'): raise ImportError('blocked: ' + name)\n"
+               "sys.meta_path.insert(0, Block())\n"
+               "import magmadnn_cli.config.schema, magmadnn_cli.config.loading, magmadnn_cli.config.json_schema\n")
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]
+
+
 # -- state and collaborators ------------------------------------------------------------------------
 def test_no_module_level_state_is_rebound_after_import():
     """No `global` statement and no assignment to another module's attribute (the interpreter's hooks

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from ..files import is_data_name
+from .names import is_data_name
 
 MAX_ALIASES = 1000  # YAML aliases beyond this are refused (a "billion laughs" guard) ...
 MAX_EXPANSION = 100_000  # ... and so are aliases that expand to more values than this (reached through them)
