@@ -137,7 +137,7 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
     """Check each member's declared shape against its size before numpy allocates it: a forged
     header can declare terabytes (numpy allocates the declared array first), or a member can inflate
     far beyond the archive (a zip bomb). None when all is consistent."""
-    from .core.backend import gib, host_memory_available  # noqa: PLC0415 (files is below the backend)
+    from .core.backend import gib, host_memory_available  # files is below the backend
     limit = (host_memory_available() or 2**40) // 2
     total = 0
     try:

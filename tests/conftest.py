@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import magmadnn_cli  # noqa: F401  first: it chooses OpenBLAS's kernels before numpy loads them, as the ranks it starts do
@@ -322,7 +323,7 @@ def standin(monkeypatch):
         kernels.elementwise.cache_clear()
 
 
-def tiny_config(tmp_path, data: str, more: str = "") -> "Path":
+def tiny_config(tmp_path, data: str, more: str = "") -> Path:
     """c.yaml in `tmp_path`: a one-layer classifier of `data` (target `label`), one epoch, no checkpoints;
     `more` adds data settings (", normalize: none")."""
     path = tmp_path / "c.yaml"

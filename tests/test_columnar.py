@@ -16,9 +16,9 @@ import pytest
 from conftest import run_cli
 
 pa = pytest.importorskip("pyarrow")
-import pyarrow.csv as pacsv  # noqa: E402
-import pyarrow.feather as feather  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.csv as pacsv
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
 
 DATA = Path(__file__).parent.parent / "datasets" / "processed.cleveland.data"
 NAMES = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca",

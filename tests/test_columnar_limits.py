@@ -9,7 +9,6 @@ import csv
 import datetime
 import io
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +19,8 @@ import pytest
 from conftest import tiny_config, run_cli
 
 pa = pytest.importorskip("pyarrow")
-import pyarrow.feather as feather  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
 
 ROWS = 60
 X = [float(i % 7) for i in range(ROWS)]

@@ -132,7 +132,7 @@ def test_categories_that_differ_only_in_case_are_named_in_training_and_in_predic
     said = " ".join((out + err).split())
     assert code == 0 and "column 'city': categories that differ only in case ('Lyon', 'lyon'; 'PARIS', 'Paris') are " \
         "separate inputs" in said and "spell each one way in the file" in said, said
-    lines = ["city,size"] + [f"paris,0.5"] * 3 + ["Marseille,0.2", "Nice,0.1"]
+    lines = ["city,size"] + ["paris,0.5"] * 3 + ["Marseille,0.2", "Nice,0.1"]
     (tmp_path / "new.csv").write_text("\n".join(lines) + "\n")
     code, out, err = run_cli(capsys, "predict", model, tmp_path / "new.csv")
     said = " ".join(err.split())
@@ -347,7 +347,7 @@ def test_data_names_never_train_a_header_row_as_data(tmp_path, header, names, fe
     any order: the file's own order; names that overlap (a duplicate column renamed): by position."""
     body = _color_data().split("\n", 1)[1]
     if header.startswith("color"):
-        body = "".join(f"{c},{s},{l}\n" for s, c, l in (line.split(",") for line in body.splitlines()))
+        body = "".join(f"{c},{s},{lab}\n" for s, c, lab in (line.split(",") for line in body.splitlines()))
     data = prepare(_cfg(tmp_path, header + "\n" + body, names=names), "classification", 0)
     assert len(data.train.x) == 90 and data.features == features
     assert sorted(data.classes) == ["cold", "plant", "warm"]

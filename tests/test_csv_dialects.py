@@ -242,11 +242,11 @@ def test_streamed_chunks_equal_the_line_reader_s(tmp_path):
                     keep=("id",))
     streamed, lines = _streamed_and_line_read(tmp_path / "d.csv", spec, 700)
     assert [len(t.x) for t in streamed] == [len(t.x) for t in lines]
-    for s, l in zip(streamed, lines):
-        np.testing.assert_array_equal(s.x, l.x)
-        np.testing.assert_array_equal(s.raw.row_ids, l.raw.row_ids)
-        assert sorted(s.raw.text) == sorted(l.raw.text) == [1]
-        assert s.raw.text[1].tolist() == l.raw.text[1].tolist() and s.kept["id"].tolist() == l.kept["id"].tolist()
+    for s, whole in zip(streamed, lines):
+        np.testing.assert_array_equal(s.x, whole.x)
+        np.testing.assert_array_equal(s.raw.row_ids, whole.raw.row_ids)
+        assert sorted(s.raw.text) == sorted(whole.raw.text) == [1]
+        assert s.raw.text[1].tolist() == whole.raw.text[1].tolist() and s.kept["id"].tolist() == whole.kept["id"].tolist()
 
 
 def test_a_ragged_row_late_in_a_streamed_file_is_named_by_line(capsys, tmp_path):

@@ -189,6 +189,7 @@ def test_data_from_a_fifo_or_stdin_is_read_once(tmp_path):
                      stdin=data)
     assert from_stdin.returncode == 0, from_stdin.stderr.decode()
     from_file = run("train", tmp_path / "file.yaml", "--out", tmp_path / "file", "-q")
+    assert from_file.returncode == 0, from_file.stderr.decode()
     with np.load(tmp_path / "file" / "model.npz") as a, np.load(tmp_path / "fifo" / "model.npz") as b, \
             np.load(tmp_path / "stdin" / "model.npz") as c:
         for key in (k for k in a.files if k.startswith("weights/")):

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
 
 GiB = 1 << 30
 CONFIG = """\

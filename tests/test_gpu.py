@@ -120,7 +120,7 @@ class _FakeNccl:
         def __init__(self, size, unique_id, rank):
             _FakeNccl.calls.append(("init", size, unique_id, rank))
 
-        def allReduce(self, send, recv, count, dtype, op, stream):  # noqa: N802 (cupy's name)
+        def allReduce(self, send, recv, count, dtype, op, stream):
             _FakeNccl.calls.append(("allReduce", send == recv, count, dtype, op, stream))
 
         def bcast(self, ptr, count, dtype, root, stream):

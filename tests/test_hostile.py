@@ -434,7 +434,7 @@ def _idx(path, dims, payload=b"\0" * 16):
 def test_headers_that_declare_huge_shapes_are_refused_before_allocating(case, capsys, tmp_path):
     config = BLOBS_CONFIG.replace("  target: label\n", "")
     if case == "npz model":
-        model = _model(capsys, tmp_path)
+        _model(capsys, tmp_path)
         _forged_npz(tmp_path / "bad.npz", names=("format", "meta", "weights/dense_0/kernel"))
         code, out, err = run_cli(capsys, "predict", tmp_path / "bad.npz", tmp_path / "blobs.csv")
         expected = "declares shape (1000000, 1000000, 1000)"

@@ -163,7 +163,7 @@ def test_tune_over_an_earlier_search_is_refused_with_the_ways_on(capsys, tmp_pat
 
 
 def test_written_configs_train_again_from_any_directory_bit_for_bit(capsys, tmp_path, monkeypatch):
-    config = project(tmp_path, BLOBS_CONFIG.replace("seed: 1\n", "")  # the drawn seed is recorded
+    project(tmp_path, BLOBS_CONFIG.replace("seed: 1\n", "")  # the drawn seed is recorded
                       + "search: {space: {optimizer.learning_rate: [0.01, 0.02]}}\n")
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", "c.yaml", "--out", "first", "-q", "--set", "training.epochs=3")[0] == 0

@@ -4,8 +4,6 @@ message, the body and time bounds, the token, concurrent clients, SIGTERM draini
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import signal
@@ -22,8 +20,8 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from magmadnn_cli.files import file_sha256  # noqa: E402
-from serve_helpers import HEART_NAMES, csv_text, digits_rows, heart_rows, predicted, records, train_models  # noqa: E402
+from magmadnn_cli.files import file_sha256
+from serve_helpers import HEART_NAMES, csv_text, digits_rows, heart_rows, predicted, records, train_models
 
 
 class Server:

@@ -12,7 +12,7 @@ from magmadnn_cli.data import csv_reader
 from magmadnn_cli.errors import DataError
 
 pa = pytest.importorskip("pyarrow")
-from magmadnn_cli.data import columnar  # noqa: E402
+from magmadnn_cli.data import columnar
 
 ROWS = 60
 

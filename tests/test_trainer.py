@@ -66,7 +66,7 @@ def test_a_classifier_that_predicts_one_class_for_every_row_is_said(capsys, tmp_
     (MCC 0, with no word of it). Said, with the settings to try; class_weight: balanced then predicts both."""
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(200, 3)), np.where(np.arange(200) % 7 == 0, "b", "a")
-    write_csv(tmp_path / "n.csv", ["f1", "f2", "f3", "label"], [[*map("{:.3f}".format, r), l] for r, l in zip(x, y)])
+    write_csv(tmp_path / "n.csv", ["f1", "f2", "f3", "label"], [[*map("{:.3f}".format, r), label] for r, label in zip(x, y)])
     (tmp_path / "c.yaml").write_text(
         "name: one\nseed: 0\ndata: {train: n.csv, target: label, validation_split: 0.2}\nmodel: {layers: [{type: dense, "
         "units: 8, activation: relu}, {type: dense, units: 2, activation: softmax}]}\nloss: cross_entropy\n"

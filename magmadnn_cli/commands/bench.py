@@ -81,7 +81,7 @@ def torch_time(layers: int, samples: int, epochs: int) -> float | None:
     """PyTorch eager, the same network, data and optimizer on the same device; None without torch."""
     if importlib.util.find_spec("torch") is None:
         return None
-    import torch  # noqa: PLC0415 (optional)
+    import torch  # optional
     device = "cuda" if B.current().device == "gpu" and torch.cuda.is_available() else "cpu"
     dtype = torch.float64 if B.current().floatx == np.float64 else torch.float32
     torch.manual_seed(0)

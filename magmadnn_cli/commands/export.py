@@ -36,7 +36,7 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
                          f"{needed}; onnxruntime 1.17 and later): give --opset {needed} or more, or leave --opset out")
     started = time.perf_counter()
     try:
-        from ..training.onnx_graph import build  # noqa: PLC0415 (onnx is optional)
+        from ..training.onnx_graph import build  # onnx is optional
     except ImportError as exc:
         raise MagmaError("export needs the onnx package: pip install 'magmadnn-cli[onnx]'") from exc
     opset = opset or needed

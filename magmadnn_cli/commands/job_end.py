@@ -43,8 +43,8 @@ def killed_job_message(signum: int, folder: Path | None) -> str:
 
 def _going_on(head: str, folder: Path | None) -> str:
     """`head`, and how to go on from what the run folder holds (None: the job claimed none)."""
-    from ..training.checkpoint import listing  # noqa: PLC0415 (only after a killed job)
-    from .trial_log import resume_command as search_resume  # noqa: PLC0415
+    from ..training.checkpoint import listing  # only after a killed job
+    from .trial_log import resume_command as search_resume
     if folder is None:
         return f"{head}, before it claimed its folder: nothing was written; run the command again"
     if put_back_after_kill(folder):

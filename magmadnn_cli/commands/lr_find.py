@@ -128,7 +128,7 @@ def train_command(config_path: Path, rate: float | None) -> str | None:
 
 def plot(result: dict[str, Any], out: Path, overwrite: bool) -> None:
     """The smoothed loss against the rate (log scale), the suggestion marked, as a PNG (or PDF, SVG)."""
-    from .plot import _pyplot  # noqa: PLC0415 (matplotlib is optional)
+    from .plot import _pyplot  # matplotlib is optional
     check_output_file(out, overwrite=overwrite)  # checked before the sweep too (check_arguments)
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(7, 4.5))

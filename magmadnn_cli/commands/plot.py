@@ -25,9 +25,9 @@ LARGEST = 1e300  # beyond it matplotlib cannot scale an axis (its range overflow
 
 def _pyplot() -> Any:
     try:
-        import matplotlib  # noqa: PLC0415 (optional dependency)
+        import matplotlib  # optional dependency
         matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt
     except ImportError as exc:
         raise MagmaError("magmadnn plot needs matplotlib: pip install 'magmadnn-cli[plot]' (or pip install "
                          "matplotlib)") from exc
@@ -144,14 +144,14 @@ def _whole(source: Path, rows: list[dict[str, Any]], column: str) -> list[int]:
 
 
 def _checkpoints(folder: Path) -> list[Path]:
-    from ..training.checkpoint import listing  # noqa: PLC0415 (only for a run that has not ended)
+    from ..training.checkpoint import listing  # only for a run that has not ended
     return listing(folder / "checkpoints")
 
 
 def _checkpointed_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
     """The epochs a checkpoint holds (a run that has not ended, or was stopped), and a title note."""
-    from ..training.checkpoint import read, unpack  # noqa: PLC0415
-    from ..training.trainer import epochs_of  # noqa: PLC0415
+    from ..training.checkpoint import read, unpack
+    from ..training.trainer import epochs_of
     ckpt = read(path)
     try:
         rows = epochs_of(unpack(ckpt.meta["state"], ckpt.arrays)["trainer"])
@@ -284,11 +284,11 @@ def _search_scatter(folder: Path) -> Any:
 def _best_trial(folder: Path, rows: list[dict[str, str]]) -> tuple[int | None, str]:
     """The row of the trial the search chose (ranked by its journal, as `tune` ranked them) and the y
     axis's label (the objective and its direction); (None, "objective") without a readable journal."""
-    from pydantic import ValidationError  # noqa: PLC0415
+    from pydantic import ValidationError
 
-    from ..config.schema import SearchConfig  # noqa: PLC0415
-    from .objective import objective_direction, objective_value, rank_key  # noqa: PLC0415
-    from .trial_log import NAME, read  # noqa: PLC0415
+    from ..config.schema import SearchConfig
+    from .objective import objective_direction, objective_value, rank_key
+    from .trial_log import NAME, read
     try:
         base, done = read(folder / NAME)
         search = SearchConfig.model_validate(base.get("search") or {})

@@ -160,7 +160,7 @@ class FolderLock:
             self.held = True
             try:
                 self._claim()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001  a Ctrl-C too: the lock is released, then it goes on
                 raise self.release(exc) from None
             record_run_folder(self.folder)  # for the launcher of --processes, if the job ends killed
             return self
@@ -187,7 +187,7 @@ class FolderLock:
 
     def _claim(self) -> None:
         """Set aside the run this command replaces (`replace`), then mark the folder as this command's."""
-        from .set_aside import set_aside  # noqa: PLC0415 (set_aside reads this module's names)
+        from .set_aside import set_aside  # set_aside reads this module's names
         if self.replace:
             self.replacing, self.stayed = set_aside(self.folder)
         write_json(self.folder / MARKER, {"kind": self.kind, **self.detail, "magmadnn_version": __version__})
@@ -215,7 +215,7 @@ class FolderLock:
         if not self.held:
             return exc
         with signals.held():  # a second Ctrl-C must not stop a stash halfway back
-            from .set_aside import settle  # noqa: PLC0415 (set_aside reads this module's names)
+            from .set_aside import settle  # set_aside reads this module's names
             exc = settle(self, exc)
             self.path.unlink(missing_ok=True)
             self.held = False
@@ -367,7 +367,7 @@ def model_file(path: Path) -> Path:
 
 def _no_model(folder: Path) -> str:
     """Why `folder` holds no model.npz, and the command that writes one."""
-    from ..training.checkpoint import listing  # noqa: PLC0415 (heavy: only when a folder lacks its model)
+    from ..training.checkpoint import listing  # heavy: only when a folder lacks its model
     kind, pid = classify(folder), _live_holder(folder)
     if kind in ("run", "search") and pid is not None:
         return f"{folder}: a magmadnn (PID {pid}) is writing this {kind} now; its {MODEL} is written when it ends"

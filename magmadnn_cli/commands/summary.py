@@ -28,8 +28,8 @@ def is_saved_model(path: Path) -> bool:
 def summarize_saved(path: Path, overrides: list[str] | None) -> tuple[Any, None]:
     """The summary of a saved model: its config as trained, on the input it was trained on (as
     `summarize`: its output fits, as trained)."""
-    from ..inference import Predictor  # noqa: PLC0415 (only for a model)
-    from .run_dir import model_file  # noqa: PLC0415
+    from ..inference import Predictor  # only for a model
+    from .run_dir import model_file
     if overrides:
         raise ConfigError(f"--set changes a config; {path} is a saved model, summarized as it was trained "
                           "(summarize its config.yaml to try changes)")

@@ -181,7 +181,7 @@ def idle_cores_tip(run: Run) -> str | None:
     """A one-process run inside a Slurm allocation of several tasks: `--processes auto` uses them. On
     one process a CPU convolutional network runs all but its GEMMs on one core (numpy): the
     data-parallel ranks that would use the others (same steps; 1.5x faster on 2 cores, docs/performance.md)."""
-    from ..distributed.hosts import slurm_tasks  # noqa: PLC0415
+    from ..distributed.hosts import slurm_tasks
     if run.comm.size == 1 and (tasks := slurm_tasks() or 0) > 1:
         return (f"tip: this Slurm allocation has {tasks} tasks and this run uses one process: `--processes auto` "
                 "trains on all of them, the same steps (docs/clusters.md)")
@@ -197,7 +197,7 @@ def validate_run(config: Config) -> list[str]:
     """Every check `train` makes before its first step, without training or writing, and `tune`'s
     of a search space: `validate`. Returns what training would say of the data (types, fills, ...)."""
     if config.search is not None:
-        from .trial_config import check_space  # noqa: PLC0415
+        from .trial_config import check_space
         check_space(config.model_dump(mode="json"), config.search)
     check_tracking(config.tracking)
     with B.using(select_backend(config, SingleProcess())):
@@ -308,7 +308,7 @@ def schedule_change(saved: dict[str, Any], config: Config, trainer: Trainer, row
     say so, with the learning rate the next step would have had and has now."""
     try:
         before = build_optimizer(Config.model_validate(saved), trainer.opt.steps_per_epoch, rows=rows)
-    except Exception:  # the checkpoint's config no longer validates: nothing to compare
+    except Exception:  # noqa: BLE001  the checkpoint's config no longer validates: nothing to compare
         return []
     before.t = trainer.opt.t
     old, new = before.lr(), trainer.opt.lr()

@@ -72,7 +72,7 @@ class Pruner:
 
 
 def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, pruner: Pruner) -> dict[str, Any]:
-    from .train import train  # noqa: PLC0415 (the tuner sits above the training entry point)
+    from .train import train  # the tuner sits above the training entry point
     result: dict[str, Any] = {"trial": index, "status": "ok", "reason": "", **{f"param:{k}": v for k, v in overrides.items()}}
     started = time.perf_counter()
     curve: list[float] = []  # the objective after each epoch
@@ -118,7 +118,7 @@ def _failure(exc: Exception) -> str:
 def _cross_validated(config: Config, folds: int, out_dir: Path) -> dict[str, Any]:
     """A trial scored by K-fold cross-validation: its validation metrics are the held-out folds'
     means (no pruning: every fold runs its budget)."""
-    from .crossval import train_folds  # noqa: PLC0415
+    from .crossval import train_folds
     _, metrics = train_folds(config, folds, out_dir, TrialReporter(), overwrite=True)
     mean, std = metrics["mean"]["test"], metrics["std"]["test"]
     epochs = [f["epochs_run"] for f in metrics["per_fold"]]
@@ -326,7 +326,7 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
     best_dir = out_dir / "trials" / str(best["trial"])
     if search.folds:  # cross-validated trials keep no model: the best config is trained once, as train would
-        from .train import train  # noqa: PLC0415
+        from .train import train
         reporter.info(f"training the best config (trial {best['trial']}) for the search's model.npz")
         train(one_process(trial_config(base, overrides)), best_dir / "model", reporter=TrialReporter(),
               comm=SingleProcess(), checkpoints=False, overwrite=True)

@@ -162,7 +162,7 @@ class DataConfig(Strict):
     @field_validator("encoding")
     @classmethod
     def _known_encoding(cls, value: str) -> str:
-        import codecs  # noqa: PLC0415
+        import codecs
         try:
             text = codecs.lookup(value)._is_text_encoding  # rot13 and base64 are codecs, not text encodings
         except LookupError:

@@ -194,7 +194,7 @@ class Config(Strict):
     def where(self, *key: str | int) -> str | None:
         """'file:line' (or the --set) that gave `key`, for a problem found after loading (the data's
         output width, say); None for a config built in code."""
-        from .messages import where  # noqa: PLC0415 (messages reads this module's models)
+        from .messages import where  # messages reads this module's models
         return where(key, *self._source) if self._source is not None else None
 
     @model_validator(mode="before")
@@ -241,7 +241,7 @@ class Config(Strict):
 
 def union_tags(annotation: Any) -> set[str]:
     """The `type` tags of a discriminated union of config models (e.g. `union_tags(Layer)`)."""
-    from typing import get_args  # noqa: PLC0415
+    from typing import get_args
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return set(get_args(annotation.model_fields["type"].annotation))

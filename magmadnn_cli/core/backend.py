@@ -68,8 +68,8 @@ def cpu(precision: str = "float32") -> Backend:
 
 def _import_cupy() -> types.ModuleType | None:
     try:
-        import cupy  # noqa: PLC0415 (optional dependency)
-    except Exception:  # ImportError, or a broken CUDA install raising anything at import
+        import cupy  # optional dependency
+    except Exception:  # noqa: BLE001  ImportError, or a broken CUDA install raising anything at import
         return None
     return cupy
 
@@ -88,7 +88,7 @@ def probe_gpu() -> tuple[bool, str]:
         expected = (np.arange(16, dtype=np.float32).reshape(4, 4) * 2 + 1) @ np.arange(16, dtype=np.float32).reshape(4, 4)
         if not np.allclose(cupy.asnumpy(b), expected):
             return False, "the GPU smoke test computed a wrong result"
-    except Exception as exc:  # cupy raises RuntimeError subclasses (CUDARuntimeError, ...) at first use
+    except Exception as exc:  # noqa: BLE001  cupy raises RuntimeError subclasses (CUDARuntimeError, ...) at first use
         return False, f"the CUDA runtime failed: {type(exc).__name__}: {exc}"
     return True, f"{count} CUDA device(s)"
 
@@ -120,8 +120,8 @@ def select(device_name: str = "auto", precision: str = "float32", memory: str = 
 def nccl_module() -> Any | None:
     """cupy's NCCL binding (`cupy.cuda.nccl`), or None (cupy missing, or built without NCCL)."""
     try:
-        from cupy.cuda import nccl  # noqa: PLC0415 (optional dependency)
-    except Exception:  # ImportError, or a CUDA install that fails at import
+        from cupy.cuda import nccl  # optional dependency
+    except Exception:  # noqa: BLE001  ImportError, or a CUDA install that fails at import
         return None
     return nccl if getattr(nccl, "available", True) else None
 
@@ -257,7 +257,7 @@ def _mem_available() -> int | None:
 def _address_space_headroom() -> int | None:
     """RLIMIT_AS's soft limit minus this process's current address space (VmSize); None when unlimited."""
     try:
-        import resource  # noqa: PLC0415 (POSIX only)
+        import resource  # POSIX only
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     except (ImportError, OSError, ValueError):
         return None

@@ -29,7 +29,7 @@ def case_variants(classes: list[Any], shown: int = 6) -> str:
     for group in twins[:shown]:
         keep = min(group, key=lambda s: (sum(ch.isupper() for ch in s), s))
         merged.update({label: keep for label in group if label != keep})
-    plain = (lambda s: s if re.fullmatch(r"[A-Za-z][\w .-]*", s) and s == s.strip() and not YAML_WORDS.fullmatch(s)
+    plain = (lambda s: s if re.fullmatch(r"[A-Za-z][\w .-]*", s) and s == s.strip() and not YAML_WORDS.fullmatch(s)  # noqa: E731  a one-line namer, local to this message
              else json.dumps(s))
     more = f"; ... ({len(twins)} groups)" if len(twins) > shown else ""
     return ("labels that differ only in case: " + "; ".join(", ".join(map(repr, g)) for g in twins[:shown]) + more

@@ -69,7 +69,7 @@ def _feather(path: Path) -> Source:
     """Feather version 2 is the Arrow IPC file format; the IPC stream format is taken too."""
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-        parts: Callable[[], Iterator[Any]] = lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))
+        parts: Callable[[], Iterator[Any]] = lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))  # noqa: E731
     except pa.ArrowInvalid:
         try:
             stream = pa.ipc.open_stream(pa.memory_map(str(path), "r"))

@@ -113,7 +113,7 @@ def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]
     for path in files:
         try:
             return first_look(Path(path))
-        except Exception as exc:  # noqa: BLE001  any decoding failure names the file
+        except Exception as exc:
             if not skip:
                 raise DataError(f"{Path(path)}: cannot read as an image: {image_decode.why(exc)}; fix or remove the "
                                 "file (or data.image.on_error: skip)") from exc

@@ -139,7 +139,7 @@ def scale_note(x: np.ndarray, cfg: DataConfig, numbers: np.ndarray | None, names
     wide, narrow = cols[np.argmax(std[cols])], cols[np.argmin(std[cols])]
     if std[wide] <= SCALE_GAP * std[narrow]:
         return None
-    name = (lambda j: names[j] if j < len(names) else f"column {j + 1}")
+    name = (lambda j: names[j] if j < len(names) else f"column {j + 1}")  # noqa: E731  a one-line namer, local to this message
     return (f"data.normalize: none, but the number columns differ in scale by {std[wide] / std[narrow]:,.0f}x "
             f"(widest: {name(wide)}, std {std[wide]:.4g}; narrowest: {name(narrow)}, std {std[narrow]:.4g}): "
             "training may be slow or poor. Fix: data.normalize: standard (or leave the key out: auto "

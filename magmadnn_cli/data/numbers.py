@@ -130,7 +130,7 @@ def other_style_note(path: Any, seen: tuple[str, str] | None, decimal: str, thou
     the model's) style instead; None when they agree."""
     if seen is None or seen[0] == decimal:  # the same decimal mark: a grouping the file lacks changes nothing
         return None
-    how = (lambda d, t: f"{d!r} as the decimal mark and {t!r} between thousands" if t else f"{d!r} as the decimal mark")
+    how = (lambda d, t: f"{d!r} as the decimal mark and {t!r} between thousands" if t else f"{d!r} as the decimal mark")  # noqa: E731  a one-line namer, local to this message
     return (f"{path}: its numbers look written with {how(*seen)}, but are read with {how(decimal, thousands)}, as "
             "data.decimal and data.thousands say (set in the config, or read off the training file and saved with "
             "the model); check the results, or write the file in that style")

@@ -82,12 +82,12 @@ def _mpi() -> dict[str, Any]:
                 "launched_ranks": 0, "this_rank": 0}
     try:
         if launched_ranks() > 1:  # one rank of a job whose other ranks do not start MPI (env runs once):
-            import mpi4py  # noqa: PLC0415  MPI_Init would wait for them; the version needs no init
+            import mpi4py  # MPI_Init would wait for them; the version needs no init
             mpi4py.rc.initialize = mpi4py.rc.finalize = False
-        from mpi4py import MPI  # noqa: PLC0415 (initializes MPI: only when asked)
+        from mpi4py import MPI  # initializes MPI: only when asked
         text = mpi_library_text()
         library, version, way = first_line(text), ".".join(map(str, MPI.Get_version())), transport(text)
-    except Exception as exc:  # not installed, or an MPI that fails to start
+    except Exception as exc:  # noqa: BLE001  not installed, or an MPI that fails to start
         library, version, way = f"unavailable ({type(exc).__name__}: {exc})", None, None
     return {"mpi_library": library, "mpi_standard": version, "mpi_launcher": launcher, "mpi_transport": way,
             "launched_by": _launched_by(), "launched_ranks": launched_ranks(), "this_rank": launched_rank()}
@@ -106,7 +106,7 @@ def _launched_by() -> str:
 
 def mpi_library_text() -> str:
     """MPI_Get_library_version's text (importing mpi4py.MPI starts MPI unless mpi4py.rc says not)."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
     return MPI.Get_library_version().rstrip("\x00")
 
 
@@ -184,9 +184,9 @@ def _slurm() -> dict[str, Any]:
 
 
 def _blas() -> dict[str, Any]:
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from ..core.blas import kernel_name  # noqa: PLC0415 (numpy's BLAS, loaded with it)
+    from ..core.blas import kernel_name  # numpy's BLAS, loaded with it
     try:
         blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
         name = f"{blas.get('name')} {blas.get('version')}"

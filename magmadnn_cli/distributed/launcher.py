@@ -70,7 +70,7 @@ def share_node_cores(local: Any) -> None:
     mine = _cpu_set()
     node = local.allgather(mine)
     if node_threads_ours():
-        from ..core import blas  # noqa: PLC0415 (numpy: after the limits above were set)
+        from ..core import blas  # numpy: after the limits above were set
         threads = threads_per_rank(mine, node)
         blas.set_threads(threads)
         for var in (*THREAD_VARS, OURS):
@@ -108,7 +108,7 @@ def _die_with_parent(sig: int) -> Callable[[], None]:
     """For the child, before exec: receive `sig` when the launcher dies, even by SIGKILL (Linux)."""
     def arrange() -> None:
         try:
-            import ctypes  # noqa: PLC0415
+            import ctypes
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass

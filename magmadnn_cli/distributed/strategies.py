@@ -50,14 +50,14 @@ class Strategy:
 # -- communicators -------------------------------------------------------------------------------
 def _mpi(reduction: str) -> Callable[[], Communicator]:
     def make() -> Communicator:
-        from .mpi import MPICommunicator  # noqa: PLC0415 (mpi4py initializes MPI on import)
+        from .mpi import MPICommunicator  # mpi4py initializes MPI on import
         return MPICommunicator(reduction)
     return make
 
 
 def _node_memory(across_nodes: bool) -> Callable[[], Communicator]:
     def make() -> Communicator:
-        from .shared import SharedMemoryCommunicator  # noqa: PLC0415 (imports mpi4py)
+        from .shared import SharedMemoryCommunicator  # imports mpi4py
         return SharedMemoryCommunicator(across_nodes=across_nodes)
     return make
 
@@ -65,8 +65,8 @@ def _node_memory(across_nodes: bool) -> Callable[[], Communicator]:
 # -- wrappers ------------------------------------------------------------------------------------
 def _synchronous(network: Any, optimizer: Any, comm: Communicator, groups: ModelGroups, dist: Any) -> DataParallel:
     """Every rank applies the same update: model parallel when `groups` split the layers."""
-    from .data_parallel import DataParallel  # noqa: PLC0415 (numpy: loaded when used)
-    from .model_parallel import ModelParallel  # noqa: PLC0415
+    from .data_parallel import DataParallel  # numpy: loaded when used
+    from .model_parallel import ModelParallel
     if groups.model_ranks > 1:
         return ModelParallel(network, optimizer, groups, dist.sync_batchnorm)
     return DataParallel(network, optimizer, comm, dist.sync_batchnorm)
@@ -76,13 +76,13 @@ def _sharded(network: Any, optimizer: Any, comm: Communicator, groups: ModelGrou
     """One copy per node in shared memory where the communicator is made for it and it can (CPU,
     room in /dev/shm); else MPI's allreduce."""
     if comm.size > 1:
-        from .shared import ShardedDataParallel, SharedMemoryCommunicator, shared_memory_refusal  # noqa: PLC0415
+        from .shared import ShardedDataParallel, SharedMemoryCommunicator, shared_memory_refusal
         if isinstance(comm, SharedMemoryCommunicator):
             why = shared_memory_refusal(network, optimizer, comm)
             if why is None:
                 return ShardedDataParallel(network, optimizer, comm, dist.sync_batchnorm)
             if groups.model_ranks == 1:  # the fallback is said in the run log
-                from .data_parallel import DataParallel as Fallback  # noqa: PLC0415
+                from .data_parallel import DataParallel as Fallback
                 return Fallback(network, optimizer, comm, dist.sync_batchnorm, note=f"distributed: {why}")
     return _synchronous(network, optimizer, comm, groups, dist)
 
@@ -90,7 +90,7 @@ def _sharded(network: Any, optimizer: Any, comm: Communicator, groups: ModelGrou
 def _asynchronous(network: Any, optimizer: Any, comm: Communicator, groups: ModelGroups, dist: Any) -> DataParallel:
     """Rank 0 serves, the others compute; one process trains synchronously."""
     if comm.size > 1:
-        from .async_sgd import AsyncParallel  # noqa: PLC0415
+        from .async_sgd import AsyncParallel
         return AsyncParallel(network, optimizer, comm, dist.max_staleness)
     return _synchronous(network, optimizer, comm, groups, dist)
 
@@ -99,7 +99,7 @@ def resolve_auto(comm: Communicator, groups: ModelGroups) -> Strategy:
     """`auto`'s rule: shared_memory when several ranks all share one node, compute on the CPU and
     keep whole layers (and no loss scale needs the whole gradient on every rank: mixed_float16); else
     allreduce."""
-    from ..core import backend as B  # noqa: PLC0415
+    from ..core import backend as B
     one_node = 1 < comm.size == comm.local_size
     shared = one_node and B.current().device == "cpu" and groups.model_ranks == 1 and B.current().half != "float16"
     return STRATEGIES["shared_memory" if shared else "allreduce"]

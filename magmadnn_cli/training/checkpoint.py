@@ -225,7 +225,7 @@ def starting_file(path: Path) -> Path:
 
 def starting_weights(path: Path) -> dict[str, np.ndarray]:
     """--init-from's weights: a model file's, or the network's of a checkpoint (`starting_file`)."""
-    from .modelfile import load  # noqa: PLC0415 (only for --init-from)
+    from .modelfile import load  # only for --init-from
     path = starting_file(path)
     if path.is_file() and str(load_npz(path, "model file or checkpoint", keys=("format",)).get("format")) == FORMAT:
         ckpt = read(path)

@@ -72,8 +72,8 @@ class Mlflow:
 
     def begin(self, params: dict[str, Any], config_text: str) -> None:
         try:
-            from mlflow.entities import Metric, Param  # noqa: PLC0415
-            from mlflow.tracking import MlflowClient  # noqa: PLC0415
+            from mlflow.entities import Metric, Param
+            from mlflow.tracking import MlflowClient
         except ImportError as exc:
             raise MagmaError(f"tracking.mlflow: MLflow cannot be imported ({exc}); install it with: "
                              "pip install 'magmadnn-cli[mlflow]'") from exc
@@ -109,7 +109,7 @@ class Mlflow:
             if state.get("tracking_uri") != self.uri:
                 return None
             run = self.client.get_run(state["run_id"])
-        except Exception:  # no earlier MLflow run, or it was deleted: a new one
+        except Exception:  # noqa: BLE001  no earlier MLflow run, or it was deleted: a new one
             return None
         if run.info.lifecycle_stage != "active":
             return None

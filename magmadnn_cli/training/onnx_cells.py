@@ -136,7 +136,6 @@ def one_hot(g: Graph, cells: str, categories: list[str]) -> str:
     """The category's one-hot row; an unseen category is all zeros, as `predict` encodes it by default.
     Categories that are numbers are compared as numbers (the cell '1.0' is the category '1', as the
     readers spell codes; a cell that is no number matches none); the others by their text."""
-    float_ = g.onnx.TensorProto.FLOAT
     numbers_at = [i for i, c in enumerate(categories) if _as_number(c) is not None]
     words_at = [i for i in range(len(categories)) if i not in set(numbers_at)]
     parts = []

@@ -33,7 +33,7 @@ class Graph:
     """The ONNX nodes, constants, inputs and outputs being assembled; names are made unique."""
 
     def __init__(self) -> None:
-        import onnx  # noqa: PLC0415 (an optional dependency: the [onnx] extra)
+        import onnx  # an optional dependency: the [onnx] extra
         self.onnx, self.helper = onnx, onnx.helper
         self.nodes: list[Any] = []
         self.constants: list[Any] = []
@@ -68,7 +68,7 @@ class Graph:
         return name
 
     def const(self, value: Any, hint: str = "c", dtype: Any = np.float32) -> str:
-        from onnx import numpy_helper  # noqa: PLC0415
+        from onnx import numpy_helper
         array = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype)
         name = self.name(hint)
         if array.dtype.kind in "OUS":

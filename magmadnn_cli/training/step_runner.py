@@ -112,7 +112,7 @@ class StepRunner:
             try:
                 stats = t.train_step(inputs, count, key, stop, begun=True)
                 graph = self.stream.end_capture()
-            except Exception as exc:  # cupy and the CUDA runtime raise several kinds; the step runs eagerly
+            except Exception as exc:  # noqa: BLE001  cupy and the CUDA runtime raise several kinds; the step runs eagerly
                 return self._refuse(f"{type(exc).__name__}: {exc}")
             finally:
                 if graph is None and self.stream.is_capturing():

@@ -186,7 +186,7 @@ class TrackingReporter(Reporter):
         for tracker in list(self.begun):
             try:
                 call(tracker)
-            except Exception as exc:  # a disk, a server: the run is worth more than its log
+            except Exception as exc:  # noqa: BLE001  a disk, a server: the run is worth more than its log
                 self.begun.remove(tracker)
                 self.inner.warn(f"tracking: {type(tracker).__name__} stopped logging: {exc}")
 
@@ -223,7 +223,7 @@ def trackers(config: Config, out_dir: Path, resumed: bool, reporter: Reporter) -
         owner = None if inside else os.path.abspath(out_dir)
         found.append(TensorBoard(folder, resumed, reporter, owner))
     if tracking is not None and tracking.mlflow is not None:
-        from .mlflow_tracking import Mlflow  # noqa: PLC0415 (imports mlflow when it begins)
+        from .mlflow_tracking import Mlflow  # imports mlflow when it begins
         found.append(Mlflow(tracking.mlflow, config.name, out_dir, resumed))
     return found
 

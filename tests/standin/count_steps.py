@@ -11,11 +11,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cupy  # noqa: E402  (the stand-in)
+import cupy
 
-from magmadnn_cli import cli  # noqa: E402
-from magmadnn_cli.training.step_log import StepLog  # noqa: E402
-from magmadnn_cli.training.trainer import Trainer  # noqa: E402
+from magmadnn_cli import cli
+from magmadnn_cli.training.step_log import StepLog
+from magmadnn_cli.training.trainer import Trainer
 
 TALLIES: list = []
 

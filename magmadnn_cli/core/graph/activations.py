@@ -234,7 +234,7 @@ ACTIVATIONS: dict[str, type[Activation]] = {cls.name: cls for cls in Activation.
 def get_activation(name: str, **kwargs: float) -> Activation:
     """The activation `name` with its parameters (`alpha`; configs pass their declared default,
     `config/activations.py`, which a test keeps equal to the classes' own)."""
-    from ...errors import MagmaError  # noqa: PLC0415
+    from ...errors import MagmaError
     if name not in ACTIVATIONS:
         raise MagmaError(f"unknown activation {name!r} (expected one of {', '.join(ACTIVATIONS)})")
     return ACTIVATIONS[name](**kwargs)

@@ -111,7 +111,7 @@ def reference(kernel_name: str) -> Callable[..., None]:
 
 @cache
 def elementwise(name: str) -> Any:
-    import cupy  # noqa: PLC0415 (only called when arrays live on the GPU)
+    import cupy  # only called when arrays live on the GPU
 
     kernel = KERNELS[name]
     return cupy.ElementwiseKernel(kernel.inputs, kernel.outputs, kernel.body, PREFIX + name)

@@ -50,7 +50,7 @@ class Node:
 
 
 def _op(name: str) -> type:
-    from . import ops  # noqa: PLC0415 (ops import this module)
+    from . import ops  # ops import this module
     return getattr(ops, name)
 
 

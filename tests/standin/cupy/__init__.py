@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as _np
 
 from ._ledger import LEDGER, Ledger, site  # noqa: F401  (re-exported for tests)
-from . import cuda  # noqa: F401
+from . import cuda
 from . import fft, linalg, random  # noqa: F401
 
 __version__ = "14.0.0-standin"
@@ -280,7 +280,7 @@ def get_default_pinned_memory_pool() -> "cuda.MemoryPool":
 
 def ElementwiseKernel(in_params: str, out_params: str, operation: str, name: str, **kwargs: Any) -> Callable:
     """A custom kernel runs its numpy reference, declared beside its CUDA source in the package."""
-    from magmadnn_cli.core.graph import kernels  # noqa: PLC0415
+    from magmadnn_cli.core.graph import kernels
 
     reference = kernels.reference(name)
     outputs = [p.split()[-1] for p in out_params.split(",")]

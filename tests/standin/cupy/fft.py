@@ -8,7 +8,7 @@ import numpy as _np
 
 
 def __getattr__(name: str) -> Any:
-    from . import _call  # noqa: PLC0415
+    from . import _call
 
     value = getattr(_np.fft, name)
     if not callable(value) or isinstance(value, type):

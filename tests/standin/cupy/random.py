@@ -12,7 +12,7 @@ class Generator:
         self._rng = _np.random.default_rng(seed)
 
     def __getattr__(self, name: str) -> Any:
-        from . import _call  # noqa: PLC0415
+        from . import _call
 
         method = getattr(self._rng, name)
         return lambda *args, **kwargs: _call(method, args, kwargs)

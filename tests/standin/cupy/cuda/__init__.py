@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as _np
 
 from .._ledger import LEDGER, StandInError, site
-from . import runtime  # noqa: F401
+from . import runtime
 
 
 class Device:
@@ -50,7 +50,7 @@ class Graph:
         self.tape = tape
 
     def launch(self, stream: Any = None) -> None:
-        from .. import unwrap  # noqa: PLC0415
+        from .. import unwrap
 
         for entry in self.tape:
             if callable(entry):  # work enqueued by a library (NCCL)
@@ -67,7 +67,7 @@ class Graph:
 
 def _write_back(out: Any, result: Any) -> None:
     """Put a replayed operation's output into the buffer the capture gave it."""
-    from .. import ndarray  # noqa: PLC0415
+    from .. import ndarray
 
     if isinstance(result, tuple):
         for o, r in zip(out, result):
@@ -161,7 +161,7 @@ def _root(a: _np.ndarray) -> _np.ndarray:
 
 
 def _arrays(values: Any) -> list:
-    from .. import ndarray  # noqa: PLC0415
+    from .. import ndarray
 
     found = []
     for v in values:

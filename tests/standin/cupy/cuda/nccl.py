@@ -27,7 +27,7 @@ def _view(ptr: int, count: int, datatype: int) -> _np.ndarray:
 
 class NcclCommunicator:
     def __init__(self, ndev: int, comm_id: Any, rank: int) -> None:
-        from mpi4py import MPI  # noqa: PLC0415 (tests only)
+        from mpi4py import MPI  # tests only
 
         self.mpi = MPI
         self.comm = MPI.COMM_WORLD.Split(hash(tuple(comm_id)) & 0x7FFFFFFF, rank)
