@@ -48,7 +48,7 @@ def timed_writes(monkeypatch_target: type) -> list[float]:
     seconds: list[float] = []
     real = monkeypatch_target.write
 
-    def write(self, trainer):  # noqa: ANN001, ANN202
+    def write(self, trainer):
         start = time.perf_counter()
         path = real(self, trainer)
         seconds.append(time.perf_counter() - start)

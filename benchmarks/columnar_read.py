@@ -39,9 +39,9 @@ print(json.dumps({"seconds": seconds, "rows": len(table.x),
 
 def write_table(folder: Path, mb: int) -> tuple[Path, Path]:
     """The CSV (about `mb` MB) and the same rows as Parquet, written in blocks."""
-    import pyarrow as pa  # noqa: PLC0415
-    import pyarrow.csv as pacsv  # noqa: PLC0415
-    import pyarrow.parquet as pq  # noqa: PLC0415
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
     rng = np.random.default_rng(0)
     csv, parquet = folder / "table.csv", folder / "table.parquet"
     writer, written = None, 0

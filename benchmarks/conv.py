@@ -16,7 +16,6 @@ import time
 import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
-from magmadnn_cli.core import backend as B
 from magmadnn_cli.nn.layers import Conv2D, Dense, Flatten, Pool2D
 from magmadnn_cli.nn.losses import CrossEntropy, MeanSquaredError
 from magmadnn_cli.nn.network import Network

@@ -12,9 +12,7 @@ import time
 from collections import defaultdict
 
 import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
-import numpy as np
 
-from magmadnn_cli.core import backend as B
 
 from conv import best, cifar_layer, gemm_floor, lenet, ours, torch_step  # benchmarks/ is the script's folder
 

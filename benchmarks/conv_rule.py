@@ -15,7 +15,6 @@ import itertools
 import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
 import numpy as np
 
-from magmadnn_cli.core import backend as B
 from magmadnn_cli.core.graph.convolution import Geometry, rule, time_algorithms
 
 CHANNELS = (1, 3, 8, 16, 32, 64)

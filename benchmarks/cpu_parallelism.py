@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import multiprocessing as mp
-import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import magmadnn_cli  # noqa: F401  first: it picks OpenBLAS's kernels (core/cpu_kernels.py) as a run does
-import numpy as np
 
-from magmadnn_cli.core import backend as B
 from magmadnn_cli.core.blas import _library
 
 from conv import best, lenet, ours, torch_step  # benchmarks/ is the script's folder
@@ -79,7 +76,7 @@ def processes(steps: int) -> float:
 
 
 def torch_one_thread(step, steps: int) -> float:
-    import torch  # noqa: PLC0415 (only when installed; torch_step returned a step)
+    import torch  # only when installed; torch_step returned a step
     threads_before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

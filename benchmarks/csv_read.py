@@ -33,7 +33,7 @@ def best_seconds(fn, repeats: int = 3) -> float:
 
 def pyarrow_reader():
     try:
-        import pyarrow.csv as pc  # noqa: PLC0415 (a reference, when installed)
+        import pyarrow.csv as pc  # a reference, when installed
     except ImportError:
         return None
     return lambda path: pc.read_csv(path)
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=200)
     args = parser.parse_args()
-    from magmadnn_cli.data.tables import ReadSpec, read_csv  # noqa: PLC0415
+    from magmadnn_cli.data.tables import ReadSpec, read_csv
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         mnist = folder / "mnist_5k.csv"

@@ -16,12 +16,12 @@ import argparse
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import magmadnn_cli  # noqa: E402,F401  then OpenBLAS's kernels (core/cpu_kernels.py), as a run picks them
-import numpy as np  # noqa: E402 (after the BLAS thread count)
+import magmadnn_cli  # noqa: F401  then OpenBLAS's kernels (core/cpu_kernels.py), as a run picks them
+import numpy as np
 
-from magmadnn_cli.distributed.row_exchange import product_range  # noqa: E402
+from magmadnn_cli.distributed.row_exchange import product_range
 
-from conv import best  # noqa: E402 (benchmarks/ is the script's folder)
+from conv import best
 
 LAYERS = [(784, 528), (528, 528), (528, 528), (528, 10)]
 BATCH = 200

@@ -13,13 +13,13 @@ from tempfile import TemporaryDirectory
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
 
-import cupy  # noqa: E402  (the stand-in)
-import numpy as np  # noqa: E402
+import cupy
+import numpy as np
 
-from magmadnn_cli import cli  # noqa: E402
-from magmadnn_cli.core import backend as B  # noqa: E402
-from magmadnn_cli.nn.optimizers import OPTIMIZERS  # noqa: E402
-from magmadnn_cli.training.trainer import Trainer  # noqa: E402
+from magmadnn_cli import cli
+from magmadnn_cli.core import backend as B
+from magmadnn_cli.nn.optimizers import OPTIMIZERS
+from magmadnn_cli.training.trainer import Trainer
 
 PAPER_MLP = 784 * 528 + 3 * 528 * 528 + 528 * 10 + 4 * 528 + 10
 
