@@ -53,7 +53,7 @@ def digits(wheels: Path) -> None:
 def digits_png(wheels: Path) -> None:
     """The digits as 8-bit grayscale PNG files in class folders (digits_png/<label>/<row>.png), pixels
     0-16 scaled to 0-255 (round(v * 255 / 16)): the image-folder example. Read from digits.csv.gz."""
-    from PIL import Image
+    from PIL import Image  # the [images] extra; only this builder needs it
     del wheels
     with gzip.open(HERE / "digits.csv.gz", "rt") as f:
         rows = list(csv.reader(f))[1:]
