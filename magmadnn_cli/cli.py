@@ -19,6 +19,7 @@ from rich.text import Text
 
 from . import signals
 from .errors import DataError, Interrupted, MagmaError
+from .commands.ranks import load_checked
 from .reporting import QuietOnClosedPipe, SafeConsole
 
 app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -27,6 +28,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_e
 out = QuietOnClosedPipe(soft_wrap=True)
 err = SafeConsole(stderr=True, soft_wrap=True)
 STATE = {"debug": False}
+RANKED = ("train", "tune", "lr-find")  # the commands that use every rank of a launch (the others run on rank 0)
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file", show_default=False)]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", help="override: dotted.key=value (repeatable)",
@@ -70,13 +72,6 @@ HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="`host:s
 HostsOpt = Annotated[Optional[str], typer.Option("--hosts", metavar="H:SLOTS,...", help="as node01:4,node02:4")]
 
 
-def _load(config: Path, overrides: list[str] | None, draw_seed: bool = True):
-    """The config, validated, and checked against what its distributed strategy supports."""
-    from .config.loading import load_config
-    from .distributed.strategies import config_problems
-    return load_config(config, overrides or [], draw_seed, checks=(config_problems,))
-
-
 def _reporter(quiet: bool, comm):
     """Rank 0's progress: live on a person's terminal, else a line per epoch (the other ranks: none)."""
     from .distributed.launcher import output_is_terminal
@@ -85,25 +80,12 @@ def _reporter(quiet: bool, comm):
 
 
 def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, strategy: bool = True):
-    """Load the config; re-launch under mpiexec when ranks or hosts are asked for (`layout`: --processes,
-    --hostfile, --hosts, --oversubscribe); else this rank's communicator (tune's ranks share out trials:
-    `strategy` False, plain MPI). A missing seed stays missing: the command draws one for all ranks."""
-    from .distributed import get_communicator
-    from .distributed.environment import check_srun_step
-    from .data.text_source import refuse_streams
-    from .distributed.launcher import JobForced, processes_origin, ranks_asked, relaunch
-    check_srun_step()
-    cfg = _load(config, overrides, draw_seed=False)
-    refuse_streams(cfg.data, ranks_asked(*layout, cfg.distributed.processes))
-    try:
-        code = relaunch(*layout, cfg.distributed.processes, processes_origin(cfg, config))
-    except JobForced as forced:  # killed after a second stop signal: how to go on
-        from .commands.job_end import forced_job
-        raise forced_job(forced) from None
-    if code is not None:  # the job ended: as it ended (one a killed rank ended says how to go on)
-        from .commands.job_end import killed_job
-        raise killed_job(code) or typer.Exit(code)
-    return cfg, get_communicator(cfg.distributed.strategy if strategy else "allreduce")
+    """The config and this rank's communicator, or the launched job's exit (`commands/ranks.py`)."""
+    from .commands.ranks import config_on_ranks
+    cfg, comm, code = config_on_ranks(config, overrides, layout, strategy)
+    if code is not None:
+        raise typer.Exit(code)
+    return cfg, comm
 
 
 @app.command()
@@ -256,10 +238,10 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
     """Which learning rate? The range test: one step per rate, rates growing exponentially from --min
     to --max, on the config's model and data (nothing of a run is written); suggests the rate where the
     smoothed loss falls fastest, with the command that trains with it."""
-    from .commands.lr_find import check_arguments, lr_find as run_lr_find, plot as plot_curve, train_command
+    from .commands.lr_find import check_arguments, lr_find as run_lr_find, plot as plot_curve, said, train_command
     from .files import to_json
     from .reporting import make_reporter
-    check_arguments(_load(config, set_, draw_seed=False), config, low, high, steps, output, overwrite)  # before ranks
+    check_arguments(load_checked(config, set_, draw_seed=False), config, low, high, steps, output, overwrite)  # before ranks
     cfg, comm = _config_on_ranks(config, set_, (processes, hostfile, hosts, oversubscribe))
     result = run_lr_find(cfg, comm, low, high, steps, make_reporter(True, comm.rank))
     if not comm.is_root:
@@ -270,12 +252,7 @@ def lr_find(config: ConfigArg, set_: SetOpt = None,
     if as_json:
         print(to_json({**result, "train_command": command}))
         return
-    rate = result["suggested_learning_rate"]
-    ended = " (stopped early: the loss diverged)" if result["stopped_early"] else ""
-    err.print(f"{len(result['learning_rates'])} steps from {low:g} to {result['learning_rates'][-1]:.3g}{ended}; "
-              + (f"suggested learning rate {rate:.3g} (steepest descent of the smoothed loss)\n{command}" if rate
-                 else "no rate suggested: the loss never fell (try a wider --min/--max or more --steps)"),
-              markup=False, highlight=False)
+    err.print(said(result, low, command), markup=False, highlight=False)
     if output is not None:
         err.print(f"wrote {output}", markup=False, highlight=False)
 
@@ -302,7 +279,7 @@ def validate(config: ConfigArg, set_: SetOpt = None) -> None:
     print it resolved, with every default and the seed."""
     from .commands.train import validate_run
     from .distributed.launcher import check_processes, processes_origin
-    cfg = _load(config, set_)
+    cfg = load_checked(config, set_)
     check_processes(cfg.distributed.processes, False, processes_origin(cfg, config))  # as train checks it
     notes = validate_run(cfg)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
@@ -337,16 +314,9 @@ def bench(layers: Annotated[str, typer.Option(help="hidden-layer counts L to tim
           as_json: Annotated[bool, typer.Option("--json", metavar="", help="print a JSON list of per-depth records")] = False) -> None:
     """The MagmaDNN paper's benchmark: 784 -> L x 528 sigmoid -> 10, batch 100, SGD, whole epochs;
     ours beside the GEMM-only floor and PyTorch eager (when installed) on the same device."""
-    from .commands.bench import bench as run_bench
+    from .commands.bench import bench as run_bench, depths_of
     from .reporting import bench_table
-    try:
-        depths = [int(v) for v in layers.split(",") if v.strip()]
-    except ValueError:
-        raise MagmaError(f"--layers: expected comma-separated whole numbers like 1,2,3,4; received {layers!r}") from None
-    if not depths or min(depths) < 0 or max(depths) > 64:
-        raise MagmaError(f"--layers: expected depths from 0 to 64; received {layers!r}")
-    if device not in ("auto", "cpu", "gpu"):
-        raise MagmaError(f"--device: expected auto, cpu or gpu; received {device!r}")
+    depths = depths_of(layers)
     say = None if as_json else (lambda r: err.print(f"L={r['layers']}: {r['seconds']:.3f} s", markup=False, highlight=False))
     records = run_bench(depths, samples, epochs, device, say, precision)
     if as_json:
@@ -368,7 +338,7 @@ def summary(source: Annotated[Path, typer.Argument(help="YAML config file, or mo
                                                     show_default=False)], set_: SetOpt = None) -> None:
     """Layers, output shapes, parameter counts and FLOPs per sample, of a config or a saved model."""
     from .commands.summary import is_saved_model, summarize, summarize_saved
-    table, problem = summarize_saved(source, set_) if is_saved_model(source) else summarize(_load(source, set_))
+    table, problem = summarize_saved(source, set_) if is_saved_model(source) else summarize(load_checked(source, set_))
     out.print(table)
     if problem:  # the table helps to fix it; train and validate refuse the config
         raise DataError(problem)
@@ -384,7 +354,15 @@ def main() -> None:
     STATE["debug"] = "--debug" in sys.argv[2:]  # a global option, also given after the command
     if STATE["debug"]:
         sys.argv.remove("--debug")
-    if not _refuse_launch_leftovers(sys.argv[1:]) and not _runs_on_every_rank(sys.argv[1:]):
+    from .distributed.environment import launch_gate
+    args = sys.argv[1:]
+    command = next((a for a in args if not a.startswith("-")), "")
+    refused, runs_here = launch_gate(ranked=command in RANKED, exempt=command in ("env", "") or "--help" in args
+                                     or "-h" in args)
+    if refused is not None:
+        err.print(Text("error: ", style="bold red") + Text(refused), highlight=False)
+        sys.exit(2)
+    if not runs_here:
         return  # under mpirun, commands that are not data-parallel run (print, write) once, on rank 0
     with signals.watching():
         try:
@@ -410,27 +388,6 @@ def _exit_for(exc: BaseException) -> NoReturn:
         raise exc
     _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
           "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
-
-
-def _refuse_launch_leftovers(args: list[str]) -> bool:
-    """PMI_RANK / PMI_SIZE left over in the shell, said before any MPI starts (it would abort on a count
-    that is no number, or the command would run as a rank no launcher started, silently): `env` says it
-    among its facts (True: it runs, alone); train, tune and lr-find leave a stale count to MPI, which
-    names it."""
-    from .distributed.environment import launch_leftovers
-    command = next((a for a in args if not a.startswith("-")), "")
-    leftover = launch_leftovers(numbers_only=command in ("train", "tune", "lr-find"))
-    if leftover is None or command in ("env", "") or "--help" in args or "-h" in args:
-        return leftover is not None
-    err.print(Text("error: ", style="bold red") + Text(leftover), highlight=False)
-    sys.exit(2)
-
-
-def _runs_on_every_rank(args: list[str]) -> bool:
-    """False on ranks other than 0 of an MPI launch, for commands that do not use the ranks."""
-    from .distributed.comm import launched_rank, launched_ranks
-    command = next((a for a in args if not a.startswith("-")), "")
-    return command in ("train", "tune", "lr-find") or launched_ranks() <= 1 or launched_rank() == 0
 
 
 def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = "") -> None:

@@ -91,3 +91,15 @@ def test_a_thousand_single_row_tables_take_under_a_second(models):
             json_table(body, spec, "request")
         took = time.perf_counter() - start
     assert took < 1.0, f"{took * 1000:.0f} us per single-row table"
+
+
+@pytest.mark.parametrize("name", ["heart", "digits"])
+def test_no_rows_get_no_predictions_with_the_columns_as_ever(models, name):
+    """An empty request is answered by the same path as any other (it failed in the encoding before)."""
+    model = Predictor(models[name], "cpu")
+    with model.using():
+        table = json_table({"columns": list(model.saved.features), "data": []}, read_spec(model.path, model.saved, False),
+                           "request")
+        for proba in (False, True):
+            rows = model.predict_table(table, proba, (), False, new_tally())
+            assert rows.shape == (0, len(model.columns(proba).names))

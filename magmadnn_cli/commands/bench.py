@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core import backend as B
+from ..errors import MagmaError
 from ..nn.layers import Dense
 from ..nn.losses import CrossEntropy
 from ..nn.network import Network
@@ -111,6 +112,17 @@ def torch_time(layers: int, samples: int, epochs: int) -> float | None:
             step(perm[i:i + BATCH])
     sync()
     return time.perf_counter() - start
+
+
+def depths_of(layers: str) -> list[int]:
+    """`--layers` ("1,2,3,4") as depths, each from 0 to 64."""
+    try:
+        depths = [int(v) for v in layers.split(",") if v.strip()]
+    except ValueError:
+        raise MagmaError(f"--layers: expected comma-separated whole numbers like 1,2,3,4; received {layers!r}") from None
+    if not depths or min(depths) < 0 or max(depths) > 64:
+        raise MagmaError(f"--layers: expected depths from 0 to 64; received {layers!r}")
+    return depths
 
 
 def bench(layers: list[int], samples: int, epochs: int, device: str = "auto",

@@ -100,6 +100,16 @@ def _sweep(run: Any, low: float, high: float, steps: int) -> tuple[list[float], 
     return rates, losses
 
 
+def said(result: dict[str, Any], low: float, command: str) -> str:
+    """What lr-find tells the user of a sweep: its range, and the suggested rate with the command that
+    trains with it (or why there is none)."""
+    rate = result["suggested_learning_rate"]
+    ended = " (stopped early: the loss diverged)" if result["stopped_early"] else ""
+    return (f"{len(result['learning_rates'])} steps from {low:g} to {result['learning_rates'][-1]:.3g}{ended}; "
+            + (f"suggested learning rate {rate:.3g} (steepest descent of the smoothed loss)\n{command}" if rate
+               else "no rate suggested: the loss never fell (try a wider --min/--max or more --steps)"))
+
+
 def _smooth(losses: list[float]) -> list[float]:
     average, out = 0.0, []
     for i, loss in enumerate(losses, start=1):

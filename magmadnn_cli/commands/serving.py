@@ -137,10 +137,7 @@ class Service:
         if job.table is None or job.cancelled:
             return
         try:
-            if len(job.table.x) == 0:
-                rows = np.zeros((0, len(self.model.columns(job.proba).names)), dtype=object)
-            else:
-                rows = self.model.predict_table(job.table, job.proba, (), False, new_tally())
+            rows = self.model.predict_table(job.table, job.proba, (), False, new_tally())
         except Exception as exc:  # noqa: BLE001
             job.answer(None, exc)
             return

@@ -42,7 +42,7 @@ class Normalizer:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
-        flat = x.reshape(len(x), -1).astype(dtype, copy=False)
+        flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(dtype, copy=False)  # (no rows too)
         if self.scale != 1.0:
             flat = flat * dtype.type(self.scale)
         out = flat - self.shift.astype(dtype)

@@ -208,3 +208,16 @@ def _shm_free() -> int | None:
     except OSError:
         return None
     return stats.f_bavail * stats.f_frsize
+
+
+def launch_gate(ranked: bool, exempt: bool) -> tuple[str | None, bool]:
+    """Before any MPI starts: why a command cannot run (PMI_RANK / PMI_SIZE left over in the shell: it
+    would abort on a count that is no number, or run as a rank no launcher started; an `exempt` command
+    (env, help) says it itself, and a `ranked` one, which uses every rank, leaves a stale count to MPI,
+    which names it), and whether this process runs it (under a launch, a command that is not `ranked`
+    runs once, on rank 0)."""
+    from .comm import launched_rank, launched_ranks
+    leftover = launch_leftovers(numbers_only=ranked)
+    if leftover is not None:
+        return (None, True) if exempt else (leftover, False)
+    return None, ranked or launched_ranks() <= 1 or launched_rank() == 0

@@ -115,7 +115,7 @@ def tally_notes(tally: dict[str, Any], saved: SavedModel, source: str) -> list[s
 
 def _first_bad(bad: np.ndarray, table: Table) -> tuple[int, int, int] | None:
     """(row index, column, rows) of the first row in file order holding a True of `bad`, or None."""
-    bad = bad.reshape(len(bad), -1)
+    bad = bad.reshape(len(bad), int(np.prod(bad.shape[1:])))  # (a table of no rows too)
     rows = bad.any(axis=1)
     if not rows.any():
         return None
@@ -156,7 +156,7 @@ def refuse_non_finite_outputs(outputs: np.ndarray, data_rows: Callable[[np.ndarr
                                model_path: Path, saved: SavedModel) -> None:
     """Outputs that are inf or NaN although the inputs are finite: the model's own computation
     overflowed (weights too large for its precision). Refused, naming the rows."""
-    bad = ~np.isfinite(outputs.reshape(len(outputs), -1)).all(axis=1)
+    bad = ~np.isfinite(outputs.reshape(len(outputs), int(np.prod(outputs.shape[1:])))).all(axis=1)
     if not bad.any():
         return
     rows = data_rows(np.flatnonzero(bad)[:5])

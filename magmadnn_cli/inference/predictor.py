@@ -47,7 +47,7 @@ def output_rows(outputs: np.ndarray, saved: Any, proba: bool) -> np.ndarray:
     spells them (`saved`: its task and classes)."""
     digits = "%.7g" if outputs.dtype == np.float32 else "%.15g"
     if saved.task == "regression":
-        return np.char.mod(digits, outputs.reshape(len(outputs), -1))
+        return np.char.mod(digits, outputs.reshape(len(outputs), int(np.prod(outputs.shape[1:]))))
     probs = np.concatenate([1 - outputs, outputs], axis=1) if saved.task == "binary" else outputs
     labels = np.array([str(c) for c in saved.classes], dtype=object)
     predicted = labels[probs.argmax(axis=1)][:, None]
