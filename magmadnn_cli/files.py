@@ -205,3 +205,13 @@ def file_sha256(path: Path | None) -> str | None:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in a file the tool wrote (a marker, a ledger, metrics.json); {} where the file is
+    missing, unreadable, or holds anything else."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -37,7 +37,7 @@ def test_gzip_csv_and_int_labels(tmp_path):
     ("a,b,y\n", "header but no data rows"),
     ("a,b,y\n1,2,0\n3,4\n", "d.csv:3: the row has 2 fields; the header has 3"),
     ("a,b,y\n1,inf,0\n3,4,1\n", "column 'b', data row 1: non-finite value inf"),
-    ("a,a,y\n1,2,0\n", "duplicate column names in the header: a"),
+    ("a,a,y\n1,2,0\n", "duplicate column names in the header: 'a'"),
     ("a,b,label\n1,2,0\n", "no target column 'y' (data.target); columns are a, b, label"),
     ("a,b,Y\n1,2,0\n", "no target column 'y' (data.target); columns are a, b, Y; did you mean 'Y'?"),
 ])

@@ -21,13 +21,13 @@ from ..files import atomic_write, check_output_file
 from ..reporting import Reporter
 from ..training.builder import build_run, select_backend
 from ..training.convolutions import choose_convolutions
+from .plot import image_format, pyplot
 
 SMOOTHING = 0.98   # the loss's exponential moving average (bias-corrected), as fastai and Lightning
 DIVERGED = 4.0     # stop once the smoothed loss exceeds this many times its best
 SKIP_START = 10    # the first steps' losses are noise from the initialization: not suggested
 
 
-PLOT_FORMATS = (".png", ".pdf", ".svg")
 
 
 def check_arguments(config: Config, config_path: Path, low: float, high: float, steps: int, out: Path | None,
@@ -50,11 +50,9 @@ def check_arguments(config: Config, config_path: Path, low: float, high: float, 
     inputs = (config_path, *(p for p in (data.train, data.validation, data.test) if p is not None))
     try:
         check_output_file(out, tuple(Path(p) for p in inputs), overwrite=overwrite)
+        image_format(out)
     except MagmaError as exc:
         raise EveryRankError(str(exc)) from None
-    if out.suffix.lower() not in PLOT_FORMATS:
-        raise EveryRankError(f"--output {out}: the curve is drawn as {', '.join(PLOT_FORMATS)}; give a path ending "
-                             "so, e.g. lr.png")
 
 
 def lr_find(config: Config, comm: Communicator, low: float, high: float, steps: int,
@@ -138,9 +136,8 @@ def train_command(config_path: Path, rate: float | None) -> str | None:
 
 def plot(result: dict[str, Any], out: Path, overwrite: bool) -> None:
     """The smoothed loss against the rate (log scale), the suggestion marked, as a PNG (or PDF, SVG)."""
-    from .plot import _pyplot  # matplotlib is optional
     check_output_file(out, overwrite=overwrite)  # checked before the sweep too (check_arguments)
-    plt = _pyplot()
+    plt = pyplot()
     figure, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(result["learning_rates"], result["losses"], color="0.75", linewidth=0.8, label="loss")
     ax.plot(result["learning_rates"], result["smoothed"], color="C0", label="smoothed loss")
@@ -155,6 +152,6 @@ def plot(result: dict[str, Any], out: Path, overwrite: bool) -> None:
         ax.set_ylim(min(finite) * 0.9 if min(finite) > 0 else None, max(finite[:max(1, len(finite) // 2)]) * 1.3)
     ax.legend()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format=out.suffix.lower().lstrip(".") or "png", dpi=100)
+    figure.savefig(buffer, format=image_format(out), dpi=100)
     plt.close(figure)
     atomic_write(out, lambda f: f.write(buffer.getvalue()))

@@ -5,10 +5,9 @@ replaces or removes those only: never a file a person put there, or changed sinc
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
-from ..files import file_sha256, write_json
+from ..files import file_sha256, json_object, write_json
 from .run_dir import MARKER
 
 LEDGER = ".magmadnn-made"
@@ -40,8 +39,4 @@ def remove_made(path: Path) -> bool:
 
 
 def _ledger(folder: Path) -> dict[str, str]:
-    try:
-        made = json.loads((folder / LEDGER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in made.items() if isinstance(v, str)} if isinstance(made, dict) else {}
+    return {k: v for k, v in json_object(folder / LEDGER).items() if isinstance(v, str)}

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ..errors import MagmaError
-from ..files import atomic_write, check_output_file
+from ..files import atomic_write, check_output_file, json_object
 from .made_files import is_made, record
 from .run_dir import MARKER, classify
 
@@ -23,13 +22,14 @@ FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}  # -o's suffix: the form
 LARGEST = 1e300  # beyond it matplotlib cannot scale an axis (its range overflows): drawn as a gap, as inf and nan
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on its file-only backend (the optional [plot] extra)."""
     try:
         import matplotlib  # optional dependency
         matplotlib.use("Agg")  # files only: no display needed
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise MagmaError("magmadnn plot needs matplotlib: pip install 'magmadnn-cli[plot]' (or pip install "
+        raise MagmaError("drawing a plot needs matplotlib: pip install 'magmadnn-cli[plot]' (or pip install "
                          "matplotlib)") from exc
     return plt
 
@@ -41,7 +41,7 @@ def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path
     if out is not None:
         _refuse_a_runs_file(out, folder)
         check_output_file(out, overwrite=overwrite)
-    image = _format(out) if out is not None else "png"
+    image = image_format(out) if out is not None else "png"
     figure, name = _figure(folder)
     target = out or folder / name
     if out is None and target.exists() and not is_made(target):  # a file of a person's, not an earlier plot
@@ -52,17 +52,17 @@ def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path
     except (ValueError, OverflowError, ArithmeticError) as exc:  # numpy's LinAlgError is a ValueError
         raise MagmaError(f"{folder}: its values cannot be drawn ({type(exc).__name__}: {exc})") from exc
     finally:
-        _pyplot().close(figure)
+        pyplot().close(figure)
     atomic_write(target, lambda f: f.write(buffer.getvalue()))
     record(target, buffer.getvalue())
     return target
 
 
-def _format(out: Path) -> str:
-    """The image format `-o`'s suffix names (png, pdf, svg), or the refusal of any other."""
+def image_format(out: Path) -> str:
+    """The image format `-o`'s suffix names (png, pdf, svg), or the refusal of any other (plot, lr-find)."""
     suffix = out.suffix.lower()
     if suffix not in FORMATS:
-        raise MagmaError(f"--output {out}: plot writes .png, .pdf or .svg files, chosen by the name's suffix "
+        raise MagmaError(f"--output {out}: plots are written as .png, .pdf or .svg files, chosen by the name's suffix "
                          f"(got {repr(out.suffix) if out.suffix else 'no suffix'}); give a name ending in one of them")
     return FORMATS[suffix]
 
@@ -172,7 +172,7 @@ def _learning_curves(folder: Path, checkpointed: tuple[list[dict[str, Any]], str
                          f"{', '.join(str(k) for k in rows[0] if k is not None)})")
     best, why = _best_epoch(folder, rows)
     marker = "." if len(rows) <= 100 else None  # thousands of dots would draw a band
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         ax.plot(epochs, [_number(r.get(metric)) for r in rows], label=f"train {metric}", marker=marker)
@@ -192,10 +192,7 @@ def _learning_curves(folder: Path, checkpointed: tuple[list[dict[str, Any]], str
 
 def _best_epoch(folder: Path, rows: list[dict[str, Any]]) -> tuple[int | None, str]:
     """Early stopping's best epoch (metrics.json), else the epoch of the lowest validation loss."""
-    try:
-        value = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("best_epoch")
-    except (OSError, ValueError, AttributeError):
-        value = None
+    value = json_object(folder / "metrics.json").get("best_epoch")
     if isinstance(value, int):
         return value, "best epoch"
     losses = [(_number(r.get("val_loss")), int(_number(r["epoch"]))) for r in rows]
@@ -213,7 +210,7 @@ def _cross_validation(folder: Path) -> Any:
     metrics = list(dict.fromkeys(metric for _, metric in columns))
     splits = [s for s in SPLITS if any(split == s for split, _ in columns)]
     folds = _whole(folder / "metrics.csv", rows, "fold")
-    plt = _pyplot()
+    plt = pyplot()
     width = min(2, len(metrics))
     height = math.ceil(len(metrics) / width)
     figure, axes = plt.subplots(height, width, figsize=(5 * width, 4 * height), squeeze=False)
@@ -253,7 +250,7 @@ def _search_scatter(folder: Path) -> Any:
     if not rows or not params:
         raise MagmaError(f"{folder / 'trials.csv'}: no finished trials with hyperparameters to plot")
     best, ylabel = _best_trial(folder, rows)
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(1, len(params), figsize=(5 * len(params), 4), squeeze=False)
     for ax, param in zip(axes[0], params):
         xs = [_number(r[param]) for r in rows]

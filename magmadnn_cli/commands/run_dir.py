@@ -27,7 +27,7 @@ from ..distributed.comm import on_root
 from ..distributed.leftovers import record_run_folder
 from ..errors import MagmaError, ModelFileError
 from .. import signals
-from ..files import MODEL, cannot_write, write_json
+from ..files import MODEL, cannot_write, json_object, write_json
 from ..training.advice import resume_command
 
 MARKER = ".magmadnn"
@@ -55,11 +55,7 @@ def classify(folder: Path) -> str:
     if not names or (names == {MARKER} and _live_holder(folder) is None):
         return "empty"  # nothing, or only the marker of a command that ended before it wrote anything
     if MARKER in names or STASH in names:  # a stash alone: a replacing run killed as it began
-        try:
-            marker = folder / MARKER if MARKER in names else folder / STASH / MARKER
-            kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
-        except (OSError, ValueError, AttributeError):
-            kind = None
+        kind = json_object(folder / MARKER if MARKER in names else folder / STASH / MARKER).get("kind")
         return kind if kind in OLD_LAYOUTS else "foreign"
     for kind, (files, needed) in OLD_LAYOUTS.items():
         if needed in names and names <= files:
@@ -394,19 +390,11 @@ def _no_model(folder: Path) -> str:
 
 def _folds(folder: Path) -> int | None:
     """K for a cross-validation's folder (its marker says so; before markers did, its metrics.json)."""
-    folds = _json_object(folder / MARKER).get("folds")
+    folds = json_object(folder / MARKER).get("folds")
     if folds is None:
-        metrics = _json_object(folder / "metrics.json")
+        metrics = json_object(folder / "metrics.json")
         folds = metrics.get("folds") if "per_fold" in metrics else None
     return folds if isinstance(folds, int) else None
-
-
-def _json_object(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _cross_validation_note(folder: Path, folds: int) -> str:

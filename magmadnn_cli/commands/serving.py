@@ -20,7 +20,7 @@ from ..data.fitting import column_strategy
 from ..data.records import csv_table, json_table
 from ..data.tables import Table
 from ..errors import MagmaError
-from ..files import file_sha256
+from ..files import file_sha256, json_object
 from ..inference import Predictor, new_tally, read_spec
 from ..inference.encoding import fill_of
 
@@ -241,11 +241,8 @@ def metadata(model: Predictor) -> dict[str, Any]:
 def _run_metrics(path: Path, recorded: dict[str, Any]) -> dict[str, Any] | None:
     """The run's metrics.json beside the model file (its scores on each split), where it is this
     run's (the same data sha256 as the model records); None otherwise."""
-    try:
-        found = json.loads((path.parent / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) and found.get("data_sha256") == recorded.get("data_sha256") \
+    found = json_object(path.parent / "metrics.json")
+    return found if found and found.get("data_sha256") == recorded.get("data_sha256") \
         and found.get("name") == recorded.get("name") else None
 
 

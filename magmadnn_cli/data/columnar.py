@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -21,7 +20,7 @@ from .. import signals
 from ..core import backend as B
 from . import dates
 from ..errors import DataError
-from .columns import RawColumns
+from .columns import RawColumns, refuse_duplicate_names
 from .text_source import DECOMPRESSORS, READ_ERRORS, check_file
 from .csv_reader import text_too_large
 from .numbers import typed_cells
@@ -319,10 +318,8 @@ def open_source(path: Path) -> Source:
         raise DataError(f"{path}: reading {columnar_format(path)} needs pyarrow: pip install pyarrow")
     with _reading(path):
         source = OPENERS[columnar_format(path)](path)
-    duplicates = sorted(n for n, count in Counter(source.names).items() if count > 1)
-    if duplicates:  # as a CSV header's are refused (pyarrow cannot select either of them)
-        raise DataError(f"{path}: duplicate column names in the schema: {', '.join(map(repr, duplicates[:20]))}; "
-                        "rename them in the file (pyarrow: table.rename_columns([...]))")
+    refuse_duplicate_names(path, source.names, "the schema", "rename them in the file (pyarrow: "
+                           "table.rename_columns([...]))")
     return source
 
 

@@ -6,6 +6,7 @@ SimpleImputer + MissingIndicator + OneHotEncoder, Ludwig's per-feature preproces
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -352,3 +353,11 @@ def stray_cells(raw: RawColumns, cells: np.ndarray, mask: np.ndarray, most: int 
         where = ", ".join(map(str, at)) + (", ..." if counts[k] > 3 else "")
         described.append(f"{str(values[k])!r} ({counts[k]}: data row{'s' if counts[k] > 1 else ''} {where})")
     return ", ".join(described) + (f", and {len(values) - most} more value(s)" if len(values) > most else "")
+
+
+def refuse_duplicate_names(source: Path | str, names: list[str], where: str, fix: str) -> None:
+    """Columns of one name twice (a reader could select neither) refused, naming them (linear in the
+    column count): `where` they were found ("the header", "the schema"), and `fix`."""
+    duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
+    if duplicates:
+        raise DataError(f"{source}: duplicate column names in {where}: {', '.join(map(repr, duplicates[:20]))}; {fix}")

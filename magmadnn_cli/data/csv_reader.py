@@ -17,7 +17,7 @@ import numpy as np
 from .. import signals
 from ..core import backend as B
 from ..errors import DataError
-from .columns import is_missing, is_number
+from .columns import is_missing, is_number, refuse_duplicate_names
 from .numbers import OffStyle, detect_style, is_plain, two_way_cells, typed_cells
 from .text_source import READ_ERRORS, ReadBound, binary_error, check_file, is_stream, marked_encoding, open_text
 
@@ -210,11 +210,8 @@ def csv_header(path: Path, fmt: CsvFormat | None = None) -> list[str]:
                             f"({shown}): give rows of those columns, with or without a header row")
         return list(fmt.names)
     names = [h.strip() for h in header]
-    duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
-    if duplicates:
-        raise DataError(f"{path}: duplicate column names in the header: {', '.join(duplicates[:20])}; rename them "
-                        f"in the file (or, to train on it, give data.names: every column's name, in order; they replace the "
-                        "header's)")
+    refuse_duplicate_names(path, names, "the header", "rename them in the file (or, to train on it, give "
+                           "data.names: every column's name, in order; they replace the header's)")
     return names
 
 

@@ -53,11 +53,7 @@ def list_classes(root: Path) -> Listing:
             continue
         _check_name(root, entry.name)
         before = len(listing.files)
-        for folder, dirs, names in os.walk(entry.path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for name in sorted(names):
-                path = os.path.join(folder, name)
-                (listing.files if name.lower().endswith(SUFFIXES) else listing.ignored).append(path)
+        _walk(entry.path, listing)
         listing.labels += [entry.name] * (len(listing.files) - before)
         listing.classes.append(entry.name)
         if len(listing.files) == before:
@@ -78,15 +74,28 @@ def list_images(root: Path) -> Listing:
     listing = Listing()
     if root.is_file():
         listing.files.append(str(root))
-    for folder, dirs, names in os.walk(root) if root.is_dir() else ():
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            (listing.files if name.lower().endswith(SUFFIXES) else listing.ignored).append(path)
+    elif root.is_dir():
+        _walk(str(root), listing)
     if not listing.files:
         raise DataError(f"{root}: no image files ({', '.join(SUFFIXES)}) in it or its folders")
     listing.labels = [""] * len(listing.files)
     return listing
+
+
+def _walk(top: str, listing: Listing) -> None:
+    """The files under `top` (hidden folders skipped, everything in sorted order) into `listing`: image
+    files to read, the others ignored."""
+    for folder, dirs, names in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            (listing.files if is_image_file(Path(name)) else listing.ignored).append(path)
+
+
+def _unreadable(path: str, why: str) -> DataError:
+    """A file Pillow cannot decode, named, with the fix."""
+    return DataError(f"{Path(path)}: cannot read as an image: {why}; fix or remove the file (or "
+                     "data.image.on_error: skip)")
 
 
 def _check_name(root: Path, name: str) -> None:
@@ -115,8 +124,7 @@ def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]
             return first_look(Path(path))
         except Exception as exc:
             if not skip:
-                raise DataError(f"{Path(path)}: cannot read as an image: {image_decode.why(exc)}; fix or remove the "
-                                "file (or data.image.on_error: skip)") from exc
+                raise _unreadable(path, image_decode.why(exc)) from exc
     raise DataError(f"{Path(files[0]).parent.parent}: no image of the {len(files):,} files could be read "
                     "(data.image.on_error: skip)")
 
@@ -152,8 +160,7 @@ def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool) -> li
         out[start:start + len(block)] = block
         if bad and not skip:
             where, message = bad[0]
-            raise DataError(f"{Path(files[where])}: cannot read as an image: {message}; fix or remove the file (or "
-                            "data.image.on_error: skip)")
+            raise _unreadable(files[where], message)
         failed += bad
     return failed
 

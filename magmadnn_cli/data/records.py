@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .columns import RawColumns
+from .columns import RawColumns, refuse_duplicate_names
 from .csv_reader import DELIMITERS, CsvFormat, parse_cells
 from .numbers import detect_style, typed_cells
 from .table import ReadSpec, Table, _closest, checked_columns
@@ -147,9 +147,7 @@ def _csv_format(lines: list[str], spec: ReadSpec) -> CsvFormat:
 def _wanted(names: list[str], spec: ReadSpec, source: str) -> list[str]:
     """The model's feature columns, checked against the body's as against a file's; a column the
     model does not know is refused (a misspelt name would otherwise be a missing cell, filled)."""
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise DataError(f"{source}: duplicate column names: {', '.join(duplicates[:10])}; give each column once")
+    refuse_duplicate_names(source, names, "the request", "give each column once")
     wanted = checked_columns(source, names, spec)  # type: ignore[arg-type]  (a name, not a path)
     known = set(wanted) | {_target(spec)}
     unknown = [n for n in names if n not in known]
