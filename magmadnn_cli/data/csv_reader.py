@@ -109,7 +109,11 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
         return _named(path, CsvFormat(delimiter, encoding), names, optional)
     if ".tsv" in path.name.lower():
         return _named(path, CsvFormat("\t", encoding), names, optional)
-    lines = _first_lines(path, encoding)
+    return _named(path, CsvFormat(sniff_delimiter(_first_lines(path, encoding)), encoding), names, optional)
+
+
+def sniff_delimiter(lines: list[str]) -> str:
+    """The one of , ; tab | that splits the first lines alike into the most fields (, when none does)."""
     best, fields = ",", 1
     for candidate in DELIMITERS:
         try:
@@ -118,7 +122,13 @@ def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
             continue
         if counts and counts[0] > fields and all(c == counts[0] for c in counts):
             best, fields = candidate, counts[0]
-    return _named(path, CsvFormat(best, encoding), names, optional)
+    return best
+
+
+def declared_style(decimal: str | None, thousands: str | None) -> tuple[str, str]:
+    """data.decimal and data.thousands as set (either may be): thousands '.' alone implies the decimal
+    comma that goes with it."""
+    return decimal or ("," if thousands == "." else "."), thousands or ""
 
 
 def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands: str | None) -> CsvFormat:
@@ -126,9 +136,9 @@ def with_number_style(path: Path, fmt: CsvFormat, decimal: str | None, thousands
     detected from the file's first lines (a decimal comma in a file not separated by commas)."""
     lines = None if is_stream(path) and (decimal or thousands) else _first_lines(path, fmt.encoding, count=STYLE_LINES)
     detected = detect_style(lines, fmt.delimiter) if lines is not None else None
-    if decimal is not None or thousands is not None:  # thousands '.' alone: the decimal mark that goes with it, ','
-        decimal = decimal or ("," if thousands == "." else ".")
-        return replace(fmt, decimal=decimal, thousands=thousands or "", style_seen=detected)
+    if decimal is not None or thousands is not None:
+        decimal, thousands = declared_style(decimal, thousands)
+        return replace(fmt, decimal=decimal, thousands=thousands, style_seen=detected)
     if detected:
         return replace(fmt, decimal=detected[0], thousands=detected[1], style_detected=True)
     return replace(fmt, two_way=tuple(two_way_cells(lines, fmt.delimiter)))

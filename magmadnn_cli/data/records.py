@@ -15,12 +15,11 @@ import numpy as np
 
 from ..errors import DataError
 from .columns import RawColumns, refuse_duplicate_names
-from .csv_reader import DELIMITERS, CsvFormat, parse_cells
+from .csv_reader import STYLE_LINES, CsvFormat, declared_style, parse_cells, sniff_delimiter
 from .numbers import detect_style, typed_cells
 from .table import ReadSpec, Table, _closest, checked_columns
 
 NUMBER = (int, float)
-STYLE_LINES = 200  # lines of a CSV body sampled to detect how its numbers are written
 
 
 def json_table(payload: Any, spec: ReadSpec, source: str) -> Table:
@@ -124,24 +123,15 @@ def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
 
 
 def _csv_format(lines: list[str], spec: ReadSpec) -> CsvFormat:
-    """The body's delimiter (data.delimiter, else the one of , ; tab | that splits the first lines
-    alike into the most fields) and number style (data.decimal / data.thousands, else detected)."""
+    """The body's delimiter (data.delimiter, else sniffed as a file's) and number style (data.decimal /
+    data.thousands, else detected from its first lines as a file's)."""
     data = spec.data
-    delimiter = data.delimiter if data is not None and data.delimiter else None
-    if delimiter is None:
-        delimiter, fields = ",", 1
-        for candidate in DELIMITERS:
-            try:
-                counts = [len(row) for row in csv.reader(lines[:20], delimiter=candidate)]
-            except csv.Error:
-                continue
-            if counts[0] > fields and all(c == counts[0] for c in counts):
-                delimiter, fields = candidate, counts[0]
+    delimiter = (data.delimiter if data is not None else None) or sniff_delimiter(lines[:20])
     decimal, thousands = (data.decimal, data.thousands) if data is not None else (None, None)
     if decimal is None and thousands is None:
         decimal, thousands = detect_style(lines[:STYLE_LINES], delimiter) or (".", "")
-    decimal = decimal or ("," if thousands == "." else ".")
-    return CsvFormat(delimiter, decimal=decimal, thousands=thousands or "")
+    decimal, thousands = declared_style(decimal, thousands)
+    return CsvFormat(delimiter, decimal=decimal, thousands=thousands)
 
 
 def _wanted(names: list[str], spec: ReadSpec, source: str) -> list[str]:
