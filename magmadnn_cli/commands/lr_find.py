@@ -90,8 +90,7 @@ def _sweep(run: Any, low: float, high: float, steps: int) -> tuple[list[float], 
             loss_sum, _ = trainer.step(trainer.micro_batches(batches, step, x, y), len(batches[step - 1]))
             rates.append(trainer.opt.learning_rate)
             losses.append(float(loss_sum) / len(batches[step - 1]))
-            average = SMOOTHING * average + (1 - SMOOTHING) * losses[-1]  # _smooth's, one step at a time
-            smooth = average / (1 - SMOOTHING ** len(losses))
+            average, smooth = _smooth_step(average, losses[-1], len(losses))
             best = min(best, smooth)
             if not math.isfinite(smooth) or smooth > DIVERGED * best:
                 break
@@ -108,11 +107,18 @@ def said(result: dict[str, Any], low: float, command: str) -> str:
                else "no rate suggested: the loss never fell (try a wider --min/--max or more --steps)"))
 
 
+def _smooth_step(average: float, loss: float, n: int) -> tuple[float, float]:
+    """The exponential average after the n-th loss, and its bias-corrected value (the smoothed loss)."""
+    average = SMOOTHING * average + (1 - SMOOTHING) * loss
+    return average, average / (1 - SMOOTHING ** n)
+
+
 def _smooth(losses: list[float]) -> list[float]:
+    """Every step's smoothed loss (`_smooth_step` over the losses)."""
     average, out = 0.0, []
-    for i, loss in enumerate(losses, start=1):
-        average = SMOOTHING * average + (1 - SMOOTHING) * loss
-        out.append(average / (1 - SMOOTHING ** i))
+    for n, loss in enumerate(losses, start=1):
+        average, smooth = _smooth_step(average, loss, n)
+        out.append(smooth)
     return out
 
 

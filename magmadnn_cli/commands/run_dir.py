@@ -339,14 +339,13 @@ def locked(comm: Any, folder: Path, kind: Kind, detail: dict[str, Any] | None = 
 
 @contextlib.contextmanager
 def _released_at_exit(lock: FolderLock) -> Iterator[FolderLock]:
+    """The lock (taken on rank 0) released as the command ends, as `FolderLock.__exit__` releases it."""
     try:
         yield lock
     except BaseException as exc:
-        ended = lock.release(exc)
-        if ended is exc:
-            raise
-        raise ended from exc
-    lock.release()
+        lock.__exit__(type(exc), exc)  # raises what the release made of it, if anything else
+        raise
+    lock.__exit__()
 
 
 # -- reading a run folder's model -------------------------------------------------------------------

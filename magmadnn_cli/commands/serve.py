@@ -152,7 +152,7 @@ def app(service: Service, limits: Limits) -> Any:
     from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
     api = FastAPI(title="magmadnn serve", docs_url=None, redoc_url=None, openapi_url=None)
-    model, described = service.model, metadata(service.model)
+    described = metadata(service.model)
 
     @api.exception_handler(BodyTooLarge)
     async def too_large(request: Request, exc: BodyTooLarge) -> Response:
@@ -175,6 +175,19 @@ def app(service: Service, limits: Limits) -> Any:
     async def metrics() -> Response:
         return PlainTextResponse(service.metrics.text(), media_type="text/plain; version=0.0.4")
 
+    predict = _predict_endpoint(service, limits)
+    api.post("/predict")(predict)
+    api.post("/invocations")(predict)
+    return Guard(api, service.metrics, limits)
+
+
+def _predict_endpoint(service: Service, limits: Limits) -> Any:
+    """POST /predict and /invocations: a request's rows answered by the model's thread, within the time
+    limit; every error is an answer (the server goes on)."""
+    from fastapi import Request
+    from fastapi.responses import Response
+    model = service.model
+
     async def predict(request: Request) -> Response:
         proba = request.query_params.get("proba", "false").lower() in ("true", "1", "yes")
         if proba and model.task == "regression":
@@ -186,14 +199,11 @@ def app(service: Service, limits: Limits) -> Any:
         except asyncio.TimeoutError:
             return _error(504, f"{SOURCE}: not answered within --timeout-s {limits.timeout:g} s; send fewer rows a "
                                "request, or start the server with a larger --timeout-s")
-        except Exception as exc:  # noqa: BLE001 (every error is an answer; the server goes on)
+        except Exception as exc:  # noqa: BLE001  every error is an answer; the server goes on
             status = status_of(exc)
             return _error(status, str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}")
         return _answer(rows, model, proba, request.headers.get("accept", ""))
-
-    api.post("/predict")(predict)
-    api.post("/invocations")(predict)
-    return Guard(api, service.metrics, limits)
+    return predict
 
 
 async def _submitted(service: Service, body: bytes, content_type: str, proba: bool) -> np.ndarray:
@@ -228,9 +238,14 @@ def _answer(rows: np.ndarray, model: Predictor, proba: bool, accept: str) -> Any
     return Response(json.dumps({"predictions": predictions}), media_type="application/json")
 
 
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    """Every error's answer: its message (predict's, for rows that do not fit) and status."""
+    return {"error": message, "status": status}
+
+
 def _error(status: int, message: str) -> Any:
     from fastapi.responses import JSONResponse
-    return JSONResponse({"error": message, "status": status}, status_code=status)
+    return JSONResponse(_error_body(status, message), status_code=status)
 
 
 def _too_large(limits: Limits) -> str:
@@ -295,7 +310,7 @@ class Guard:
 
 
 async def _reply(send: Callable, status: int, message: str, headers: list) -> None:
-    body = json.dumps({"error": message, "status": status}).encode()
+    body = json.dumps(_error_body(status, message)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *headers]})

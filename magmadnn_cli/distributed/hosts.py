@@ -86,9 +86,7 @@ def read_hostfile(path: Path) -> Hosts:
             continue
         entry = _entry(text)
         if entry is None:
-            shown = line.strip()
-            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received "
-                             f"{shown[:60]!r}{f' ({len(shown):,} characters)' if len(shown) > 60 else ''}")
+            raise MagmaError(f"{path}:{number}: {_EXAMPLE}; received {shorten(line.strip())}")
         hosts.append(entry)
     if not hosts:
         raise MagmaError(f"--hostfile {path}: names no host; write one `host:slots` a line, as in `node01:4`")
@@ -158,6 +156,7 @@ def _expand_ranges(ranges: str, whole: str) -> list[str]:
 
 
 def shorten(text: str, limit: int = 60) -> str:
+    """`text` quoted, cut to `limit` characters with its length said."""
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
