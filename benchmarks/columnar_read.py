@@ -27,7 +27,7 @@ READ = """
 import json, resource, sys, time
 from pathlib import Path
 from magmadnn_cli.config.data import DataConfig
-from magmadnn_cli.data.tables import ReadSpec, read_table
+from magmadnn_cli.data.readers import ReadSpec, read_table
 path = Path(sys.argv[1])
 start = time.perf_counter()
 table = read_table(path, ReadSpec.of(DataConfig(train=path, target="label")))

@@ -1,6 +1,6 @@
 """CSV reading speed and predict's memory on wide rows.
 
-  MB/s of `data.tables.read_csv` on the shipped MNIST CSV (5000 rows x 785 columns, 9.1 MB unpacked)
+  MB/s of `data.readers.read_csv` on the shipped MNIST CSV (5000 rows x 785 columns, 9.1 MB unpacked)
   and on a generated file of --size-mb (784-column rows), with pyarrow's reader as a reference when
   it is installed; then the peak resident memory of `magmadnn predict` on that wide file.
 
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=200)
     args = parser.parse_args()
-    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    from magmadnn_cli.data.readers import ReadSpec, read_csv
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         mnist = folder / "mnist_5k.csv"

@@ -179,7 +179,7 @@ def _arrow_peak(path: Path, rows: int, chunk_rows: int = 32_768) -> int:
     """The most bytes Arrow holds at once while `path` (of `rows` rows, 8 float64 columns) is read in chunks."""
     from magmadnn_cli.config.data import DataConfig
     from magmadnn_cli.data.columnar import columnar_chunks
-    from magmadnn_cli.data.tables import ReadSpec
+    from magmadnn_cli.data.readers import ReadSpec
     rng = np.random.default_rng(0)
     pq.write_table(pa.table({f"f{i}": rng.normal(size=rows) for i in range(8)}), path, row_group_size=chunk_rows)
     spec = ReadSpec(None, None, False, DataConfig(train=path.name), np.float32)
@@ -218,7 +218,7 @@ def _records(n: int, seed: int = 0) -> list[dict]:
 def test_json_lines_whose_keys_change_type_or_appear_late_read_like_their_csv(capsys, tmp_path):
     """pyarrow's typed reader refuses both; the line reader takes over from the record it refused,
     and the table is the one the same cells give as CSV."""
-    from magmadnn_cli.data.tables import ReadSpec, read_table
+    from magmadnn_cli.data.readers import ReadSpec, read_table
     from magmadnn_cli.config.data import DataConfig
     records = _records(30_000)
     for i in range(25_000, 30_000, 7):

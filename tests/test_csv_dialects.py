@@ -154,14 +154,14 @@ def test_pyarrow_and_the_line_reader_give_identical_tables(case, tmp_path, monke
     """pyarrow reads the numeric files (the line reader is never asked), the line reader reads them
     the same: values, missing cells and labels as spelled."""
     pytest.importorskip("pyarrow")
-    from magmadnn_cli.data import dates, tables
-    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    from magmadnn_cli.data import dates, readers
+    from magmadnn_cli.data.readers import ReadSpec, read_csv
     path = tmp_path / "d.csv"
     FAST_CASES[case](path)
     spec = ReadSpec("label", None, True, DataConfig(train=path, target="label", encoding="latin-1" if case == "latin1" else "utf-8"))
     slow = read_csv(path, spec, fast=False)
     with monkeypatch.context() as m:
-        m.setattr(tables, "csv_chunks", lambda *a, **k: pytest.fail("the line reader was used"))
+        m.setattr(readers, "csv_chunks", lambda *a, **k: pytest.fail("the line reader was used"))
         fast = read_csv(path, spec)
     np.testing.assert_array_equal(fast.x, slow.x)
     assert fast.x.dtype == slow.x.dtype and fast.features == slow.features
@@ -173,7 +173,7 @@ def test_pyarrow_and_the_line_reader_give_identical_tables(case, tmp_path, monke
 
 
 def test_text_columns_fall_back_to_the_line_reader(tmp_path):
-    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    from magmadnn_cli.data.readers import ReadSpec, read_csv
     (tmp_path / "d.csv").write_text("f1,color,label\n1,red,a\n2,blue,b\n")
     table = read_csv(tmp_path / "d.csv", ReadSpec("label"))
     assert table.raw.text[1].tolist() == ["red", "blue"]
@@ -182,7 +182,7 @@ def test_text_columns_fall_back_to_the_line_reader(tmp_path):
 def test_quoted_fields_may_hold_line_breaks(capsys, tmp_path):
     """RFC 4180: a quoted field spans lines. Both readers take it: pyarrow (numeric features, a
     multi-line label) and the line reader (a multi-line category), and predict reads it back."""
-    from magmadnn_cli.data.tables import ReadSpec, read_csv
+    from magmadnn_cli.data.readers import ReadSpec, read_csv
     rows = [(i % 3 * 3.0 + 0.01 * i, ("blue", "dark\nred", "green")[i % 3], ("dog", "big\ncat", "eel")[i % 3])
             for i in range(60)]
     text = "size,color,label\n" + "".join(f'{s},"{c}","{lab}"\n' for s, c, lab in rows)
@@ -221,11 +221,11 @@ def test_a_signal_during_the_arrow_read_is_not_swallowed(tmp_path, monkeypatch):
 
 
 def _streamed_and_line_read(path, spec, rows: int):
-    from magmadnn_cli.data import tables
-    streamed = list(tables.csv_chunks(path, spec, rows))
+    from magmadnn_cli.data import readers
+    streamed = list(readers.csv_chunks(path, spec, rows))
     fmt = spec.csv_format(path)
-    names = tables.csv_header(path, fmt)
-    lines = list(tables._line_chunks(path, spec, fmt, names, tables.checked_columns(path, names, spec), rows, 0, False))
+    names = readers.csv_header(path, fmt)
+    lines = list(readers._line_chunks(path, spec, fmt, names, readers.checked_columns(path, names, spec), rows, 0, False))
     return streamed, lines
 
 
@@ -233,7 +233,7 @@ def test_streamed_chunks_equal_the_line_reader_s(tmp_path):
     """predict streams CSV through pyarrow: the same chunks, cells, row numbers and kept columns as
     the line reader's (which reads what pyarrow refuses)."""
     pytest.importorskip("pyarrow")
-    from magmadnn_cli.data.tables import ReadSpec
+    from magmadnn_cli.data.readers import ReadSpec
     rng = np.random.default_rng(0)
     body = [f"{a:.4f},{'red' if a > 0 else 'blue'},{'' if i % 7 == 0 else round(b, 3)},id{i},{'yes' if b > 0 else 'no'}"
             for i, (a, b) in enumerate(rng.normal(size=(5000, 2)))]

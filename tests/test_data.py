@@ -10,7 +10,7 @@ import pytest
 
 from magmadnn_cli.config.schema import DataConfig, SyntheticData
 from magmadnn_cli.data.prepare import Normalizer, prepare, sample_shape_of
-from magmadnn_cli.data.tables import ReadSpec, read_table, synthetic
+from magmadnn_cli.data.readers import ReadSpec, read_table, synthetic
 from magmadnn_cli.errors import DataError
 
 from conftest import ROOT, run_cli, write_csv

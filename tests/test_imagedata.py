@@ -12,7 +12,7 @@ import pytest
 
 from magmadnn_cli.config.schema import DataConfig
 from magmadnn_cli.data.prepare import prepare, sample_shape_of
-from magmadnn_cli.data.tables import ReadSpec, read_table
+from magmadnn_cli.data.readers import ReadSpec, read_table
 from magmadnn_cli.errors import DataError
 
 rng = np.random.default_rng(5)

@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from magmadnn_cli.config.schema import DataConfig
 from magmadnn_cli.data.prepare import prepare
-from magmadnn_cli.data.tables import ReadSpec, read_table
+from magmadnn_cli.data.readers import ReadSpec, read_table
 from magmadnn_cli.errors import DataError
 
 rng = np.random.default_rng(11)

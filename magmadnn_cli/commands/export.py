@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.tables import READERS
+from ..data.readers import READERS
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file
 from ..inference import Predictor

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..data.prepare import Split, encode_targets, map_labels, rebuilt_split
-from ..data.tables import Table, reader_for, style_note
+from ..data.readers import Table, reader_for, style_note
 from ..data.writers import output_format, write_rows
 from ..errors import DataError, MagmaError
 from ..files import atomic_write, check_output_file, file_sha256

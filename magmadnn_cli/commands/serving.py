@@ -18,7 +18,7 @@ import numpy as np
 from .. import __version__
 from ..data.fitting import column_strategy
 from ..data.records import csv_table, json_table
-from ..data.tables import Table
+from ..data.readers import Table
 from ..errors import MagmaError
 from ..files import file_sha256, json_object
 from ..inference import Predictor, new_tally, read_spec

@@ -25,7 +25,7 @@ from .pixels import check_shape, eight_bit_note, unscaled_note
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .row_index import without_row_index
 from .scaling import check_scale
-from .tables import ReadSpec, Table, read_table, synthetic, typed_labels
+from .readers import ReadSpec, Table, read_table, synthetic, typed_labels
 
 
 @dataclass

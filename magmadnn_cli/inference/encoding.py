@@ -14,7 +14,7 @@ from ..core import backend as B
 from ..data.classes import add_unseen, unseen_note
 from ..data.fitting import column_strategy, fill_name
 from ..data.prepare import encode_features
-from ..data.tables import ReadSpec, Table, reader_for
+from ..data.readers import ReadSpec, Table, reader_for
 from ..errors import DataError, ModelFileError
 from ..training.modelfile import SavedModel
 

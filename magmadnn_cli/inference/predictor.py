@@ -10,7 +10,7 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 
 from ..core import backend as B
-from ..data.tables import Table, typed_labels
+from ..data.readers import Table, typed_labels
 from ..data.writers import Columns
 from ..errors import ModelFileError
 from ..nn.network import Network
