@@ -18,18 +18,28 @@ one machine (the tests do).
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 from mpi4py import MPI
 
 from ..core import backend as B
 from ..errors import MagmaError
-from .comm import shared_memory_fits
+from .comm import on_every_rank, shared_memory_fits
 from .data_parallel import STATS, DataParallel
 from .mpi import MPICommunicator
 from .row_exchange import RowExchange
+
+
+def node_split(comm: Any) -> Any:
+    """The ranks of `comm` (an mpi4py communicator) on this rank's node, in rank order; with
+    MAGMADNN_RANKS_PER_NODE=N every N consecutive ranks (to test the multi-node path on one machine)."""
+    fake = os.environ.get("MAGMADNN_RANKS_PER_NODE", "")
+    if fake.isdigit() and int(fake) > 0:
+        return comm.Split(comm.Get_rank() // int(fake), comm.Get_rank())
+    return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
 
 
 class SharedMemoryCommunicator(MPICommunicator):
@@ -39,11 +49,7 @@ class SharedMemoryCommunicator(MPICommunicator):
     def __init__(self, across_nodes: bool = True) -> None:
         super().__init__("allreduce")
         self.across_nodes = across_nodes
-        fake = os.environ.get("MAGMADNN_RANKS_PER_NODE", "")
-        if fake.isdigit() and int(fake) > 0:  # treat every N consecutive ranks as a node (to test on one machine)
-            self.local = self.comm.Split(self.rank // int(fake), self.rank)
-        else:
-            self.local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local = node_split(self.comm)
         self.local_rank, self.local_size = self.local.Get_rank(), self.local.Get_size()
         per_node = self.comm.allgather(self.local.Get_size())
         if len(set(per_node)) != 1 and across_nodes:
@@ -189,3 +195,79 @@ def _complement(share: slice, ranges: list[tuple[int, int]]) -> list[tuple[int, 
     if at < share.stop:
         parts.append((at, share.stop))
     return parts
+
+
+# -- one copy of the prepared data per node (issue 48) ---------------------------------------------
+T = TypeVar("T")
+MIN_SHARED = 1 << 16  # arrays smaller than this travel with the pickled rest of the value
+ALIGN = 64  # each shared array starts on a cache line
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """Where a lifted array lies in the node's shared memory."""
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def end(self) -> int:
+        return self.offset + int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+def once_per_node(comm: MPICommunicator, make: Callable[[], T]) -> T:
+    """`make()` run by one rank per node (its first); the node's other ranks get the same value, its
+    numeric arrays (in dataclass fields, at any depth) mapped read-only from one copy in the node's
+    shared memory. A MagmaError is raised on every rank together, as `on_every_rank` raises it.
+    Where the node's /dev/shm has no room for the arrays, every rank runs `make()` itself."""
+    local = node_split(comm.comm)
+    owned = comm._root().owned  # freed at exit (`MPICommunicator.release`), newest first
+    owned.append(local)
+    first = local.Get_rank() == 0
+    value = on_every_rank(comm, lambda: make() if first else None)
+    if local.Get_size() == 1:
+        return value
+    found: list[tuple[_Slot, np.ndarray]] = []
+    skeleton = _lift(value, found) if first else None
+    nbytes = max((slot.end for slot, _ in found), default=0)
+    skeleton, nbytes, fits = local.bcast((skeleton, nbytes, shared_memory_fits(nbytes)) if first else None)
+    if not fits:
+        return value if first else make()
+    if nbytes == 0:
+        return skeleton
+    window = MPI.Win.Allocate_shared(nbytes if first else 0, 1, comm=local)
+    owned.append(window)  # before `local`, which it lives on
+    memory = np.ndarray((nbytes,), np.uint8, buffer=window.Shared_query(0)[0])
+    for slot, array in found:  # on the first rank only
+        _view(memory, slot)[...] = array
+    del value, found  # the first rank's private copies go: the node keeps the shared one
+    local.Barrier()
+    return _placed(skeleton, memory)
+
+
+def _lift(value: Any, found: list[tuple[_Slot, np.ndarray]]) -> Any:
+    """`value` with its large numeric arrays replaced by slots (appended to `found` with the arrays)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc" and value.nbytes >= MIN_SHARED:
+        start = -(-max((slot.end for slot, _ in found[-1:]), default=0) // ALIGN) * ALIGN
+        found.append((_Slot(start, value.shape, value.dtype.str), value))
+        return found[-1][0]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _lift(getattr(value, f.name), found)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
+
+
+def _placed(value: Any, memory: np.ndarray) -> Any:
+    """`value` with each slot replaced by its read-only array in `memory`."""
+    if isinstance(value, _Slot):
+        array = _view(memory, value)
+        array.flags.writeable = False
+        return array
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _placed(getattr(value, f.name), memory)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
+
+
+def _view(memory: np.ndarray, slot: _Slot) -> np.ndarray:
+    return memory[slot.offset:slot.end].view(np.dtype(slot.dtype)).reshape(slot.shape)

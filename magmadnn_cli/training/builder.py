@@ -76,7 +76,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     before its first step (`validate` runs exactly this)."""
     seed = config.seed if config.seed is not None else 0
     strategy = strategies.checked_strategy(config)
-    data = on_every_rank(comm, lambda: prepare(config.data, task_of(config), seed, fold))
+    data = prepared_data(comm, lambda: prepare(config.data, task_of(config), seed, fold))
     if data.settled:  # what the data file said (its number style): saved, so new files are read alike
         config = config.model_copy(update={"data": config.data.model_copy(update=data.settled)})
     groups = parallel_layout(config, comm, reporter, strategy)
@@ -89,6 +89,14 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     return Run(config, comm, B.current(), data, network, trainer, stopper, saver)
+
+
+def prepared_data(comm: Communicator, make: Any) -> Prepared:
+    """`make()`'s data: under MPI prepared once per node and mapped by its other ranks (issue 48)."""
+    if comm.size == 1 or not hasattr(comm, "owned"):
+        return on_every_rank(comm, make)
+    from ..distributed.shared import once_per_node  # imports mpi4py: only under MPI
+    return once_per_node(comm, make)
 
 
 def plan(config: Config, saver: Saver | None) -> Plan:
