@@ -22,6 +22,12 @@ ImageOps = pytest.importorskip("PIL.ImageOps")
 rng = np.random.default_rng(46)
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """The decoded-image cache of each test in its own folder (and of the ranks it starts)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
 def gray(h=8, w=6):
     return rng.integers(0, 256, size=(h, w), dtype=np.uint8)
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..config.schema import Config
 from ..errors import ConfigError
 from ..data.columns import ColumnEncoder
+from ..data.image_folder import looking_only
 from ..data.prepare import SampleInputs, sample_inputs
 from ..core.graph.convolution import candidates, rule
 from ..nn.layers import Conv2D, all_layers, build_layers
@@ -42,7 +43,8 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
     data), its caption listing the inputs wider than a number column and conv algorithms; and why
     the output does not fit the data's classes or targets (None: it does, or they are not known)."""
     known = inputs is not None
-    inputs = inputs or sample_inputs(config.data, task_of(config), config.seed or 0)
+    with looking_only():  # an image folder: listed and one image decoded, not all
+        inputs = inputs or sample_inputs(config.data, task_of(config), config.seed or 0)
     shape, encoder = inputs.shape, inputs.encoder
     title = f"{config.name}: each sample's input is {_values(shape)}"
     if not known and config.seed is None and not (config.data.shape or config.data.synthetic):

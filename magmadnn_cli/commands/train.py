@@ -18,6 +18,7 @@ import yaml
 from ..config.schema import Config
 from ..core import backend as B
 from ..data.fitting import own_missing_category
+from ..data.image_folder import decode_progress, looking_only
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess
 from ..errors import ConfigError, MagmaError
@@ -160,7 +161,8 @@ def build(config: Config, comm: Communicator, reporter: Reporter | None = None, 
           init_from: Path | None = None, fold: tuple[int, int] | None = None) -> Run:
     """The run (`build_run`, on the current backend) and what it says about itself before its first step."""
     reporter = reporter or Reporter()
-    run = build_run(config, comm, reporter, checkpoints, init_from, fold)
+    with decode_progress(reporter.info):  # a large image folder's first decode says how far it is
+        run = build_run(config, comm, reporter, checkpoints, init_from, fold)
     reporter.info(f"{config.name}: {len(run.data.train.x)} training rows, {run.network.num_parameters:,} "
                   f"parameters, device {run.backend.device}, {comm.size} process(es), seed {config.seed}")
     if comm.is_root and (record := how_it_runs(run)):
@@ -201,7 +203,8 @@ def validate_run(config: Config) -> list[str]:
         check_space(config.model_dump(mode="json"), config.search)
     check_tracking(config.tracking)
     with B.using(select_backend(config, SingleProcess())):
-        return build(config, SingleProcess()).data.notes
+        with looking_only():  # an image folder: listed and one image decoded, not all
+            return build(config, SingleProcess()).data.notes
 
 
 SPLITS = ("train", "validation", "test")

@@ -56,6 +56,11 @@ class ImageSettings(Strict):
     on_error: Literal["error", "skip"] = Field(
         "error", description="a file that cannot be decoded: error (named, nothing trained) or skip (counted and "
                              "listed in the run log)")
+    cache: bool = Field(True, description="keep the decoded pixels (uint8, memory-mapped) for later runs, keyed "
+                        "by the files' names, sizes and times and these settings (a stale or damaged copy is decoded "
+                        "again)")
+    cache_dir: Path | None = Field(None, description="where the cache is kept (default: $XDG_CACHE_HOME/magmadnn/"
+                                   "images, else ~/.cache/magmadnn/images); one per node is shared by its processes")
 
 
 class ColumnSpec(Strict):

@@ -5,20 +5,22 @@ with Pillow in worker processes (data.image.workers, default every core), in a f
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..config.data import ImageSettings
 from ..core import backend as B
 from ..errors import DataError
-from . import image_decode
+from . import image_cache, image_decode
 from .columns import RawColumns
 from .image_decode import SUFFIXES, Decoding, decode_block, first_look
 from .pixels import settle_eight_bit
@@ -28,6 +30,48 @@ BLOCK = 64                # files a worker decodes per task
 PARALLEL_AFTER_S = 1.0    # default workers: started only when decoding here would take longer (they cost ~0.3 s)
 SHOWN = 3                 # ignored files named in the note
 SKIPPED_SHOWN = 20        # skipped files listed with why
+PROGRESS_EVERY_S = 2.0    # a decode taking longer says how far it is, at most this often
+
+_progress: ContextVar[Callable[[str], None] | None] = ContextVar("image_progress", default=None)
+_looking: ContextVar[bool] = ContextVar("image_looking", default=False)
+
+
+@contextlib.contextmanager
+def decode_progress(say: Callable[[str], None]) -> Iterator[None]:
+    """Within it, a folder whose decoding takes longer than PROGRESS_EVERY_S reports progress lines
+    through `say` (the command's reporter)."""
+    token = _progress.set(say)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+@contextlib.contextmanager
+def looking_only() -> Iterator[None]:
+    """Within it (summary, validate), a folder is listed and one image decoded, not all: each sample
+    stands for the first image (same size, colours and count), nothing is cached."""
+    token = _looking.set(True)
+    try:
+        yield
+    finally:
+        _looking.reset(token)
+
+
+class Progress:
+    """'decoding <root>: done of total (share), rate, time left', said at most every PROGRESS_EVERY_S."""
+
+    def __init__(self, root: Path, total: int) -> None:
+        self.root, self.total, self.say = root, total, _progress.get()
+        self.started = self.last = time.perf_counter()
+
+    def __call__(self, done: int) -> None:
+        now = time.perf_counter()
+        if self.say is None or now - self.last < PROGRESS_EVERY_S or done >= self.total:
+            return
+        self.last, rate = now, done / (now - self.started)
+        self.say(f"decoding {self.root}: {done:,} of {self.total:,} images ({done / self.total:.0%}), "
+                 f"{rate:,.0f} images/s, about {(self.total - done) / rate:,.0f} s left")
 
 
 @dataclass
@@ -129,8 +173,19 @@ def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]
                     "(data.image.on_error: skip)")
 
 
-def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False
-               ) -> tuple[np.ndarray, list[tuple[int, str]]]:
+def _first_pixels(files: list[str], how: Decoding, skip: bool) -> np.ndarray:
+    """The first file's pixels (with `skip`: the first one that decodes)."""
+    for path in files:
+        _, block, failed = decode_block(0, [path], how)
+        if not failed:
+            return block[0]
+        _refuse_first([path], failed, skip)
+    raise DataError(f"{Path(files[0]).parent.parent}: no image of the {len(files):,} files could be read "
+                    "(data.image.on_error: skip)")
+
+
+def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False,
+               progress: Callable[[int], None] = lambda done: None) -> tuple[np.ndarray, list[tuple[int, str]]]:
     """Every listed file decoded into one uint8 array (N, C, H, W), in listing order; after the first
     block, in `workers` processes (default: every core, where decoding here would take longer than
     PARALLEL_AFTER_S); and the files that failed (position, why): without `skip`, the first one is
@@ -140,29 +195,38 @@ def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool 
     blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
     count = min(workers or len(os.sched_getaffinity(0)), len(blocks))
     started = time.perf_counter()
-    failed = _gathered(out, [decode_block(*blocks[0], how)], files, skip)  # the first block here: it times a file
+    failed = _gathered(out, [decode_block(*blocks[0], how)], files, skip, progress)  # here first: it times a file
     rest = blocks[1:]
     worth = (time.perf_counter() - started) / len(blocks[0][1]) * (len(files) - len(blocks[0][1])) > PARALLEL_AFTER_S
     if count <= 1 or not rest or not (worth or workers):  # workers unset: processes only where they pay
-        return out, failed + _gathered(out, (decode_block(start, paths, how) for start, paths in rest), files, skip)
+        decoded = (decode_block(start, paths, how) for start, paths in rest)
+        return out, failed + _gathered(out, decoded, files, skip, progress)
     context = multiprocessing.get_context("spawn")  # no fork of a process holding threads or MPI
     pool = ProcessPoolExecutor(count, mp_context=context, initializer=image_decode.quiet_worker)
     try:
-        return out, failed + _gathered(out, pool.map(decode_block, *zip(*rest), [how] * len(rest)), files, skip)
+        decoded = pool.map(decode_block, *zip(*rest), [how] * len(rest))
+        return out, failed + _gathered(out, decoded, files, skip, progress)
     finally:
         pool.shutdown(cancel_futures=True)
 
 
-def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool) -> list[tuple[int, str]]:
+def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool,
+              progress: Callable[[int], None]) -> list[tuple[int, str]]:
     """The decoded blocks put in place; the failures (the first one refused without `skip`)."""
     failed: list[tuple[int, str]] = []
     for start, block, bad in results:
         out[start:start + len(block)] = block
-        if bad and not skip:
-            where, message = bad[0]
-            raise _unreadable(files[where], message)
+        _refuse_first(files, bad, skip)
         failed += bad
+        progress(start + len(block))
     return failed
+
+
+def _refuse_first(files: list[str], failed: list[tuple[int, str]], skip: bool) -> None:
+    """Without `skip`, the first file that failed is refused, named."""
+    if failed and not skip:
+        where, message = failed[0]
+        raise _unreadable(files[where], message)
 
 
 def read_image_folder(root: Path, spec: ReadSpec) -> Table:
@@ -177,12 +241,13 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     dtype = np.dtype(spec.dtype or B.current().floatx)
     B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
                      f"{root}: {len(listing.files):,} decoded images of {how.shape}", on_host=True)
-    pixels, failed = decode_all(listing, how, settings.workers, settings.on_error == "skip")
+    pixels, failed, said = _pixels(root, listing, how, settings)
     keep = np.ones(len(pixels), bool)
     keep[[where for where, _ in failed]] = False
-    x = pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
+    x = np.broadcast_to(pixels[0].astype(dtype), pixels.shape) if _looking.get() else \
+        pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
     del pixels
-    notes = _notes(root, listing, how) + ([_skipped(root, listing, failed)] if failed else [])
+    notes = _notes(root, listing, how) + [n for n in (said, _skipped(root, listing, failed) if failed else None) if n]
     labels = typed_labels(np.array(listing.labels)[keep]) if spec.need_target else None
     paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[keep]
     table = Table(RawColumns(x), labels, [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root),
@@ -190,6 +255,22 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     table.settled["image"] = settings.model_copy(update={"size": list(how.size), "color": how.color})
     settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
     return table
+
+
+def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings
+            ) -> tuple[np.ndarray, list[tuple[int, str]], str | None]:
+    """The folder's uint8 pixels (from the cache where it holds them), the files that failed, and the
+    note on the cache; looking only: the first image standing for every sample."""
+    skip = settings.on_error == "skip"
+    if _looking.get():
+        return np.broadcast_to(_first_pixels(listing.files, how, skip), (len(listing.files), *how.shape)), [], None
+    folder = None if root.is_file() or not settings.cache else \
+        Path(settings.cache_dir).expanduser() if settings.cache_dir else image_cache.default_dir()
+    pixels, failed, said = image_cache.decoded(
+        root, listing.files, how, folder,
+        lambda: decode_all(listing, how, settings.workers, skip, Progress(root, len(listing.files))))
+    _refuse_first(listing.files, failed, skip)  # failures cached by a run that skipped them
+    return pixels, failed, said
 
 
 def _shown(root: Path, file: str) -> str:

@@ -1,0 +1,155 @@
+"""A cache of decoded images: the uint8 pixels (N, C, H, W) of a folder, memory-mapped, reused by later
+runs. Each (folder, decoding) has one slot in the cache folder (data.image.cache_dir, default
+$XDG_CACHE_HOME/magmadnn/images): `<slot>.npy` (the pixels) and `<slot>.json` (the key: every file's
+path, size and modification time, and the decoding; the pixels' CRC-32; the files that failed), each
+written temp + fsync + rename, the JSON last. A slot whose key differs (a file added, removed or
+changed; other settings) or whose pixels do not match their CRC is decoded again, never trusted.
+A lock file per slot makes the processes of one node (MPI ranks, concurrent runs) decode a folder
+once: the first decodes and writes, the others wait and map what it wrote.
+
+A file that changes while it is decoded is refused, naming it (its pixels may be of either version);
+once decoded, a run trains on what it read: a file changed later is seen by the next run's key."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..errors import DataError
+from ..files import atomic_write, json_object, write_json
+from .image_decode import Decoding
+
+VERSION = 1
+CRC_CHUNK = 1 << 26  # bytes checksummed at a time
+Decoded = tuple[np.ndarray, list[tuple[int, str]]]  # the pixels, and the files that failed (position, why)
+
+
+def default_dir() -> Path:
+    """$XDG_CACHE_HOME/magmadnn/images (default ~/.cache/magmadnn/images)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "magmadnn" / "images"
+
+
+def stamps(files: list[str]) -> np.ndarray:
+    """Each file's (size, modification time in ns); (-1, -1) for a file that is gone."""
+    out = np.full((len(files), 2), -1, np.int64)
+    for i, path in enumerate(files):  # one stat a file: the system call is the cost, not the loop
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            out[i] = st.st_size, st.st_mtime_ns
+    return out
+
+
+def cache_key(root: Path, files: list[str], stamped: np.ndarray, how: Decoding) -> str:
+    """What the pixels depend on: the files (paths relative to `root`, sizes, times) and the decoding."""
+    digest = hashlib.sha256(json.dumps([VERSION, asdict(how)]).encode())
+    digest.update("\0".join(os.path.relpath(f, root) for f in files).encode("utf-8", "surrogateescape"))
+    digest.update(np.ascontiguousarray(stamped, "<i8").tobytes())
+    return digest.hexdigest()
+
+
+def slot_of(folder: Path, root: Path, how: Decoding) -> Path:
+    """The slot's path (without suffix) for this folder read this way."""
+    name = json.dumps([os.path.abspath(root), asdict(how)])
+    return folder / hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def crc(pixels: np.ndarray) -> int:
+    flat, value = pixels.reshape(-1), 0
+    for start in range(0, flat.size, CRC_CHUNK):
+        value = zlib.crc32(flat[start:start + CRC_CHUNK], value)
+    return value
+
+
+@contextlib.contextmanager
+def locked(slot: Path) -> Iterator[None]:
+    """The slot's lock, held (waiting for another process that holds it)."""
+    fd = os.open(slot.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def load(slot: Path, key: str, shape: tuple[int, ...]) -> tuple[Decoded | None, str]:
+    """The slot's pixels (memory-mapped, read-only) and failures where its key is `key` and its pixels
+    are whole; else None, and why it was not used ('' for an empty slot)."""
+    meta = json_object(slot.with_suffix(".json"))
+    if not meta:
+        return None, ""
+    if meta.get("key") != key or meta.get("version") != VERSION:
+        return None, "the files or settings changed since it was written"
+    try:
+        pixels = np.load(slot.with_suffix(".npy"), mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None, "its pixels file is missing or damaged"
+    if pixels.shape != shape or pixels.dtype != np.uint8 or crc(pixels) != meta.get("crc32"):
+        return None, "its pixels do not match their checksum (damaged)"
+    return (pixels, [(int(w), str(why)) for w, why in meta.get("failed", [])]), ""
+
+
+def store(slot: Path, key: str, root: Path, pixels: np.ndarray, failed: list[tuple[int, str]]) -> np.ndarray:
+    """Write the slot (pixels, then the key that makes them valid); the pixels, memory-mapped."""
+    atomic_write(slot.with_suffix(".npy"), lambda f: np.lib.format.write_array(f, pixels, allow_pickle=False))
+    write_json(slot.with_suffix(".json"), {"version": VERSION, "key": key, "root": os.path.abspath(root),
+                                           "shape": list(pixels.shape), "crc32": crc(pixels), "failed": failed})
+    return np.load(slot.with_suffix(".npy"), mmap_mode="r", allow_pickle=False)
+
+
+def prune(folder: Path) -> None:
+    """Remove the slots of folders that no longer exist (their pixels can never be used again)."""
+    for meta_path in folder.glob("*.json"):
+        meta = json_object(meta_path)
+        if meta.get("version") == VERSION and isinstance(meta.get("root"), str) and not os.path.isdir(meta["root"]):
+            for suffix in (".npy", ".json", ".lock"):
+                with contextlib.suppress(OSError):
+                    meta_path.with_suffix(suffix).unlink()
+
+
+def check_unchanged(files: list[str], before: np.ndarray, failed: list[tuple[int, str]]) -> None:
+    """Refuse a file whose size or time changed while the folder was decoded (one that failed, a
+    vanished file under on_error: skip, is already counted)."""
+    moved = np.flatnonzero((stamps(files) != before).any(axis=1))
+    moved = moved[~np.isin(moved, [where for where, _ in failed])]
+    if len(moved):
+        path = Path(files[int(moved[0])])
+        raise DataError(f"{path}: changed while the images were decoded ({len(moved)} file(s) in all); its pixels "
+                        "may be of either version, so nothing was trained or cached. Run again once the folder is "
+                        "no longer being written")
+
+
+def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None,
+            decode: Callable[[], Decoded]) -> tuple[np.ndarray, list[tuple[int, str]], str | None]:
+    """`decode()`'s pixels and failures, from the cache in `folder` where it holds them for these files
+    and settings (else decoded and stored there; `folder` None: not cached); and a note on the cache."""
+    before = stamps(files)
+    if folder is None:
+        pixels, failed = decode()
+        check_unchanged(files, before, failed)
+        return pixels, failed, None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"{folder}: cannot create the image cache folder ({exc.strerror or exc}); set "
+                        "data.image.cache_dir to a writable folder, or data.image.cache: false") from exc
+    slot, key = slot_of(folder, root, how), cache_key(root, files, before, how)
+    with locked(slot):
+        hit, why = load(slot, key, (len(files), *how.shape))
+        if hit is not None:
+            return *hit, f"{root}: decoded images read from the cache ({slot}.npy)"
+        pixels, failed = decode()
+        check_unchanged(files, before, failed)
+        pixels = store(slot, key, root, pixels, failed)
+    prune(folder)
+    said = f" (the cached copy was not used: {why})" if why else ""
+    return pixels, failed, f"{root}: decoded images cached in {slot}.npy for later runs{said}"
