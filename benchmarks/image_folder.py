@@ -1,0 +1,173 @@
+"""A folder of PNG (or JPEG) files as training data: images per second for the first epoch (decoding),
+a later epoch (batches gathered from the decoded pixels) and a later run (the decoded-image cache), beside
+torchvision's ImageFolder + DataLoader(num_workers=cores) on the same files when it is installed; and
+`magmadnn train` from the folder against the same images as an NPZ.
+
+  --images files (10 classes of RGB --size x --size pixels) are written to a temporary folder, with the
+  same pixels as one NPZ. Each read runs in a fresh process (a cold start, as a run has); times are the
+  best of --repeats. Goals (issue 46): first epoch >= torchvision's; a cached epoch >= 5x the first;
+  training from the folder within 10% of training from the NPZ (its first run decodes; later runs map
+  the cache).
+
+    python benchmarks/image_folder.py [--images 3000] [--size 32] [--format png|jpeg] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CLASSES = 10
+BATCH = 128
+
+READ = """
+import json, sys, time
+import numpy as np
+from pathlib import Path
+from magmadnn_cli.config.data import DataConfig
+from magmadnn_cli.data.readers import ReadSpec, read_table
+path = Path(sys.argv[1])
+start = time.perf_counter()
+table = read_table(path, ReadSpec.of(DataConfig(train=path)))
+read = time.perf_counter() - start
+x, order = table.x, np.random.default_rng(0).permutation(len(table.x))
+start = time.perf_counter()
+for lo in range(0, len(x), int(sys.argv[2])):  # an epoch's batches, gathered as the trainer gathers them
+    batch = x[order[lo:lo + int(sys.argv[2])]] * np.float32(1 / 255)
+epoch = time.perf_counter() - start
+print(json.dumps({"read": read, "epoch": epoch, "images": len(x), "notes": table.notes}))
+"""
+
+TORCH = """
+import json, os, sys, time
+import torch
+from torchvision import datasets, transforms
+data = datasets.ImageFolder(sys.argv[1], transform=transforms.ToTensor())
+loader = torch.utils.data.DataLoader(data, batch_size=int(sys.argv[2]), shuffle=True,
+                                     num_workers=len(os.sched_getaffinity(0)))
+start = time.perf_counter()
+count = sum(len(x) for x, _ in loader)
+print(json.dumps({"epoch": time.perf_counter() - start, "images": count}))
+"""
+
+CONFIG = """
+name: bench_images
+seed: 0
+data: {{train: {train}, validation_split: 0.1}}
+model:
+  layers:
+    - {{type: conv2d, filters: 8, kernel_size: 3, padding: same, activation: relu}}
+    - {{type: pool2d, mode: max, pool_size: 2}}
+    - {{type: flatten}}
+    - {{type: dense, units: {classes}, activation: softmax}}
+loss: cross_entropy
+optimizer: {{type: adam, learning_rate: 0.001}}
+training: {{epochs: {epochs}, batch_size: {batch}}}
+"""
+
+
+def write_images(folder: Path, count: int, size: int, fmt: str) -> tuple[Path, Path]:
+    """`count` images in CLASSES class folders, and the same pixels and labels as x.npz (uint8, NCHW)."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    root, xs, ys = folder / "train", [], []
+    for i in range(count):
+        label = i % CLASSES
+        base = rng.integers(0, 256, size=(1, 1, 3)) * np.ones((size, size, 1))
+        pixels = np.clip(base + rng.normal(0, 40, size=(size, size, 3)), 0, 255).astype(np.uint8)
+        (root / f"c{label}").mkdir(parents=True, exist_ok=True)
+        path = root / f"c{label}" / f"{i:06d}.{'png' if fmt == 'png' else 'jpg'}"
+        Image.fromarray(pixels).save(path, **({"quality": 90} if fmt == "jpeg" else {}))
+        xs.append(np.asarray(Image.open(path).convert("RGB")).transpose(2, 0, 1))
+        ys.append(f"c{label}")
+    order = np.argsort(ys, kind="stable")  # the folder's order: classes sorted, then files
+    np.savez(folder / "same.npz", x=np.stack(xs)[order], y=np.array(ys)[order])
+    return root, folder / "same.npz"
+
+
+def python(code: str, *args: str, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def best(runs: list[dict], key: str) -> float:
+    return min(r[key] for r in runs)
+
+
+def pipeline(root: Path, repeats: int, env: dict[str, str], cache: Path) -> dict[str, float]:
+    """Images/s of the first epoch (an empty cache: decoding), a later epoch and a later run (the cache)."""
+    firsts = []
+    for _ in range(repeats):
+        for stale in cache.glob("*"):
+            stale.unlink()
+        firsts.append(python(READ, str(root), str(BATCH), env=env))
+    later = [python(READ, str(root), str(BATCH), env=env) for _ in range(repeats)]
+    n = firsts[0]["images"]
+    assert any("read from the cache" in note for note in later[0]["notes"]), later[0]["notes"]
+    return {"first_epoch": n / (best(firsts, "read") + best(firsts, "epoch")), "later_epoch": n / best(later, "epoch"),
+            "later_run": n / (best(later, "read") + best(later, "epoch"))}
+
+
+def torchvision(root: Path, repeats: int, env: dict[str, str]) -> float | None:
+    """torchvision's images/s for one epoch (None where it is not installed)."""
+    try:
+        import torchvision as _  # noqa: F401  only whether it is installed
+    except ImportError:
+        return None
+    runs = [python(TORCH, str(root), str(BATCH), env=env) for _ in range(repeats)]
+    return runs[0]["images"] / best(runs, "epoch")
+
+
+def train_seconds(source: Path, folder: Path, epochs: int, env: dict[str, str], tag: str) -> float:
+    """Wall time of `magmadnn train` on `source` (a fresh process; the whole command)."""
+    cfg = folder / f"{tag}.yaml"
+    cfg.write_text(CONFIG.format(train=source, classes=CLASSES, epochs=epochs, batch=BATCH))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(cfg), "--quiet", "--out",
+                    str(folder / f"run-{tag}"), "--overwrite"], check=True, env=env, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--format", choices=("png", "jpeg"), default="png")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache"), "PYTHONPATH": str(ROOT)}
+        root, npz = write_images(folder, args.images, args.size, args.format)
+        rates = pipeline(root, args.repeats, env, folder / "cache" / "magmadnn" / "images")
+        rates["torchvision_epoch"] = torchvision(root, args.repeats, env)
+        for stale in (folder / "cache" / "magmadnn" / "images").glob("*"):
+            stale.unlink()
+        train = {"folder_first_run": train_seconds(root, folder, args.epochs, env, "folder"),
+                 "folder_cached_run": min(train_seconds(root, folder, args.epochs, env, "folder")
+                                          for _ in range(args.repeats)),
+                 "npz": min(train_seconds(npz, folder, args.epochs, env, "npz") for _ in range(args.repeats))}
+    print(json.dumps({"images": args.images, "size": args.size, "format": args.format,
+                      "cores": len(os.sched_getaffinity(0)), "images_per_s": rates, "train_s": train,
+                      "cached_epoch_over_first": rates["later_epoch"] / rates["first_epoch"],
+                      "cached_run_over_first": rates["later_run"] / rates["first_epoch"],
+                      "folder_over_npz": {"first_run": train["folder_first_run"] / train["npz"],
+                                          "cached_run": train["folder_cached_run"] / train["npz"]},
+                      "torchvision": "compared" if rates["torchvision_epoch"] else "not installed: not compared"},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
