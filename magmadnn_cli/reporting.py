@@ -183,7 +183,8 @@ def make_reporter(quiet: bool = False, rank: int = 0, live: bool | None = None) 
     return RichReporter() if (sys.stdout.isatty() if live is None else live) else PlainReporter()
 
 
-METRICS = ("loss", "accuracy", "macro_f1", "mcc", "mse", "rmse", "mae", "r2")  # the tables' order
+METRICS = ("loss", "accuracy", "subset_accuracy", "micro_f1", "macro_f1", "mcc", "mse", "rmse", "mae", "r2")  # the tables' order
+IN_FILES_ONLY = {"hamming_loss", "micro_precision", "micro_recall", "macro_precision", "macro_recall"}  # metrics.json has them
 
 
 def shown(value: float, whole: bool | None = None) -> str:
@@ -198,7 +199,8 @@ def shown(value: float, whole: bool | None = None) -> str:
 def metrics_table(title: str, rows: dict[str, dict[str, Any]], caption: str | None = None) -> Table:
     """A table with one row per split (train / validation / test) and one column per metric, each
     column in one number style."""
-    columns = sorted({k for values in rows.values() for k, v in values.items() if isinstance(v, (int, float))},
+    columns = sorted({k for values in rows.values() for k, v in values.items()
+                      if isinstance(v, (int, float)) and k not in IN_FILES_ONLY},
                      key=lambda k: METRICS.index(k) if k in METRICS else 99)
     cells = {c: [abs(values[c]) for values in rows.values() if c in values] for c in columns}
     whole = {c: max(v) >= 1e4 and min(v) >= 1 for c, v in cells.items()}  # else each cell in its own style

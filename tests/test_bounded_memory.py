@@ -272,7 +272,7 @@ def test_many_classes_are_summarized_not_drawn_as_a_matrix():
     """10,000 classes: the metrics of 100,000 rows without a 10^8-cell confusion matrix."""
     import time
     import tracemalloc
-    from magmadnn_cli.training.metrics import classification_report
+    from magmadnn_cli.data.metrics import classification_report
     r = np.random.default_rng(0)
     k, n = 10_000, 100_000
     truth = r.integers(0, k, n)
@@ -293,7 +293,7 @@ def test_many_classes_are_summarized_not_drawn_as_a_matrix():
 
 
 def test_the_summary_agrees_with_the_dense_matrix():
-    from magmadnn_cli.training import metrics
+    from magmadnn_cli.data import metrics
     r = np.random.default_rng(1)
     k, n = 60, 5000
     truth, guess = r.integers(0, k, n), r.integers(0, k, n)

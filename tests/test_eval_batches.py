@@ -56,7 +56,7 @@ def test_batched_scores_agree_with_scoring_every_row_at_once(capsys, tmp_path):
     from magmadnn_cli.nn.losses import CrossEntropy
     from magmadnn_cli.nn.network import Network
     from magmadnn_cli.training import evaluation
-    from magmadnn_cli.training.metrics import classification_report
+    from magmadnn_cli.data.metrics import classification_report
     r = np.random.default_rng(0)
     net = Network([Dense.of(units=40, activation="softmax")], (4,), CrossEntropy(), seed=0)
     split = Split(r.normal(size=(3000, 4)).astype(np.float32), r.integers(0, 40, (3000, 1)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magmadnn_cli.training.metrics import classification_report, regression_report
+from magmadnn_cli.data.metrics import classification_report, regression_report
 
 
 def test_macro_f1_averages_the_classes_that_occur():

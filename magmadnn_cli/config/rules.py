@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from .layers import LayerSpec, passes_through
 from .losses import LossSpec
+from .tasks import task_named
 
 
 def layer_names(layers: Sequence[Any], prefix: str = "model.layers", parent: str = "") -> list[tuple[str, str]]:
@@ -55,7 +56,7 @@ def head_problem(layers: Sequence[Any], loss: str) -> tuple[tuple[str | int, ...
         return ("model", "layers", after), (
             f"the {required} of the output ({where}) must be on the last layer, but this {layers[after].type} "
             f"layer comes after it; move it before model.layers.{head.index}")
-    if LossSpec.declarations[loss].task == "regression" and head.activation in ("softmax", "log_softmax"):
+    if not task_named(LossSpec.declarations[loss].task).labels and head.activation in ("softmax", "log_softmax"):
         return ("loss",), (f"{loss} is a regression loss, but the final activation ({where}) is {head.activation!r}, "
                            "which gives class probabilities: for classes use loss: cross_entropy; for numbers make "
                            "it linear")

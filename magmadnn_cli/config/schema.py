@@ -14,6 +14,7 @@ from .layers import SAFE_NAME, Layer, ModelConfig  # noqa: F401  (Layer re-expor
 from .losses import Loss
 from .optimizers import Optimizer, Schedule  # noqa: F401  (Schedule re-exported: the optimizer section)
 from .rules import head_problem, layer_names
+from .tasks import task_named
 
 # -- training ------------------------------------------------------------------------------------
 class EarlyStopping(Strict):
@@ -211,7 +212,7 @@ class Config(Strict):
     def _objective_of_the_task(self) -> "Config":
         """search.objective auto becomes the task's metric (`tune` checks that it can be measured)."""
         if self.search is not None and self.search.objective == "auto":
-            self.search.objective = "val_loss" if self.loss.task == "regression" else "val_accuracy"
+            self.search.objective = task_named(self.loss.task).monitor
         return self
 
     @model_validator(mode="after")
@@ -219,7 +220,7 @@ class Config(Strict):
         """The checks across sections, every problem said at once, each at the key to fix."""
         problems = [*self._duplicate_layer_names(), *([head] if (head := head_problem(self.model.layers,
                                                                                      self.loss.type)) else [])]
-        if self.training.class_weight is not None and self.loss.task == "regression":
+        if self.training.class_weight is not None and not task_named(self.loss.task).labels:
             problems.append((("training", "class_weight"), f"class_weight weighs classes; loss {self.loss.type} is a "
                              "regression loss: remove class_weight"))
         if problems:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config.tasks import task_named
 from .columns import RawColumns
 
 ROWS = 20       # fewer training rows say nothing
@@ -18,7 +19,7 @@ def target_copies(raw: RawColumns, names: list[str], y: np.ndarray, task: str, t
     if len(y) < ROWS or len(names) > WIDEST or y.shape[1] != 1:
         return []
     numbers = [j for j in range(len(names)) if j not in raw.text]
-    if task == "regression":
+    if not task_named(task).labels:
         found = [names[j] for j in np.array(numbers, dtype=np.int64)[_rescaled(raw.x[:, numbers], y[:, 0])]]
         how = f"equal the target {target!r} (or a rescaling of it) in every training row"
     else:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,12 +17,13 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from .columns import ColumnEncoder, RawColumns
-from .fitting import fit, looks_like
+from .fitting import fit
 from .classes import case_variants, rare_classes, unseen_note
 from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies
 from .pixels import check_shape, eight_bit_note, unscaled_note
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
 from .row_index import without_row_index
+from .targets import number_of, table_task, target_task
 from .scaling import check_scale
 from .readers import ReadSpec, Table, read_table, synthetic, typed_labels
 
@@ -48,31 +48,7 @@ class Prepared:
     targets: TargetScaler = field(default_factory=TargetScaler)
     notes: list[str] = field(default_factory=list)   # what was inferred or imputed, said once
     settled: dict[str, Any] = field(default_factory=dict)  # data.* settings read off the training file
-
-
-def encode_targets(y: np.ndarray, task: str, classes: list[Any], source: str,
-                   rows: RawColumns | None = None) -> np.ndarray:
-    """The targets as the loss takes them; `rows` numbers the rows in messages (their file's data rows)."""
-    if task == "regression":
-        try:
-            values = np.asarray(y, dtype=B.current().floatx)
-        except ValueError:
-            raise DataError(_text_targets(y, source, rows or RawColumns(np.empty((len(y), 0))))) from None
-        bad = ~np.isfinite(values.reshape(len(values), -1))
-        if bad.any():
-            row = int(np.argwhere(bad)[0][0])
-            raise DataError(f"{source}: the target of data row {row + 1} is {values.reshape(len(values), -1)[row]} "
-                            f"({int(bad.any(axis=1).sum())} non-finite target(s) in all): the loss would be NaN; "
-                            "drop or fill those rows")
-        return values.reshape(len(values), -1)
-    lookup = {str(label): i for i, label in enumerate(classes)}
-    values, inverse = np.unique(y, return_inverse=True)
-    unknown = [str(v) for v in values if str(v) not in lookup]
-    if unknown:
-        raise DataError(f"{source}: labels {', '.join(map(repr, unknown[:10]))} do not occur in the training data "
-                        f"(known: {', '.join(repr(str(c)) for c in classes)})")
-    idx = np.array([lookup[str(v)] for v in values], dtype=np.int64)[inverse.ravel()]
-    return idx.astype(B.current().floatx).reshape(-1, 1) if task == "binary" else idx.astype(np.int64)
+    task: str = "classification"  # the loss's task, as these targets make it (label sets: multilabel)
 
 
 def map_labels(y: np.ndarray | None, mapping: dict[Any, Any], source: str | None = None) -> np.ndarray | None:
@@ -83,10 +59,10 @@ def map_labels(y: np.ndarray | None, mapping: dict[Any, Any], source: str | None
         return y
     uniques, inverse = np.unique(y.astype(str), return_inverse=True)
     texts = set(uniques.tolist())
-    numbers = {n: u for u in texts if (n := _number(u)) is not None}
+    numbers = {n: u for u in texts if (n := number_of(u)) is not None}
     lookup = {}
     for key, new in mapping.items():
-        label = str(key) if str(key) in texts else numbers.get(_number(str(key)))
+        label = str(key) if str(key) in texts else numbers.get(number_of(str(key)))
         if label is None and source is not None:
             raise DataError(f"{source}: data.label_map key {key!r} matches no label of the target"
                             f"{_closest_label(str(key), uniques.tolist())}; the labels are "
@@ -95,56 +71,19 @@ def map_labels(y: np.ndarray | None, mapping: dict[Any, Any], source: str | None
     return typed_labels(np.array([lookup.get(u, u) for u in uniques])[inverse.ravel()])
 
 
-NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def _number(text: str) -> float | None:
-    """A label's value when it is written as a number (so a key 2 matches the label 2.0)."""
-    return float(text) if NUMBER.fullmatch(text.strip()) else None
-
-
 def _closest_label(key: str, labels: list[str]) -> str:
     close = [u for u in labels if u.lower() == key.lower()] or difflib.get_close_matches(key, labels, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def class_labels(y: np.ndarray, task: str, source: str) -> list[Any]:
-    if task == "regression":
-        return []
-    labels = [v.item() if hasattr(v, "item") else v for v in np.unique(y)]
-    if len(labels) < 2:
-        raise DataError(f"{source}: the target has a single class ({labels[0]!r}); need at least 2 to learn")
-    if task == "binary" and len(labels) != 2:
-        twins = case_variants(labels)
-        shown = ", ".join(repr(str(label)) for label in labels[:12]) + (", ..." if len(labels) > 12 else "")
-        fix = (f"; for {len(labels)} classes use loss: cross_entropy with an output layer of {len(labels)} units "
-               "(activation: softmax), or map them onto two with data.label_map")
-        raise DataError(f"{source}: binary_cross_entropy needs exactly 2 classes; the target has {len(labels)} "
-                        f"({shown})" + (f"; {twins}" if twins else fix))
-    _check_class_count(len(labels), len(y), source)
-    return labels
-
-
-MANY_CLASSES = 50        # beyond this many classes, each needs ROWS_PER_CLASS rows on average
-ROWS_PER_CLASS = 2
-
-
-def _check_class_count(classes: int, rows: int, source: str) -> None:
-    """More than MANY_CLASSES classes need at least ROWS_PER_CLASS rows each on average (a label per
-    row or so is an identifier or a number, not a class: nothing to learn it from, and every class
-    an output). Evaluation keeps each row's class, not its scores: no budget is needed for them."""
-    if classes > MANY_CLASSES and classes * ROWS_PER_CLASS > rows:
-        raise DataError(f"{source}: the target has {classes:,} classes in {rows:,} rows; with more than "
-                        f"{MANY_CLASSES} classes a classifier needs at least {ROWS_PER_CLASS} rows per class on average "
-                        "to learn them. Is data.target an identifier, or a number to predict (loss: mse)? Group rare "
-                        "labels (data.label_map), or give more rows")
-
-
-def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray) -> np.ndarray | None:
+def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray, task: str = "classification") -> np.ndarray | None:
     """Per-class loss weights: `balanced` = rows / (classes x the class's training rows), as
     scikit-learn's class_weight='balanced'; a mapping {label: weight} (unlisted labels: 1)."""
     if spec is None:
         return None
+    if target_task(task).codes(train_y) is None:
+        raise DataError(f"training.class_weight weighs the one class of each row; this {task} target has "
+                        "none (several labels a row): remove training.class_weight")
     if spec == "balanced":
         counts = np.bincount(train_y.reshape(-1).astype(np.int64), minlength=len(classes))
         return len(train_y) / (len(classes) * np.maximum(counts, 1))
@@ -244,9 +183,10 @@ def _read(cfg: DataConfig, seed: int) -> Table:
 def _split(table: Table, cfg: DataConfig, task: str, seed: int,
            fold: tuple[int, int] | None = None) -> tuple[list[Any], np.ndarray, dict[str, np.ndarray]]:
     """(the classes, the encoded targets, each split's rows): the seeded, stratified split."""
-    classes = class_labels(table.y, task, table.source)
-    labels = encode_targets(table.y, task, classes, table.source, table.raw)
-    codes = labels.reshape(-1).astype(np.int64) if task != "regression" and cfg.stratify else None
+    rule = target_task(task)
+    classes = rule.labels(table.y, table.source)
+    labels = rule.encode(table.y, classes, table.source, table.raw)
+    codes = rule.codes(labels) if cfg.stratify else None
     parts = split_rows(len(labels), cfg, seed, codes, fold)
     if len(parts["train"]) == 0:
         raise DataError(f"{table.source}: no training rows left after the validation/test split")
@@ -263,11 +203,12 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     """Read the configured data, split it (seeded, stratified for classes; or fold k of K), encode the
     columns, labels and targets and fit the normalizers, on the training rows only."""
     table = _read(cfg, seed)
+    task = table_task(task, table.y)
     said = eight_bit_note(table.settled, cfg.scale, table.source)
     cfg = cfg.model_copy(update=table.settled)  # the validation and test files are written alike
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
-    rare = rare_classes(classes, labels, parts) if task != "regression" and fold is None else ""
+    rare = rare_classes(classes, labels, parts) if target_task(task).codes(labels) is not None and fold is None else ""
     notes = table.notes + notes + [n for n in [said, case_variants(classes), rare] if n]
     if table.x.ndim == 2 and cfg.shape is None:
         notes += target_copies(table.raw.rows(parts["train"]), table.features, labels[parts["train"]], task, cfg.target)
@@ -280,7 +221,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
                 encoder.output_names(), table.source)
     normalizer = Normalizer.fit(x[parts["train"]], method, cfg.scale, numbers, encoder.output_names(), table.source)
     notes += [n for n in [scale_note(x[parts["train"]], cfg, numbers, encoder.output_names())] if n]
-    scale_targets = task == "regression" and cfg.target_normalize != "none"
+    scale_targets = not target_task(task).decl.labels and cfg.target_normalize != "none"
     targets = TargetScaler.fit(labels[parts["train"]], table.source) if scale_targets else TargetScaler()
     splits: dict[str, Split | None] = {"train": Split(normalizer(x[parts["train"]]), targets(labels[parts["train"]]))}
     held: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each held-out part's encoded rows and targets
@@ -294,7 +235,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     train_raw = table.raw.rows(parts["train"]) if table.x.ndim == 2 else None
     notes += [n for n in [_repeats(x[parts["train"]], labels[parts["train"]], held, table.source, train_raw)] if n]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, table.features,
-                    tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled)
+                    tuple(x.shape[1:]), normalizer, table.source, encoder, targets, notes, table.settled, task)
 
 
 def _held_out_file(path: Path, table: Table, cfg: DataConfig, task: str, classes: list[Any], encoder: ColumnEncoder,
@@ -308,7 +249,7 @@ def _held_out_file(path: Path, table: Table, cfg: DataConfig, task: str, classes
     if ox.shape[1:] != shape:
         raise DataError(f"{path}: its samples have shape {ox.shape[1:]}; the training data's {shape}")
     notes += other.notes + [n for n in [unseen_note(unseen, str(path), encoder)] if n]
-    return ox, encode_targets(map_labels(other.y, cfg.label_map), task, classes, str(path), other.raw)
+    return ox, target_task(task).encode(map_labels(other.y, cfg.label_map), classes, str(path), other.raw)
 
 
 def rebuilt_split(cfg: DataConfig, task: str, seed: int, name: str, encoder: ColumnEncoder, normalizer: Any,
@@ -362,28 +303,11 @@ def sample_inputs(cfg: DataConfig, task: str, seed: int) -> SampleInputs:
     if cfg.synthetic is not None:
         return SampleInputs((cfg.synthetic.features,))
     table = _read(cfg, seed)
+    task = table_task(task, table.y)
     classes, labels, parts = _split(table, cfg, task, seed)
-    targets = int(labels.shape[1]) if labels.ndim == 2 and task == "regression" else 1
+    targets = int(labels.shape[1]) if labels.ndim == 2 and not target_task(task).decl.labels else 1
     if table.x.ndim > 2:
         return SampleInputs(tuple(table.x.shape[1:]), None, classes, targets, table.source)
     encoder, _ = fit_encoder(table, parts["train"], cfg)
     shape = tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)
     return SampleInputs(shape, encoder, classes, targets, table.source)
-
-
-def _text_targets(y: np.ndarray, source: str, rows: RawColumns) -> str:
-    """Why a regression cannot take these targets: labels (mostly text: the task is classification)
-    or a few cells that are no number (named by row)."""
-    uniques, inverse = np.unique(np.asarray(y).astype(str).ravel(), return_inverse=True)
-    text = np.array([_number(u) is None for u in uniques])
-    bad = np.flatnonzero(text[inverse])
-    if len(bad) * 2 > len(inverse):
-        labels = ", ".join(repr(str(u)) for u in uniques[text][:5]) + (", ..." if text.sum() > 5 else "")
-        if hint := looks_like(uniques[text]):  # amounts with signs, grouped thousands, dates: not labels
-            return f"{source}: the regression target holds text ({labels}): {hint}"
-        return (f"{source}: the target holds labels ({labels}), not numbers, but the loss is a regression loss: for "
-                f"classes use loss: cross_entropy with a softmax output of one unit per class (or "
-                f"binary_cross_entropy with one sigmoid unit for two)")
-    first = int(bad[0])
-    return (f"{source}: a regression target must be a number; data row {rows.row(first)} has "
-            f"{str(uniques[inverse[first]])!r} ({len(bad)} such row(s) in all): fix or drop those rows")

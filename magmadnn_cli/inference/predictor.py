@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core import backend as B
 from ..data.readers import Table, typed_labels
+from ..data.targets import target_task
 from ..data.writers import Columns
 from ..errors import ModelFileError
 from ..nn.network import Network
@@ -31,7 +32,7 @@ def restore(saved: SavedModel, path: Path | str | None = None) -> Network:
     except Exception as exc:
         raise ModelFileError(f"{where}the model's weights do not fit its architecture: {exc}") from exc
     outputs = network.output_shape[-1] if network.output_shape else 1
-    expected = {"classification": len(saved.classes), "binary": 1}.get(saved.task, outputs)
+    expected = target_task(saved.task).width(saved.classes, outputs)
     if outputs != expected:
         raise ModelFileError(f"{where}corrupt model file: the network has {outputs} outputs for {len(saved.classes)} "
                              f"class labels ({saved.task})")
@@ -46,14 +47,7 @@ def output_rows(outputs: np.ndarray, saved: Any, proba: bool) -> np.ndarray:
     significant digits for float32: a probability of 3e-9 stays one), labels as the training data
     spells them (`saved`: its task and classes)."""
     digits = "%.7g" if outputs.dtype == np.float32 else "%.15g"
-    if saved.task == "regression":
-        return np.char.mod(digits, outputs.reshape(len(outputs), int(np.prod(outputs.shape[1:]))))
-    probs = np.concatenate([1 - outputs, outputs], axis=1) if saved.task == "binary" else outputs
-    labels = np.array([str(c) for c in saved.classes], dtype=object)
-    predicted = labels[probs.argmax(axis=1)][:, None]
-    if not proba:
-        return predicted
-    return np.concatenate([predicted, np.char.mod(digits, probs).astype(object)], axis=1)
+    return target_task(saved.task).rows(outputs, saved.classes, proba, digits)
 
 
 class Predictor:
@@ -77,14 +71,11 @@ class Predictor:
     def columns(self, proba: bool, keep: tuple[str, ...] = ()) -> Columns:
         """The output's columns: kept ones (text), then the predictions: values (float), or the label
         (typed as the training labels) and with `proba` a probability (float) per class."""
-        if self.task == "regression":
-            width = self.network.output_shape[-1]
-            names = ["prediction"] if width == 1 else [f"prediction_{i}" for i in range(width)]
-            return Columns(list(keep) + names, ["text"] * len(keep) + ["float"] * width)
-        labels = typed_labels(np.array([str(c) for c in self.saved.classes]))
+        classes = self.saved.classes
+        names, kinds = target_task(self.task).output_names(classes, self.network.output_shape[-1], proba)
+        labels = typed_labels(np.array([str(c) for c in classes])) if classes else np.zeros(0)
         label = {"i": "int", "f": "float"}.get(labels.dtype.kind, "text")
-        probs = [f"prob_{c}" for c in self.saved.classes] if proba else []
-        return Columns(list(keep) + ["prediction"] + probs, ["text"] * len(keep) + [label] + ["float"] * len(probs))
+        return Columns(list(keep) + names, ["text"] * len(keep) + [label if k == "label" else k for k in kinds])
 
     def outputs(self, x: np.ndarray, source: str, data_rows: Callable[[np.ndarray], list[int]]) -> np.ndarray:
         """The network's outputs for encoded rows `x`, in batches of the model's eval_batch_size (a
@@ -94,7 +85,7 @@ class Predictor:
             batches = inference_batches(self.network, 0, len(x), saved.config.training.eval_batch_size)
             parts = [B.to_host(self.network.predict(B.to_device(x[part]))) for part in batches]
             outputs = np.concatenate(parts) if parts else np.zeros((0,) + tuple(self.network.output_shape), np.float32)
-            outputs = saved.targets.restore(outputs) if self.task == "regression" else outputs
+            outputs = outputs if target_task(self.task).decl.labels else saved.targets.restore(outputs)
         refuse_non_finite_outputs(outputs, data_rows, source, self.path, saved)
         return outputs
 

@@ -14,9 +14,11 @@ import numpy as np
 from ..config.rules import output_head
 from ..config.activations import DECLARATIONS as ACTIVATION_DECLARATIONS
 from ..config.schema import Config
+from ..config.tasks import task_named
 from ..core import backend as B
 from ..data.augment import augment
 from ..data.prepare import Prepared, case_variants, class_weights, prepare
+from ..data.targets import target_task
 from ..distributed import Communicator, strategies
 from ..distributed.async_sgd import AsyncParallel
 from ..distributed.comm import on_every_rank
@@ -85,7 +87,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     policy = config.training.checkpoint if checkpoints is not None else None
     saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
     loop = AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
-    trainer = loop(parallel, plan(config, saver), reporter, saver)
+    trainer = loop(parallel, plan(config, saver, data.task), reporter, saver)
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     return Run(config, comm, B.current(), data, network, trainer, stopper, saver)
@@ -99,11 +101,12 @@ def prepared_data(comm: Communicator, make: Any) -> Prepared:
     return once_per_node(comm, make)
 
 
-def plan(config: Config, saver: Saver | None) -> Plan:
-    """The training section as the trainer's plan (signals stop a run only when it checkpoints)."""
+def plan(config: Config, saver: Saver | None, task: str) -> Plan:
+    """The training section as the trainer's plan (signals stop a run only when it checkpoints);
+    `task`: the loss's task as the data make it (`Prepared.task`)."""
     training, aug = config.training, config.training.augment
     policy = training.checkpoint
-    return Plan(task_of(config), batch_schedule(config), config.seed or 0, training.shuffle, training.eval_batch_size,
+    return Plan(task, batch_schedule(config), config.seed or 0, training.shuffle, training.eval_batch_size,
                 (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
                 stop_on_signal=bool(saver is not None and policy and policy.on_signal),
                 cuda_graph=training.cuda_graph == "auto")
@@ -114,7 +117,7 @@ def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: Mod
     """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
     network = build_network(config, data.sample_shape, seed, groups.model)
     check_run(config, network, data)
-    weights = class_weights(config.training.class_weight, data.classes, data.train.y)
+    weights = class_weights(config.training.class_weight, data.classes, data.train.y, data.task)
     if weights is not None:
         network.class_weights = B.to_device(weights.astype(B.current().floatx))
     if init_from is not None:
@@ -144,7 +147,7 @@ def parallel_layout(config: Config, comm: Communicator, reporter: Reporter,
 def check_run(config: Config, network: Network, data: Prepared) -> None:
     """The checks that need the data as well as the config."""
     targets = int(data.train.y.shape[1]) if data.train.y.ndim == 2 else 1
-    check_output_width(config, network, data.classes, data.source, targets)
+    check_output_width(config, network, data.classes, data.source, targets, data.task)
     if config.training.augment is not None and len(data.sample_shape) != 3:
         raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
                          f"{data.sample_shape} (set data.shape)")
@@ -161,7 +164,7 @@ def _unmeasured_monitor(config: Config, data: Prepared) -> str | None:
     if es is None:
         return None
     key = f"{config.where('training', 'early_stopping', 'monitor') or ''}: training.early_stopping.monitor".lstrip(": ")
-    if "accuracy" in es.monitor and config.loss.task == "regression":
+    if "accuracy" in es.monitor and not task_named(config.loss.task).labels:
         return (f"{key}: {es.monitor} is measured for a classification loss; loss {config.loss.type} reports "
                 "val_loss and loss (monitor: val_loss)")
     if es.monitor.startswith("val_") and data.validation is None:
@@ -178,7 +181,7 @@ def unreachable_targets(config: Config, data: Prepared) -> str | None:
     standardized targets reaches only [mean, mean + 1 sd])."""
     head = output_head(config.model.layers, config.loss.type)
     after = config.model.layers[head.index + 1:]
-    if task_of(config) != "regression" or not all(layer.keeps_range for layer in after):  # a batchnorm unbinds it
+    if task_named(task_of(config)).labels or not all(layer.keeps_range for layer in after):  # a batchnorm unbinds it
         return None
     low, high = ACTIVATION_DECLARATIONS[head.activation].output_range(getattr(config.model.layers[head.index], "alpha", None))
     y = data.train.y
@@ -209,6 +212,7 @@ def check_memory(config: Config, network: Network, slots: int, rows: int) -> Non
 
 
 def task_of(config: Config) -> str:
+    """The loss's task (label-set targets make a binary one multi-label: `Prepared.task`)."""
     return config.loss.task
 
 
@@ -241,18 +245,21 @@ def build_optimizer(config: Config, steps_per_epoch: int, network: Network | Non
     return optimizer
 
 
-def check_output_width(config: Config, network: Network, classes: list[Any], source: str, targets: int = 1) -> None:
+def check_output_width(config: Config, network: Network, classes: list[Any], source: str, targets: int = 1,
+                       task: str | None = None) -> None:
     units = network.output_shape[-1] if network.output_shape else 1
-    problem = output_width_problem(config, units, classes, source, targets)
+    problem = output_width_problem(config, units, classes, source, targets, task)
     if problem:
         raise DataError(problem)
 
 
-def output_width_problem(config: Config, units: int, classes: list[Any], source: str, targets: int = 1) -> str | None:
+def output_width_problem(config: Config, units: int, classes: list[Any], source: str, targets: int = 1,
+                         task: str | None = None) -> str | None:
     """Why the output's `units` do not fit the data (None when they do): one unit per class
-    (cross-entropy), one unit (binary) or one per target column (regression)."""
-    task = task_of(config)
-    expected = {"classification": len(classes), "binary": 1}.get(task, targets)
+    (cross-entropy), one unit (binary), one per label (multi-label) or one per target column
+    (regression); `task`: the loss's as the data make it (default: the loss's own)."""
+    task = task or task_of(config)
+    expected = target_task(task).width(classes, targets)
     if units == expected:
         return None
     head = output_head(config.model.layers, config.loss.type)
@@ -260,8 +267,10 @@ def output_width_problem(config: Config, units: int, classes: list[Any], source:
     index = max((i for i, layer in enumerate(layers) if layer.width_field), default=head.index)
     field = layers[index].width_field
     where = f"model.layers.{index}.{field}" if field else f"model.layers.{index} ({layers[index].type})"
-    why = {"classification": f"the {len(classes)} classes in {source}: {', '.join(map(str, classes[:12]))}",
-           "binary": f"binary_cross_entropy: {', '.join(map(str, classes[:12]))}"}.get(
+    shown = ', '.join(map(str, classes[:12]))
+    why = {"classification": f"the {len(classes)} classes in {source}: {shown}",
+           "binary": f"binary_cross_entropy: {shown}",
+           "multilabel": f"one sigmoid unit per label of {source} (multi-label): {shown}"}.get(
         task, f"{source} has {targets} regression target column(s)")
     twins = case_variants(classes) if task == "classification" else ""
     place = config.where("model", "layers", index, *([field] if field else []))

@@ -10,7 +10,7 @@ import numpy as np
 from ..core import backend as B
 from ..data.prepare import Split, TargetScaler
 from ..distributed import Communicator, SingleProcess
-from .metrics import classification_report, predicted_classes, regression_report
+from ..data.targets import target_task
 
 CACHED_BATCH_BYTES = 8 << 20  # CPU: a batch's activations past this leave the caches (LeNet-5 at 1,024 rows: 6x the time a row)
 
@@ -42,14 +42,15 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
     comm = comm or SingleProcess()
     rows = len(split.x)
     parts = inference_batches(network, rows * comm.rank // comm.size, rows * (comm.rank + 1) // comm.size, batch_size)
-    keep = scores or task == "regression"
+    rule = target_task(task)
+    keep = scores or not rule.decl.labels
     _check_memory(network, rows, parts[0].stop - parts[0].start if parts else 0, keep)
     loss_sum, kept = 0.0, []
     for part in parts:
         loss, out = network.loss_and_output(B.to_device(split.x[part]), B.to_device(split.y[part]))
         loss_sum += float(loss) * (part.stop - part.start)
         out = B.to_host(out)
-        kept.append(out if keep else (predicted_classes(out, task), np.isfinite(out.reshape(len(out), -1)).all(axis=1)))
+        kept.append(out if keep else (rule.predicted(out), np.isfinite(out.reshape(len(out), -1)).all(axis=1)))
     sums = B.current().xp.asarray([loss_sum], dtype=np.float64)
     comm.allreduce_sum(sums)
     gathered = [o for chunk in comm.allgather(kept) for o in chunk]
@@ -59,10 +60,9 @@ def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = 
     else:
         result["classes"] = np.concatenate([c for c, _ in gathered]) if gathered else np.zeros(0, np.int64)
         result["finite"] = np.concatenate([f for _, f in gathered]) if gathered else np.zeros(0, bool)
-    if task != "regression":
-        truth = split.y.reshape(-1).astype(np.int64)
-        classes = result["classes"] if not keep else predicted_classes(result["outputs"], task)
-        result["accuracy"] = float((classes == truth).mean())
+    if rule.decl.labels:
+        classes = result["classes"] if not keep else rule.predicted(result["outputs"])
+        result["accuracy"] = rule.accuracy(classes, rule.truth(split.y))
     return result
 
 
@@ -90,16 +90,16 @@ def split_report(network: Any, split: Split, classes: list[Any], task: str, comm
     (regression metrics in the data's own units); `check` sees every row's output first, in the
     data's units (and may refuse them, e.g. non-finite ones); a classifier's rows are scored batch by
     batch, so `check` sees one value a row, NaN where the row's outputs are not finite."""
-    result = evaluate(network, split, task, comm, batch_size)
-    if task == "regression":
+    result, rule = evaluate(network, split, task, comm, batch_size), target_task(task)
+    if not rule.decl.labels:
         restore = targets.restore if targets is not None else (lambda v: v)
         outputs = restore(result.pop("outputs"))
         if check is not None:
             check(outputs)
-        result.update(regression_report(restore(split.y), outputs))
+        result.update(rule.report(restore(split.y), outputs, classes))
         return result
     predicted, finite = result.pop("classes"), result.pop("finite")
     if check is not None:
         check(np.where(finite, 0.0, np.nan)[:, None])
-    result.update(classification_report(split.y.reshape(-1).astype(np.int64), predicted, classes))
+    result.update(rule.report(rule.truth(split.y), predicted, classes))
     return result

@@ -33,6 +33,7 @@ from ..signals import StopSignals
 from .batches import BatchSchedule, split_bounds
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
+from ..data.targets import target_task
 from .segments import Segments
 from .loss_scale import loss_scaler
 from .step_log import StepLog
@@ -170,12 +171,7 @@ class Trainer:
     # -- one step ------------------------------------------------------------------------------
     def count_correct(self, y: Array) -> Array:
         """Correct predictions in the batch just run, from the logits (no extra forward pass)."""
-        logits = self.net.logits.value
-        if self.task == "classification":
-            return (logits.argmax(axis=1) == y).sum()
-        if self.task == "binary":
-            return ((logits > (0.0 if self.net.fused else 0.5)) == (y > 0.5)).sum()
-        return 0
+        return target_task(self.task).correct(self.net.logits.value, y, self.net.fused)
 
     def step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> tuple[float, float]:
         """`train_step`, its global (loss sum, correct) read back at once (a sweep's step, not the loop's)."""
@@ -300,13 +296,13 @@ class Trainer:
                                                    f"{loss_sum / count} (not finite)"))
         pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + loss_sum, pos.correct + correct, pos.seen + count
         self.reporter.step(pos.epoch, step, steps, pos.loss_sum / pos.seen,
-                           pos.correct / pos.seen if self.task != "regression" else None)
+                           pos.correct / pos.seen if target_task(self.task).decl.labels else None)
         self.reporter.optimizer_step(global_step, loss_sum / count)
 
     def epoch_metrics(self) -> dict[str, float]:
         pos = self.position
         metrics = {"loss": pos.loss_sum / pos.seen}
-        if self.task != "regression":
+        if target_task(self.task).decl.labels:
             metrics["accuracy"] = pos.correct / pos.seen
         return metrics
 

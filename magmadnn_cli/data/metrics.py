@@ -82,8 +82,30 @@ def regression_report(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
     return report
 
 
-def predicted_classes(output: np.ndarray, task: str) -> np.ndarray:
-    """Class indices from network outputs (probabilities or logits)."""
-    if task == "binary":
-        return (output.reshape(-1) > 0.5).astype(np.int64)
-    return output.argmax(axis=1)
+def multilabel_report(y_true: np.ndarray, y_pred: np.ndarray, labels: list[Any]) -> dict[str, Any]:
+    """Multi-label scores from 0/1 matrices (rows x labels), as scikit-learn defines them: `accuracy`
+    over every (row, label) cell (1 - Hamming loss), `subset_accuracy` (rows with every label right),
+    micro (pooled counts) and macro (mean over labels) precision, recall and F1, and per-label ones."""
+    y_true, y_pred = y_true.astype(bool), y_pred.astype(bool)
+    tp = (y_true & y_pred).sum(axis=0).astype(float)
+    predicted, actual = y_pred.sum(axis=0).astype(float), y_true.sum(axis=0).astype(float)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, actual, out=np.zeros_like(tp), where=actual > 0)
+    f1 = np.divide(2 * tp, predicted + actual, out=np.zeros_like(tp), where=predicted + actual > 0)
+    micro_p = tp.sum() / predicted.sum() if predicted.sum() else 0.0
+    micro_r = tp.sum() / actual.sum() if actual.sum() else 0.0
+    pooled = predicted.sum() + actual.sum()
+    cells = (y_true == y_pred)
+    return {
+        "accuracy": float(cells.mean()) if cells.size else 0.0,
+        "subset_accuracy": float(cells.all(axis=1).mean()) if len(cells) else 0.0,
+        "hamming_loss": float(1 - cells.mean()) if cells.size else 0.0,
+        "micro_precision": float(micro_p), "micro_recall": float(micro_r),
+        "micro_f1": float(2 * tp.sum() / pooled) if pooled else 0.0,
+        "macro_precision": float(precision.mean()) if len(tp) else 0.0,
+        "macro_recall": float(recall.mean()) if len(tp) else 0.0,
+        "macro_f1": float(f1.mean()) if len(tp) else 0.0,
+        "per_label": {str(label): {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+                      for label, p, r, f, s in zip(labels, precision, recall, f1, actual)},
+        "labels": [str(label) for label in labels],
+    }
