@@ -1,17 +1,20 @@
 """The layer contract every layer follows (Keras' build/call): `__init__` takes the layer's validated
 declaration (`config/layers.py`: hyperparameters, defaults, ranges); `build(input_shape)` declares its
 weights and returns the output shape (per sample, without the batch axis); `__call__` adds its nodes to
-the graph once the network has placed the weights in its flat buffer. Also the weight and buffer declarations and the graph-building context."""
+the graph once the network has placed the weights in its flat buffer; `onnx` writes the same computation
+into the ONNX exporter's graph. Also the weight and buffer declarations and the graph-building context."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
 
 from ..config.layers import LayerSpec
-from ..errors import ShapeError
-from ..core.graph import Node, Parameter, nn
+from ..errors import MagmaError, ShapeError
+from ..core.graph import Node, Parameter, get_activation, nn
 from .initializers import Init
 
 Shape = tuple[int, ...]
@@ -110,6 +113,21 @@ class Layer:
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         raise NotImplementedError  # abstract: every layer defines it
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        """This layer on graph value `x` in `g` (`training/onnx_graph.Graph`: ops by name, constants),
+        its weights read from `weights` (a model file's arrays, `<layer>/<weight>`); returns the output's
+        name. Built to the model's shapes first (`build`)."""
+        raise MagmaError(f"layer {self.name!r} ({self.type}) cannot be exported to ONNX yet")
+
+    def onnx_weight(self, g: Any, weights: Mapping[str, np.ndarray], name: str) -> str | None:
+        """The weight `name` as a float32 constant of `g` (None: the layer has none, e.g. no bias)."""
+        array = weights.get(f"{self.name}/{name}")
+        return None if array is None else g.const(array.astype(np.float32), name)
+
+    def onnx_activation(self, g: Any, z: str) -> str:
+        """The layer's output activation of `z` in its declared ONNX form (`core/graph/activations.py`)."""
+        return get_activation(self.activation or "linear", **self.activation_args).onnx(g, z)
 
     def flops(self) -> int:
         """Floating-point operations per sample in the forward pass (multiply-add = 2)."""

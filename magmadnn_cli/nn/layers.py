@@ -1,10 +1,10 @@
-"""Layers as graph pieces, each implementing one declaration of `config/layers.py`; the registry
-`LAYERS` (config name -> layer) is built from them. The contract they follow is in `layer_base`."""
+"""Layers, each implementing one declaration of `config/layers.py`: its math (`__call__`) and its ONNX form
+(`onnx`) side by side; the registry `LAYERS` is built from them. Their contract is in `layer_base`."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,9 @@ class Input(Layer):
         return self.shape
 
     def __call__(self, x: Node, ctx: Context) -> Node:
+        return x
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
         return x
 
 
@@ -79,6 +82,11 @@ class Dense(Layer):
         whole = parallel.GatherColumns(part, self.group, self.widths)
         return nn.Activate(whole, fn) if fn.row_wise else whole
 
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        y = g.op("MatMul", x, self.onnx_weight(g, weights, "kernel"))
+        bias = self.onnx_weight(g, weights, "bias")
+        return self.onnx_activation(g, g.op("Add", y, bias) if bias else y)
+
     def flops(self) -> int:
         return 2 * self.input_shape[0] * self.units + (self.units if self.use_bias else 0)
 
@@ -90,6 +98,9 @@ class Activation(Layer):
         if self.activation == "linear":
             return x
         return nn.Activate(x, get_activation(self.activation, **self.activation_args))
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        return self.onnx_activation(g, x)
 
     def flops(self) -> int:
         return math.prod(self.input_shape)
@@ -106,6 +117,9 @@ class Dropout(Layer):
     def __call__(self, x: Node, ctx: Context) -> Node:
         return nn.Dropout(x, self.rate, ctx.mode, ctx.new_stream())
 
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        return x  # inference: the identity
+
 
 class Flatten(Layer):
     declaration = decl.FlattenLayer
@@ -115,6 +129,9 @@ class Flatten(Layer):
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Flatten(x)
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        return g.op("Flatten", x, axis=1)
 
 
 class Conv2D(Layer):
@@ -168,6 +185,13 @@ class Conv2D(Layer):
             return y
         return nn.Activate(y, get_activation(self.activation, **self.activation_args))
 
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        (ph, pw), bias = self.pad, self.onnx_weight(g, weights, "bias")
+        inputs = [x, self.onnx_weight(g, weights, "kernel")] + ([bias] if bias else [])
+        y = g.op("Conv", *inputs, strides=list(self.stride), dilations=list(self.dilation), pads=[ph, pw, ph, pw],
+                 kernel_shape=list(self.kernel))
+        return self.onnx_activation(g, y)
+
     def flops(self) -> int:
         f, ho, wo = self.output_shape
         c, (kh, kw) = self.input_shape[0], self.kernel
@@ -201,6 +225,12 @@ class Pool2D(Layer):
             return nn.Activate(conv.Pool2D(x.inputs[0], self.mode, self.window, self.stride, self.pad), x.fn)
         return conv.Pool2D(x, self.mode, self.window, self.stride, self.pad)
 
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        (ph, pw), window, stride = self.pad, list(self.window), list(self.stride)
+        if self.mode == "max":
+            return g.op("MaxPool", x, kernel_shape=window, strides=stride, pads=[ph, pw, ph, pw])
+        return g.op("AveragePool", x, kernel_shape=window, strides=stride, pads=[ph, pw, ph, pw], count_include_pad=1)
+
     def flops(self) -> int:
         return math.prod(self.output_shape) * self.window[0] * self.window[1]
 
@@ -225,6 +255,14 @@ class BatchNorm(Layer):
         return nn.BatchNorm(x, self.weights["gamma"], self.weights["beta"], self.buffers["running_mean"],
                             self.buffers["running_var"], ctx.mode, self.momentum, self.epsilon)
 
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        """Inference form: gamma (x - mean) / sqrt(var + eps) + beta per feature (axis 1), folded into
+        one scale and one shift (computed in float64)."""
+        w = {k: weights[f"{self.name}/{k}"].astype(np.float64) for k in ("gamma", "beta", "running_mean", "running_var")}
+        scale, shape = w["gamma"] / np.sqrt(w["running_var"] + self.epsilon), (1, -1) + (1,) * (len(self.input_shape) - 1)
+        shift = w["beta"] - scale * w["running_mean"]
+        return g.op("Add", g.op("Mul", x, g.const(scale.reshape(shape), "bn_scale")), g.const(shift.reshape(shape), "bn_shift"))
+
     def flops(self) -> int:
         return 4 * math.prod(self.input_shape)
 
@@ -242,6 +280,10 @@ class LayerNorm(Layer):
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         return LayerNormOp(x, self.weights["gamma"], self.weights["beta"], self.spec.epsilon)
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        return g.op("LayerNormalization", x, self.onnx_weight(g, weights, "gamma"),
+                    self.onnx_weight(g, weights, "beta"), axis=1, epsilon=self.spec.epsilon)
 
     def flops(self) -> int:
         return 8 * math.prod(self.input_shape)
@@ -284,6 +326,9 @@ class GlobalAvgPool(Layer):
     def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Mean(x, axis=(2, 3))
 
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        return g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
+
     def flops(self) -> int:
         return math.prod(self.input_shape)
 
@@ -302,6 +347,9 @@ class Reshape(Layer):
 
     def __call__(self, x: Node, ctx: Context) -> Node:
         return ops.Reshape(x, self.shape, keep_batch=True)
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        return g.op("Reshape", x, g.const([-1, *self.shape], "shape", np.int64))
 
 
 class Residual(Layer):
@@ -332,6 +380,12 @@ class Residual(Layer):
             h = layer(h, ctx)
         y: Node = ops.Add(h, x)
         return y if self.activation == "linear" else nn.Activate(y, get_activation(self.activation))
+
+    def onnx(self, g: Any, x: str, weights: Mapping[str, np.ndarray]) -> str:
+        h = x
+        for layer in self.inner:
+            h = layer.onnx(g, h, weights)
+        return self.onnx_activation(g, g.op("Add", h, x))
 
     def flops(self) -> int:
         return sum(layer.flops() for layer in self.inner) + math.prod(self.output_shape)

@@ -2,8 +2,9 @@
 it matches without their surrounding whitespace by RegexFullMatch, as `predict` strips them): raw rows
 in, what `predict` prints out. Preprocessing the model stored (imputation, missing indicators, one-hot categories,
 booleans, scaling, normalization, reshaping) runs inside the graph, then every layer, then the head
-(class probabilities and labels, or regression values in the data's units). `onnx` is imported here
-only, lazily, so the package works without it."""
+(class probabilities and labels, or regression values in the data's units). Each layer writes its own
+nodes (`Layer.onnx`, beside its math in nn/layers.py); this module assembles the graph around them. `onnx`
+is imported here only, lazily, so the package works without it."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import __version__
-from ..config.layers import pair
 from ..data.columns import Column, MissingTokens
 from ..data import dates
 from ..errors import MagmaError
 from ..nn.layers import build_layers
-from ..core.graph.activations import get_activation
 from .modelfile import SavedModel
 from .onnx_cells import boolean, number_tokens, one_hot, text_missing
 
@@ -122,7 +121,7 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
     shape = saved.sample_shape
     for layer in build_layers(saved.config.model.layers):
         shape = layer.build(shape)  # its input shape, and its inner layers' (a block's)
-        x = _layer(g, layer, x, saved)
+        x = layer.onnx(g, x, saved.weights)  # each layer's exporter is beside its math (nn/layers.py)
     _head(g, saved, x, unread)
     graph = g.helper.make_graph(g.nodes, "magmadnn", g.inputs, g.outputs, g.constants)
     opsets = [g.helper.make_opsetid("", opset), g.helper.make_opsetid("ai.onnx.ml", 3)]
@@ -264,85 +263,6 @@ def _normalize(g: Graph, saved: SavedModel, encoded: str) -> str:
 
 def _no_infinity(g: Graph, x: str) -> str:
     return g.op("Where", g.op("IsInf", x), g.const(float("nan"), "nan"), x)
-
-
-# -- layers ---------------------------------------------------------------------------------------
-def _weight(g: Graph, saved: SavedModel, layer: str, name: str) -> str | None:
-    array = saved.weights.get(f"{layer}/{name}")
-    return None if array is None else g.const(array.astype(np.float32), name)
-
-
-def _layer(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    """`layer`: the runtime layer, built to the model's shapes (its declaration, name and input shape)."""
-    exporter = LAYERS.get(layer.type)
-    if exporter is None:
-        raise MagmaError(f"layer {layer.name!r} ({layer.type}) cannot be exported to ONNX yet")
-    return exporter(g, layer, x, saved)
-
-
-def _dense(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    y = g.op("MatMul", x, _weight(g, saved, layer.name, "kernel"))
-    bias = _weight(g, saved, layer.name, "bias")
-    return _activation(g, layer.spec, g.op("Add", y, bias) if bias else y)
-
-
-def _conv(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    spec = layer.spec
-    (ph, pw), bias = spec.pad(), _weight(g, saved, layer.name, "bias")
-    inputs = [x, _weight(g, saved, layer.name, "kernel")] + ([bias] if bias else [])
-    y = g.op("Conv", *inputs, strides=list(pair(spec.stride)), dilations=list(pair(spec.dilation)),
-             pads=[ph, pw, ph, pw], kernel_shape=list(pair(spec.kernel_size)))
-    return _activation(g, spec, y)
-
-
-def _pool(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    spec = layer.spec
-    window = list(pair(spec.pool_size))
-    stride = list(pair(spec.stride)) if spec.stride is not None else window
-    ph, pw = pair(spec.padding)
-    if spec.mode == "max":
-        return g.op("MaxPool", x, kernel_shape=window, strides=stride, pads=[ph, pw, ph, pw])
-    return g.op("AveragePool", x, kernel_shape=window, strides=stride, pads=[ph, pw, ph, pw], count_include_pad=1)
-
-
-def _batchnorm(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    """Inference form: gamma (x - mean) / sqrt(var + eps) + beta per feature (axis 1), folded into
-    one scale and one shift (computed in float64)."""
-    w = {k: saved.weights[f"{layer.name}/{k}"].astype(np.float64)
-         for k in ("gamma", "beta", "running_mean", "running_var")}
-    scale = w["gamma"] / np.sqrt(w["running_var"] + layer.spec.epsilon)
-    shift = w["beta"] - scale * w["running_mean"]
-    shape = (1, -1) + (1,) * (len(layer.input_shape) - 1)
-    return g.op("Add", g.op("Mul", x, g.const(scale.reshape(shape), "bn_scale")), g.const(shift.reshape(shape), "bn_shift"))
-
-
-def _layer_norm(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    return g.op("LayerNormalization", x, _weight(g, saved, layer.name, "gamma"), _weight(g, saved, layer.name, "beta"),
-                axis=1, epsilon=layer.spec.epsilon)
-
-
-def _residual(g: Graph, layer: Any, x: str, saved: SavedModel) -> str:
-    h = x
-    for inner in layer.inner:
-        h = _layer(g, inner, h, saved)
-    return _activation(g, layer.spec, g.op("Add", h, x))
-
-
-def _activation(g: Graph, spec: Any, z: str) -> str:
-    """The layer's activation in its declared ONNX form (`core/graph/activations.py`)."""
-    return get_activation(spec.activation, **getattr(spec, "activation_args", {})).onnx(g, z)
-
-
-LAYERS: dict[str, Callable[..., str]] = {  # config name -> exporter (a layer missing here is refused by name)
-    "input": lambda g, layer, x, saved: x,
-    "dropout": lambda g, layer, x, saved: x,
-    "flatten": lambda g, layer, x, saved: g.op("Flatten", x, axis=1),
-    "reshape": lambda g, layer, x, saved: g.op("Reshape", x, g.const([-1, *layer.spec.shape], "shape", np.int64)),
-    "global_avg_pool": lambda g, layer, x, saved: g.op("Flatten", g.op("GlobalAveragePool", x), axis=1),
-    "activation": lambda g, layer, x, saved: _activation(g, layer.spec, x),
-    "dense": _dense, "conv2d": _conv, "pool2d": _pool, "batchnorm": _batchnorm, "layer_norm": _layer_norm,
-    "residual": _residual,
-}
 
 
 # -- the head ---------------------------------------------------------------------------------------
