@@ -10,7 +10,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from .base import PositiveFloat, Strict, UnitFloat, problem_at
 
-ColumnKind = Literal["number", "category", "boolean", "date", "ignore"]
+ColumnKind = Literal["number", "category", "boolean", "date", "ignore", "image"]
 MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
 
 
@@ -66,7 +66,9 @@ class ImageSettings(Strict):
 class ColumnSpec(Strict):
     """One feature column's type and missing-value handling (unset: inferred / data.missing_values)."""
     type: ColumnKind | None = Field(None, description="number | category (one-hot) | boolean | date (year, month, "
-                                    "day, weekday, day of year, hour) | ignore; default: inferred from the training rows")
+                                    "day, weekday, day of year, hour) | ignore | image (paths of image files, relative "
+                                    "to the table, decoded by data.image: the samples); default: inferred from the "
+                                    "training rows")
     missing: MissingStrategy | None = Field(None, description="how missing cells are filled (default: "
                                             "data.missing_values)")
     fill_value: Union[float, str, None] = Field(None, description="the value for missing: constant")

@@ -110,7 +110,7 @@ def prune(folder: Path) -> None:
     """Remove the slots of folders that no longer exist (their pixels can never be used again)."""
     for meta_path in folder.glob("*.json"):
         meta = json_object(meta_path)
-        if meta.get("version") == VERSION and isinstance(meta.get("root"), str) and not os.path.isdir(meta["root"]):
+        if meta.get("version") == VERSION and isinstance(meta.get("root"), str) and not os.path.exists(meta["root"]):
             for suffix in (".npy", ".json", ".lock"):
                 with contextlib.suppress(OSError):
                     meta_path.with_suffix(suffix).unlink()

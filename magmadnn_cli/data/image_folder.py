@@ -232,11 +232,26 @@ def _refuse_first(files: list[str], failed: list[tuple[int, str]], skip: bool) -
 def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     """The images under `root`'s class folders as a table of (N, C, H, W) samples labelled by folder;
     the resolved data.image settled (validation and test folders, and predict, decode alike)."""
+    listing = list_classes(root) if spec.need_target else list_images(root)
+    settings = (spec.data.image if spec.data is not None else None) or ImageSettings()
+    keep, x, notes = decoded_listing(root, listing, settings, spec)
+    labels = typed_labels(np.array(listing.labels)[keep]) if spec.need_target else None
+    paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[keep]
+    table = Table(RawColumns(x), labels, [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(root),
+                  kept={"path": paths}, notes=_notes(root, listing, x.shape[1:]) + notes)
+    how = decoding(listing, settings)
+    table.settled["image"] = settings.model_copy(update={"size": list(how.size), "color": how.color})
+    settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
+    return table
+
+
+def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec: ReadSpec
+                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The listed files decoded (N, C, H, W) in the run's float type: which files were kept, their
+    pixels, and the notes on the cache and the files skipped (`root`: the folder or table named)."""
     if image_decode.Image is None:
         raise DataError(f"{root}: reading image files needs Pillow: pip install 'magmadnn-cli[images]' (make install "
                         "has it)")
-    listing = list_classes(root) if spec.need_target else list_images(root)
-    settings = (spec.data.image if spec.data is not None else None) or ImageSettings()
     how = decoding(listing, settings)
     dtype = np.dtype(spec.dtype or B.current().floatx)
     B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
@@ -246,15 +261,7 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     keep[[where for where, _ in failed]] = False
     x = np.broadcast_to(pixels[0].astype(dtype), pixels.shape) if _looking.get() else \
         pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
-    del pixels
-    notes = _notes(root, listing, how) + [n for n in (said, _skipped(root, listing, failed) if failed else None) if n]
-    labels = typed_labels(np.array(listing.labels)[keep]) if spec.need_target else None
-    paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[keep]
-    table = Table(RawColumns(x), labels, [f"pixel{i}" for i in range(int(np.prod(how.shape)))], str(root),
-                  kept={"path": paths}, notes=notes)
-    table.settled["image"] = settings.model_copy(update={"size": list(how.size), "color": how.color})
-    settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
-    return table
+    return keep, x, [n for n in (said, _skipped(root, listing, failed) if failed else None) if n]
 
 
 def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings
@@ -264,7 +271,7 @@ def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings
     skip = settings.on_error == "skip"
     if _looking.get():
         return np.broadcast_to(_first_pixels(listing.files, how, skip), (len(listing.files), *how.shape)), [], None
-    folder = None if root.is_file() or not settings.cache else \
+    folder = None if is_image_file(root) or not settings.cache else \
         Path(settings.cache_dir).expanduser() if settings.cache_dir else image_cache.default_dir()
     pixels, failed, said = image_cache.decoded(
         root, listing.files, how, folder,
@@ -280,16 +287,18 @@ def _shown(root: Path, file: str) -> str:
 
 def _skipped(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:
     """The run-log line listing the files data.image.on_error: skip left out."""
-    shown = "; ".join(f"{Path(listing.files[where]).relative_to(root)}: {why}" for where, why in failed[:SKIPPED_SHOWN])
+    shown = "; ".join(f"{os.path.relpath(listing.files[where], root if root.is_dir() else root.parent)}: {why}"
+                      for where, why in failed[:SKIPPED_SHOWN])
     more = f"; ... ({len(failed) - SKIPPED_SHOWN} more)" if len(failed) > SKIPPED_SHOWN else ""
     return f"{root}: {len(failed):,} file(s) that cannot be decoded skipped (data.image.on_error: skip): {shown}{more}"
 
 
-def _notes(root: Path, listing: Listing, how: Decoding) -> list[str]:
+def _notes(root: Path, listing: Listing, shape: tuple[int, ...]) -> list[str]:
     """What reading the folder decided and left out, a line each."""
-    height, width = how.size
-    notes = [f"{root}: {len(listing.files):,} images in {len(listing.classes)} class folders, decoded as {how.color} "
-             f"{height}x{width} ({how.shape[0]} x {height} x {width} per sample)"]
+    channels, height, width = shape
+    color = {1: "grayscale", 3: "rgb", 4: "rgba"}[channels]
+    notes = [f"{root}: {len(listing.files):,} images in {len(listing.classes)} class folders, decoded as {color} "
+             f"{height}x{width} ({channels} x {height} x {width} per sample)"]
     if listing.ignored:
         shown = ", ".join(str(Path(p).relative_to(root)) for p in listing.ignored[:SHOWN])
         notes.append(f"{root}: {len(listing.ignored):,} other file(s) ignored (not {'/'.join(SUFFIXES)} images in a "

@@ -22,6 +22,7 @@ from .columns import RawColumns
 from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
 from .text_source import STDIN, check_file, is_stream
 from .image_folder import is_image_file, read_image_folder
+from .image_column import imaged, imaged_chunks
 from .images import image_format, read_images
 from .pixels import channels_first, settle_eight_bit
 from .numbers import OffStyle, other_style_note, respelled_labels, two_way_note
@@ -185,7 +186,8 @@ def _whole(read: Callable[[Path, ReadSpec], Table]) -> Callable[[Path, ReadSpec,
 
 
 def _columnar(kind: str) -> Reader:
-    return Reader(kind, lambda p: columnar_format(p) == kind, read_columnar, columnar_chunks, column_names)
+    return Reader(kind, lambda p: columnar_format(p) == kind, imaged(read_columnar), imaged_chunks(columnar_chunks),
+                  column_names)
 
 
 READERS = (
@@ -193,8 +195,8 @@ READERS = (
            _whole(read_image_set)),
     Reader("npz", lambda p: p.name.lower().endswith(".npz"), read_npz, _whole(read_npz)),
     *(_columnar(kind) for kind in SUFFIXES),
-    Reader("csv", lambda p: str(p) == STDIN or is_stream(p) or p.name.lower().endswith(CSV_SUFFIXES), read_csv,
-           csv_chunks, lambda p, spec: csv_header(p, spec.csv_format(p))),
+    Reader("csv", lambda p: str(p) == STDIN or is_stream(p) or p.name.lower().endswith(CSV_SUFFIXES), imaged(read_csv),
+           imaged_chunks(csv_chunks), lambda p, spec: csv_header(p, spec.csv_format(p))),
     Reader("image_folder", lambda p: not is_stream(p) and p.is_dir(), read_image_folder, _whole(read_image_folder)),
     Reader("image_file", lambda p: not is_stream(p) and p.is_file() and is_image_file(p), read_one_image,
            _whole(read_one_image)),
