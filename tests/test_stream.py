@@ -140,3 +140,18 @@ def test_the_median_sketch_is_bounded_and_the_same_however_rows_are_split():
     ranks = [(x[:, j] < whole.medians()[j]).mean() for j in range(2)]
     np.testing.assert_allclose(ranks, 0.5, atol=2 / np.sqrt(4096))
     assert np.all(np.abs(whole.medians() - true) < 0.05)
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_one_bounded_pass_gives_the_training_rows_exact_statistics(files, kind):
+    path = files[0] if kind == "csv" else files[1]
+    spec, whole = _spec(path), read_table(path, _spec(path))
+    fitted = stream.fitting_pass(path, spec, stream.blocks_of(path, spec, 700), seed=5, validation=0.1, test=0.2)
+    train = stream.split_codes(np.arange(len(whole.y)), 5, 0.1, 0.2) == stream.TRAIN
+    assert fitted.rows == int(train.sum()) and sum(b.rows for b in fitted.blocks) == 997
+    assert fitted.labels == dict(zip(*np.unique(whole.y[train], return_counts=True)))
+    numbers = whole.raw.x[train][:, [0, 1]].astype(np.float64)  # the reference in float64, as the moments
+    np.testing.assert_allclose(fitted.moments.mean[[0, 1]], np.nanmean(numbers, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(fitted.moments.variance[[0, 1]], np.nanvar(numbers, axis=0), rtol=1e-9)
+    assert fitted.categories[2] == dict(zip(*np.unique(whole.raw.text[2][train], return_counts=True)))
+    np.testing.assert_allclose(fitted.sketch.medians()[[0, 1]], np.nanmedian(numbers, axis=0))  # k > rows: exact

@@ -10,12 +10,16 @@ the streamed path is built from, each a function of the file, the seed and the e
 - Bounded statistics: exact counts, means and variances merged block by block (`Moments`, Chan et al.'s
   pairwise update); medians from a bottom-k sample (`MedianSketch`): the k rows whose position hashes
   lowest, a uniform sample that any split of the rows into blocks or ranks gives alike.
+- The fitting pass (`fitting_pass`): one pass over the blocks gathering all of these for the training rows.
+Not yet wired to `train` (no `data.stream` setting yet): the encoder and normalizer built from them,
+the epochs fed to the trainer, and the ranks' disjoint blocks are still to come.
 """
 
 from __future__ import annotations
 
 import codecs
 import io
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -245,3 +249,43 @@ class MedianSketch:
                 return np.full(self.values.shape[1], np.nan)
             return np.array([np.median(self.values[present[:, j], j]) if present[:, j].any() else np.nan
                              for j in range(self.values.shape[1])])
+
+
+# -- the fitting pass ------------------------------------------------------------------------------
+@dataclass
+class Fitted:
+    """What one bounded pass over the training rows found: the blocks counted, the training rows,
+    their labels' counts, the number columns' moments and median sample, each text column's cell
+    counts (by column position). Memory: one block, the sketch, and the distinct values seen."""
+    blocks: list[Block]
+    rows: int
+    labels: Counter
+    moments: Moments
+    sketch: MedianSketch
+    categories: dict[int, Counter]
+
+
+def fitting_pass(path: Path, spec: ReadSpec, blocks: list[Block], seed: int, validation: float,
+                 test: float, sketch_rows: int = 1 << 16) -> Fitted:
+    """One pass over the file's blocks in file order, taking the training rows (`split_codes`)."""
+    found = Fitted([], 0, Counter(), Moments(), MedianSketch(0, seed, sketch_rows), {})
+    for block, table in counted(path, spec, blocks):
+        found.blocks.append(block)
+        positions = np.arange(block.first_row, block.first_row + block.rows)
+        train = split_codes(positions, seed, validation, test) == TRAIN
+        if found.sketch.values.shape[1] != table.raw.x.shape[1]:
+            found.sketch = MedianSketch(table.raw.x.shape[1], seed, sketch_rows)
+        x = table.raw.x[train]
+        found.rows += len(x)
+        found.moments.add(x)
+        found.sketch.add(positions[train], x)
+        if table.y is not None:
+            found.labels.update(_counts(table.y[train]))
+        for j, cells in table.raw.text.items():
+            found.categories.setdefault(j, Counter()).update(_counts(cells[train]))
+    return found
+
+
+def _counts(cells: np.ndarray) -> dict:
+    values, counts = np.unique(cells, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist()))
