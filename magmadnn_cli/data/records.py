@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import csv
 import io
-import math
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
-from .columns import RawColumns, refuse_duplicate_names
+from .columns import RawColumns, is_missing, refuse_duplicate_names
 from .csv_reader import STYLE_LINES, CsvFormat, declared_style, parse_cells, sniff_delimiter
 from .numbers import detect_style, typed_cells
 from .table import ReadSpec, Table, _closest, checked_columns
 
 NUMBER = (int, float)
+NUMERIC = {int, float, type(None)}  # the types of a column read as numbers (null: a missing cell)
 
 
 def json_table(payload: Any, spec: ReadSpec, source: str) -> Table:
@@ -51,6 +53,9 @@ def records_table(records: Any, spec: ReadSpec, source: str) -> Table:
     if bad is not None:
         raise DataError(f"{source}: data row {bad + 1}: a JSON {_kind(records[bad])}, not an object; expected one "
                         "record ({\"column\": value, ...}) a row")
+    keys = records[0].keys() if records else {}.keys()
+    if all(r.keys() == keys for r in records):  # every record of the same columns: read by name
+        return values_table(list(keys), records, spec, source)
     names = list(dict.fromkeys(key for record in records for key in record))
     return values_table(names, [[r.get(n) for n in names] for r in records], spec, source)
 
@@ -70,33 +75,52 @@ def split_table(body: Any, spec: ReadSpec, source: str) -> Table:
     return values_table(names, rows, spec, source)
 
 
-def values_table(names: list[str], rows: list[list[Any]], spec: ReadSpec, source: str) -> Table:
-    """Rows of JSON values under `names` as a table: numbers as numbers, null as a missing cell,
-    strings and booleans as a CSV cell holding them would be read."""
+def values_table(names: list[str], rows: list[list[Any]] | list[dict[str, Any]], spec: ReadSpec,
+                 source: str) -> Table:
+    """Rows of JSON values under `names` (lists in that order, or records holding each name) as a
+    table: numbers as numbers, null as a missing cell, strings and booleans as a CSV cell holding them
+    would be read. Columns are typed a kind at a time (numbers, declared text, the rest), not one by
+    one: a request of one row costs little."""
     wanted = _wanted(names, spec, source)
     position = {n: i for i, n in enumerate(names)}
-    text = spec.text_columns(wanted)
-    dtype = spec.dtype or np.float32
-    flat = [row[position[n]] for row in rows for n in wanted]
-    if not text and {type(v) for v in flat} <= {int, float}:  # numbers only: no text pass (the common case)
-        x = _numbers(flat, len(rows), len(wanted), dtype)
+    get = itemgetter(*(wanted if rows and isinstance(rows[0], dict) else [position[n] for n in wanted]))
+    cells = [get(row) for row in rows] if len(wanted) > 1 else [(get(row),) for row in rows]
+    text, dtype = spec.text_columns(wanted), spec.dtype or np.float32
+    if not text and set(map(type, chain.from_iterable(cells))) <= {int, float}:  # numbers only: the common case
+        x = _numbers(cells, (len(rows), len(wanted)), dtype)
         if x is not None:
             return spec.blanked(Table(RawColumns(x), None, wanted, source))
+    columns = list(zip(*cells)) if cells else [() for _ in wanted]
     x = np.full((len(rows), len(wanted)), np.nan, dtype)
-    strings: dict[int, np.ndarray] = {}
-    for j, name in enumerate(wanted):
-        column = [row[position[name]] for row in rows]
-        numbers = None if j in text or not {type(v) for v in column} <= {int, float, type(None)} else \
-            _numbers([math.nan if v is None else v for v in column], len(rows), 1, dtype)
-        if numbers is not None:
-            x[:, j] = numbers[:, 0]
-            continue
-        cells = np.array([_cell(v, name, source, i) for i, v in enumerate(column)], dtype=str).reshape(-1, 1)
-        typed, texts = typed_cells(cells, dtype, {0} if j in text else set())
-        x[:, j] = typed[:, 0]
-        if 0 in texts:
-            strings[j] = texts[0]
+    numeric = [j for j, column in enumerate(columns) if j not in text and set(map(type, column)) <= NUMERIC]
+    numbers = _numbers([columns[j] for j in numeric], (len(numeric), len(rows)), dtype)
+    if numbers is not None:
+        x[:, numeric] = numbers.T
+    texts = {j: [_cell(v, wanted[j], source, i) for i, v in enumerate(column)]  # in column order: the first
+             for j, column in enumerate(columns) if j not in numeric or numbers is None}  # bad cell named
+    strings = _text_cells({j: c for j, c in texts.items() if j in text}, len(rows))
+    _typed_cells({j: c for j, c in texts.items() if j not in text}, len(rows), x, strings)
     return spec.blanked(Table(RawColumns(x, strings), None, wanted, source))
+
+
+def _text_cells(texts: dict[int, list[str]], rows: int) -> dict[int, np.ndarray]:
+    """The declared text columns' cells, all at once, as `typed_cells` reads a text column:
+    stripped, the missing-value words blank."""
+    if not texts:
+        return {}
+    stripped = np.char.strip(np.array(list(texts.values()), dtype=str).reshape(len(texts), rows))
+    return dict(zip(texts, np.where(is_missing(stripped), "", stripped)))
+
+
+def _typed_cells(texts: dict[int, list[str]], rows: int, x: np.ndarray, strings: dict[int, np.ndarray]) -> None:
+    """Columns holding strings or booleans (not declared text; or numbers, one beyond float64): numbers
+    where every present cell is one, else text, as a CSV file's cells are typed (into x and strings)."""
+    if not texts:
+        return
+    positions = list(texts)
+    typed, found = typed_cells(np.array(list(texts.values()), dtype=str).reshape(len(texts), rows).T, x.dtype)
+    x[:, positions] = typed
+    strings.update({positions[k]: column for k, column in found.items()})
 
 
 def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
@@ -154,11 +178,11 @@ def _target(spec: ReadSpec) -> str | None:
     return spec.data.target if spec.data is not None else spec.target
 
 
-def _numbers(values: list[Any], rows: int, columns: int, dtype: Any) -> np.ndarray | None:
-    """JSON numbers as the float type (through float64, as a CSV cell is read); None where one is
-    beyond float64 (a huge integer: read as text, then as infinity)."""
+def _numbers(values: list[Any], shape: tuple[int, int], dtype: Any) -> np.ndarray | None:
+    """JSON numbers (null: NaN), rows of them, as the float type (through float64, as a CSV cell is
+    read); None where one is beyond float64 (a huge integer: read as text, then as infinity)."""
     try:
-        wide = np.array(values, dtype=np.float64).reshape(rows, columns)
+        wide = np.array(values, dtype=np.float64).reshape(shape)
     except OverflowError:
         return None
     with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell later
