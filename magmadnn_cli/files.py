@@ -163,13 +163,10 @@ def _npz_sizes_problem(path: Path, keys: Collection[str] | None) -> str | None:
     return None
 
 
-MODEL = "model.npz"  # the model file of a run folder (and of a search's)
 def _what_else(path: Path) -> str:
     """What a file that is not an .npz is, by its name: a config to train, a data file, or unknown."""
     name = path.name.lower()
     if name.endswith((".yaml", ".yml")):
-        if (path.parent / MODEL).is_file():  # a run folder's config.yaml: its model is beside it
-            return f"a YAML config, not a model file; the run's model is beside it: give {path.parent / MODEL} (or {path.parent})"
         return f"a YAML config, not a model file: train it first (magmadnn train {path}), then use the run's model.npz"
     if is_data_name(path):
         return "a data file, not a model file (model.npz from magmadnn train, or its run folder)"

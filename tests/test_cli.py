@@ -163,7 +163,8 @@ def test_init_from_warm_starts_and_checks_shapes(capsys, blobs, tmp_path):
 def test_init_from_takes_a_run_folder_or_a_checkpoint(capsys, blobs, tmp_path):
     """A run folder gives its model's weights; a checkpoint (or a folder whose run stopped before its
     model was written) gives the network weights the checkpoint holds."""
-    from magmadnn_cli.training.checkpoint import listing, read
+    from magmadnn_cli.training.checkpoint import read
+    from magmadnn_cli.training.run_folder import checkpoint_files as listing
     _train(capsys, blobs, tmp_path / "a", "-q", "--set", "training.epochs=3")
     model = load(tmp_path / "a" / "model.npz").weights
     newest = listing(tmp_path / "a" / "checkpoints")[-1]

@@ -467,7 +467,7 @@ def test_a_gzip_bomb_is_refused_while_it_inflates(capsys, tmp_path, monkeypatch)
 def test_an_unwritable_out_is_refused_before_training(capsys, blobs, tmp_path, monkeypatch):
     """Root ignores file modes, so the refusal is simulated where the folder is first written: the
     run's lock, taken before the data is even read."""
-    from magmadnn_cli.commands import run_dir
+    from magmadnn_cli.training.run_folder import lock as run_dir
     real_open = run_dir.os.open
 
     def read_only(path, *args, **kwargs):

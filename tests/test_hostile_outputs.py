@@ -242,11 +242,11 @@ def test_a_folder_whose_marker_was_killed_mid_write_is_the_tools_own(tmp_path):
     """kill -9 between the lock and the marker's rename leaves `.magmadnn.lock` and the marker's
     temporary file: the folder is empty to magmadnn (a resumed search reruns the trial there),
     while any other file still makes it foreign (found by the killed-search test: 1 run in 8)."""
-    from magmadnn_cli.commands.run_dir import classify
+    from magmadnn_cli.training.run_folder import RunFolder
     folder = tmp_path / "trial"
     folder.mkdir()
     (folder / ".magmadnn.lock").write_text("123 host\n")
     (folder / "..magmadnn.ut3rn9ye.tmp").write_text("")
-    assert classify(folder) == "empty"
+    assert RunFolder(folder).kind() == "empty"
     (folder / "notes.txt").write_text("mine")
-    assert classify(folder) == "foreign"
+    assert RunFolder(folder).kind() == "foreign"

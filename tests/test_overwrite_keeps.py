@@ -217,7 +217,7 @@ def _killed_while_replacing(out: Path) -> None:
     import subprocess
     import sys
 
-    from magmadnn_cli.commands.run_dir import LOCK, FolderLock
+    from magmadnn_cli.training.run_folder import FolderLock, RunFolder
     lock = FolderLock(out, "run", replace=True)
     lock.__enter__()
     (out / "config.yaml").write_text("killed: run\n")
@@ -225,8 +225,8 @@ def _killed_while_replacing(out: Path) -> None:
     (out / "checkpoints" / "step00000003.npz").write_bytes(b"PK\x03\x04 of the killed run")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    holder = json.loads((out / LOCK).read_text())
-    (out / LOCK).write_text(json.dumps({**holder, "pid": dead.pid, "started": 1}))
+    holder = json.loads(RunFolder(out).lock.read_text())
+    RunFolder(out).lock.write_text(json.dumps({**holder, "pid": dead.pid, "started": 1}))
 
 
 def test_the_launcher_puts_back_the_run_a_killed_job_was_replacing(capsys, earlier):

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magmadnn_cli.training.checkpoint import listing, prune
+from magmadnn_cli.training.checkpoint import prune
+from magmadnn_cli.training.run_folder import checkpoint_files as listing
 
 from conftest import ctrl_c_in_epoch, job_processes, run_cli, wait_until_gone
 

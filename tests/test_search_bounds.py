@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from magmadnn_cli.commands.search_space import MAX_TRIALS, Trials
+from magmadnn_cli.commands.tune.search_space import MAX_TRIALS, Trials
 from magmadnn_cli.config.schema import SearchConfig
 from magmadnn_cli.errors import MagmaError
 

@@ -10,8 +10,10 @@ import socket
 
 import pytest
 
-from magmadnn_cli.commands.run_dir import LOCK, FolderLock
+from magmadnn_cli.training.run_folder import FolderLock, RunFolder
 from magmadnn_cli.errors import MagmaError
+
+LOCK = RunFolder.LOCK
 
 
 @pytest.fixture

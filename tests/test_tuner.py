@@ -20,8 +20,11 @@ from magmadnn_cli.config.schema import SearchConfig
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.distributed.launcher import locate_mpi_launcher
 from magmadnn_cli.errors import Interrupted, MagmaError
-from magmadnn_cli.commands.search_space import Trials
-from magmadnn_cli.commands.tune import Pruner, objective_direction, trial_config, tune
+from magmadnn_cli.commands.tune import tune
+from magmadnn_cli.commands.tune.objective import objective_direction
+from magmadnn_cli.commands.tune.search import Pruner
+from magmadnn_cli.commands.tune.search_space import Trials
+from magmadnn_cli.commands.tune.trial_config import trial_config
 
 from conftest import run_cli
 
@@ -323,7 +326,7 @@ def test_an_empty_grid_list_is_refused(capsys, blobs, tmp_path):
 def test_a_pruned_trial_is_never_the_best_even_with_the_best_score(blobs, tmp_path):
     """Pruning compares the objective's own metric (accuracy here: higher is better); a pruned trial
     stopped early, so its score is not comparable and it is never chosen."""
-    from magmadnn_cli.commands.tune import write_results
+    from magmadnn_cli.commands.tune.search import write_results
     from magmadnn_cli.reporting import Reporter
     cfg = _search_project(blobs, PRUNED_SEARCH)
     results = tune(cfg, tmp_path / "t")
@@ -336,7 +339,7 @@ def test_a_pruned_trial_is_never_the_best_even_with_the_best_score(blobs, tmp_pa
 
 
 def test_trial_lines_are_short_and_readable(capsys, blobs, tmp_path):
-    from magmadnn_cli.commands.tune import short_names
+    from magmadnn_cli.commands.tune.search import short_names
     assert short_names(["optimizer.learning_rate", "model.layers.0.units", "model.layers.1.units"]) == \
         ["learning_rate", "0.units", "1.units"]
     blobs.write_text(blobs.read_text().replace("epochs: 15", "epochs: 2") +
@@ -404,7 +407,7 @@ def test_ties_on_the_objective_are_broken_by_val_loss_and_said(capsys, blobs, tm
 def test_the_tie_break_order():
     """Objective in its direction, then the second key (val_loss lowest for accuracy; val_accuracy
     highest for a loss objective), then trial order; a missing value ranks last."""
-    from magmadnn_cli.commands.objective import rank_key, tie_break
+    from magmadnn_cli.commands.tune.objective import rank_key, tie_break
     accuracy = SearchConfig(objective="val_accuracy")
     trials = [{"trial": 0, "val_accuracy": 0.9, "val_loss": 0.2}, {"trial": 1, "val_accuracy": 0.9, "val_loss": 0.1},
               {"trial": 2, "val_accuracy": 0.9, "val_loss": 0.1}, {"trial": 3, "val_accuracy": 0.8, "val_loss": 0.01},

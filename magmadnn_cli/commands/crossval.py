@@ -3,7 +3,7 @@ scikit-learn's `cross_validate`), stratified by class for classification and shu
 Fold k holds out every K-th row of the seeded (stratified) order as its test split and trains on the
 rest (data.validation_split of them kept for validation); the report is each metric's mean and
 standard deviation over the folds. Under MPI the folds are dealt to the ranks (fold k on rank k mod
-N), each training alone. The run folder follows `train`'s rule (run_dir) and is marked as a
+N), each training alone. The run folder follows `train`'s rule (RunFolder) and is marked as a
 cross-validation, which writes no model."""
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from ..core import backend as B
 from ..data.prepare import Prepared
 from ..training.builder import select_backend, task_of
 from ..distributed.comm import on_root
-from .run_dir import FolderLock, choose, locked, version_note
-from .set_aside import say_replacing
+from ..training.run_folder import FolderLock, RunFolder, locked, say_replacing
 from .train import SPLITS, build, final_metrics
 
 
@@ -95,8 +94,9 @@ def train_folds(config: Config, folds: int, out_dir: Path | None = None, reporte
     if config.seed is None:
         config = config.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
     wanted = out_dir or Path("runs") / config.name
-    chosen = on_root(comm, lambda: choose(wanted, "run", out_dir is not None, overwrite))
-    return chosen, cross_validate(config, folds, chosen, reporter, comm, version_note(wanted, chosen, "run"), overwrite)
+    chosen = on_root(comm, lambda: RunFolder.choose(wanted, "run", out_dir is not None, overwrite))
+    note = RunFolder.version_note(wanted, chosen, "run")
+    return chosen, cross_validate(config, folds, chosen, reporter, comm, note, overwrite)
 
 
 def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter, comm: Communicator | None = None,
@@ -162,12 +162,13 @@ def _say(reporter: Reporter, result: dict[str, Any], folds: int) -> None:
 
 
 def _write(out_dir: Path, config: Config, metrics: dict[str, Any]) -> None:
-    write_json(out_dir / "metrics.json", metrics)
+    folder = RunFolder(out_dir)
+    write_json(folder.metrics, metrics)
     columns = ["fold"] + [f"{split}_{k}" for split in SPLITS for k in metrics["mean"].get(split, {})]
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
     for r in metrics["per_fold"]:
         writer.writerow([r["fold"]] + [r.get(c.split("_", 1)[0], {}).get(c.split("_", 1)[1], "") for c in columns[1:]])
-    write_text(out_dir / "metrics.csv", text.getvalue())
-    write_text(out_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_text(folder.history, text.getvalue())
+    write_text(folder.config, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

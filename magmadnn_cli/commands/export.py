@@ -13,8 +13,7 @@ from ..files import atomic_write, check_output_file
 from ..inference import Predictor
 from ..training.modelfile import SavedModel
 from ..training.onnx_graph import OPSET, required_opset
-from .made_files import record
-from .run_dir import model_file
+from ..training.run_folder import RunFolder, record_made
 
 
 def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: int | None = None) -> dict[str, Any]:
@@ -24,7 +23,7 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
     if opset is not None and opset < OPSET:
         raise MagmaError(f"--opset {opset}: magmadnn writes its graphs in ONNX opset {OPSET} or newer (every op in "
                          f"its opset-{OPSET} form; onnxruntime 1.12 and later run them): give --opset {OPSET} or more")
-    model_path = model_file(model_path)
+    model_path = RunFolder.model_file(model_path)
     given, out = out is not None, out or model_path.with_suffix(".onnx")
     check_output_file(out, (model_path,), overwrite, given)
     saved = Predictor(model_path, "cpu").saved  # every check predict makes: weights present and shaped, labels
@@ -43,7 +42,7 @@ def export(model_path: Path, out: Path | None, overwrite: bool = False, opset: i
     model = build(saved, input_columns(saved), opset)
     data = model.SerializeToString()
     atomic_write(out, lambda f: f.write(data))
-    record(out, data)  # in a run folder: a later run that replaces the model removes this export
+    record_made(out, data)  # in a run folder: a later run that replaces the model removes this export
     return {"path": str(out), "inputs": [i.name for i in model.graph.input],
             "outputs": [o.name for o in model.graph.output],
             "opset": opset, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)}

@@ -11,9 +11,7 @@ from pathlib import Path
 from ..distributed.launcher import FORCE_AFTER, KILLING, JobEnded, JobForced
 from ..distributed.leftovers import take_run_folder
 from ..errors import MagmaError
-from ..training.advice import resume_command
-from .run_dir import LOCK, classify, holder_alive
-from .set_aside import put_back
+from ..training.run_folder import RunFolder, holder_alive, put_back
 
 CAUSES = {signal.SIGKILL: "killed (SIGKILL: the out-of-memory killer, a scheduler, or kill -9)",
           signal.SIGSEGV: "ended by SIGSEGV (a crash)", signal.SIGBUS: "ended by SIGBUS (a crash, or /dev/shm full)",
@@ -43,16 +41,16 @@ def killed_job_message(signum: int, folder: Path | None) -> str:
 
 def _going_on(head: str, folder: Path | None) -> str:
     """`head`, and how to go on from what the run folder holds (None: the job claimed none)."""
-    from ..training.checkpoint import listing  # only after a killed job
-    from .trial_log import resume_command as search_resume
+    from .tune.trial_log import resume_command as search_resume  # only after a killed job
     if folder is None:
         return f"{head}, before it claimed its folder: nothing was written; run the command again"
+    run = RunFolder(folder)
     if put_back_after_kill(folder):
-        return f"{head}; the earlier {classify(folder)} in {folder}, which it was replacing (--overwrite), is put back as it was"
-    if classify(folder) == "search":
+        return f"{head}; the earlier {run.kind()} in {folder}, which it was replacing (--overwrite), is put back as it was"
+    if run.kind() == "search":
         return f"{head}; the finished trials are journaled in {folder}. Continue with: {search_resume(folder)}"
-    if checkpoints := listing(folder / "checkpoints"):
-        return f"{head}; the newest checkpoint: {checkpoints[-1]}. Continue with: {resume_command(folder)}"
+    if checkpoints := run.checkpoint_files():
+        return f"{head}; the newest checkpoint: {checkpoints[-1]}. Continue with: {run.resume_command()}"
     return (f"{head}; {folder} holds no checkpoint yet: train again with --out {shlex.quote(str(folder))} "
             "--overwrite")
 
@@ -60,7 +58,8 @@ def _going_on(head: str, folder: Path | None) -> str:
 def put_back_after_kill(folder: Path) -> bool:
     """A job killed while it replaced an earlier run (--overwrite): that run is put back, and the
     dead job's lock removed. Returns whether there was one."""
-    if holder_alive(folder) or not put_back(folder):
+    lock = RunFolder(folder).lock
+    if holder_alive(lock) or not put_back(folder):
         return False
-    (folder / LOCK).unlink(missing_ok=True)
+    lock.unlink(missing_ok=True)
     return True

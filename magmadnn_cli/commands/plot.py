@@ -14,8 +14,7 @@ from typing import Any
 
 from ..errors import MagmaError
 from ..files import atomic_write, check_output_file, json_object
-from .made_files import is_made, record
-from .run_dir import MARKER, classify
+from ..training.run_folder import RunFolder, is_made, record_made
 
 SPLITS = ("train", "validation", "test")
 FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}  # -o's suffix: the format written
@@ -54,7 +53,7 @@ def plot(folder: Path, out: Path | None = None, overwrite: bool = False) -> Path
     finally:
         pyplot().close(figure)
     atomic_write(target, lambda f: f.write(buffer.getvalue()))
-    record(target, buffer.getvalue())
+    record_made(target, buffer.getvalue())
     return target
 
 
@@ -74,8 +73,8 @@ def _refuse_a_runs_file(out: Path, folder: Path) -> None:
         return
     plotted = folder.resolve()
     for parent in out.resolve().parents:
-        if (parent / MARKER).is_file() or parent == plotted:
-            kind = classify(parent)
+        if RunFolder(parent).marker.is_file() or parent == plotted:
+            kind = RunFolder(parent).kind()
             whose = f"the {kind} {parent}" if kind in ("run", "search") else f"{parent}, the folder it plots"
             raise MagmaError(f"--output {out}: is a file of {whose}; plot never replaces one, not even with "
                              "--overwrite (give a new file name)")
@@ -86,15 +85,16 @@ def _figure(folder: Path) -> tuple[Any, str]:
     if not folder.is_dir():
         raise MagmaError(f"{folder}: {'is a file' if folder.exists() else 'no such folder'}; plot takes a run or "
                          "search folder (the --out of train or tune)")
-    kind, metrics = classify(folder), folder / "metrics.csv"
-    ended = (folder / "metrics.json").is_file()  # written last: a run without it is running or was stopped
+    run = RunFolder(folder)
+    kind, metrics = run.kind(), run.history
+    ended = run.metrics.is_file()  # written last: a run without it is running or was stopped
     if kind == "run" and not ended and (checkpoints := _checkpoints(folder)):
         return _learning_curves(folder, _checkpointed_rows(checkpoints[-1])), "curves.png"
     if metrics.is_file():
         if "fold" in _columns(metrics) and "epoch" not in _columns(metrics):  # `train --folds`
             return _cross_validation(folder), "folds.png"
         return _learning_curves(folder), "curves.png"
-    if kind == "search" or (folder / "trials.csv").is_file():
+    if kind == "search" or run.trials_table.is_file():
         return _search_scatter(folder), "objective.png"
     if kind == "run":
         raise MagmaError(f"{folder}: no metrics.csv and no checkpoint yet: a run writes both after each epoch "
@@ -144,8 +144,7 @@ def _whole(source: Path, rows: list[dict[str, Any]], column: str) -> list[int]:
 
 
 def _checkpoints(folder: Path) -> list[Path]:
-    from ..training.checkpoint import listing  # only for a run that has not ended
-    return listing(folder / "checkpoints")
+    return RunFolder(folder).checkpoint_files()
 
 
 def _checkpointed_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
@@ -161,8 +160,8 @@ def _checkpointed_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
 
 
 def _learning_curves(folder: Path, checkpointed: tuple[list[dict[str, Any]], str] | None = None) -> Any:
-    rows, note = checkpointed or (_rows(folder / "metrics.csv"), "")
-    source = folder / "metrics.csv"
+    source = RunFolder(folder).history
+    rows, note = checkpointed or (_rows(source), "")
     if not rows:
         raise MagmaError(f"{source}: no epochs to plot")
     epochs = _whole(source, rows, "epoch")
@@ -192,7 +191,7 @@ def _learning_curves(folder: Path, checkpointed: tuple[list[dict[str, Any]], str
 
 def _best_epoch(folder: Path, rows: list[dict[str, Any]]) -> tuple[int | None, str]:
     """Early stopping's best epoch (metrics.json), else the epoch of the lowest validation loss."""
-    value = json_object(folder / "metrics.json").get("best_epoch")
+    value = json_object(RunFolder(folder).metrics).get("best_epoch")
     if isinstance(value, int):
         return value, "best epoch"
     losses = [(_number(r.get("val_loss")), int(_number(r["epoch"]))) for r in rows]
@@ -203,13 +202,14 @@ def _best_epoch(folder: Path, rows: list[dict[str, Any]]) -> tuple[int | None, s
 def _cross_validation(folder: Path) -> Any:
     """One panel per metric: its value in each fold, one line per split, and each split's mean over
     the folds (dashed, in the split's colour)."""
-    rows = _rows(folder / "metrics.csv")
+    source = RunFolder(folder).history
+    rows = _rows(source)
     if not rows:
-        raise MagmaError(f"{folder / 'metrics.csv'}: no folds to plot")
+        raise MagmaError(f"{source}: no folds to plot")
     columns = [c.split("_", 1) for c in rows[0] if "_" in c and c.split("_", 1)[0] in SPLITS]
     metrics = list(dict.fromkeys(metric for _, metric in columns))
     splits = [s for s in SPLITS if any(split == s for split, _ in columns)]
-    folds = _whole(folder / "metrics.csv", rows, "fold")
+    folds = _whole(source, rows, "fold")
     plt = pyplot()
     width = min(2, len(metrics))
     height = math.ceil(len(metrics) / width)
@@ -241,14 +241,15 @@ def _fold_panel(ax: Any, metric: str, splits: list[str], folds: list[int], rows:
 
 
 def _search_scatter(folder: Path) -> Any:
-    rows = [r for r in _rows(folder / "trials.csv") if r.get("status") != "failed"]
+    table = RunFolder(folder).trials_table
+    rows = [r for r in _rows(table) if r.get("status") != "failed"]
     params = [k for k in (rows[0] if rows else {}) if k is not None and k.startswith("param:")]
     missing = [k for k in ("trial", "status", "objective") if rows and k not in rows[0]]
     if missing:
-        raise MagmaError(f"{folder / 'trials.csv'}: no column {', '.join(map(repr, missing))}; expected the "
+        raise MagmaError(f"{table}: no column {', '.join(map(repr, missing))}; expected the "
                          "trials.csv that magmadnn tune writes")
     if not rows or not params:
-        raise MagmaError(f"{folder / 'trials.csv'}: no finished trials with hyperparameters to plot")
+        raise MagmaError(f"{table}: no finished trials with hyperparameters to plot")
     best, ylabel = _best_trial(folder, rows)
     plt = pyplot()
     figure, axes = plt.subplots(1, len(params), figsize=(5 * len(params), 4), squeeze=False)
@@ -284,10 +285,10 @@ def _best_trial(folder: Path, rows: list[dict[str, str]]) -> tuple[int | None, s
     from pydantic import ValidationError
 
     from ..config.schema import SearchConfig
-    from .objective import objective_direction, objective_value, rank_key
-    from .trial_log import NAME, read
+    from .tune.objective import objective_direction, objective_value, rank_key
+    from .tune.trial_log import read
     try:
-        base, done = read(folder / NAME)
+        base, done = read(RunFolder(folder).journal)
         search = SearchConfig.model_validate(base.get("search") or {})
     except (MagmaError, ValidationError, AttributeError):
         return None, "objective"

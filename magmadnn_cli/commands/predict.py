@@ -24,7 +24,7 @@ from ..inference.encoding import encode, extra_columns, refuse_non_finite_output
 from ..training.builder import task_of
 from ..training.evaluation import split_report
 from ..training.modelfile import SavedModel
-from .run_dir import model_file
+from ..training.run_folder import RunFolder
 
 Warn = Callable[[str], None]
 IMAGE_READERS = ("image_folder", "image_file")  # their rows are files: each output row starts with its path
@@ -40,7 +40,7 @@ def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", spl
                          "(one of them)")
     if split is not None and split not in ("test", "validation", "train"):
         raise MagmaError(f"--split: expected test, validation or train; received {split!r}")
-    model = Predictor(model_file(model_path), device)
+    model = Predictor(RunFolder.model_file(model_path), device)
     with model.using():
         return _evaluate(model, data_path, split, strict, warn)
 
@@ -116,7 +116,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     existing `out` is replaced only with `overwrite`. The first chunk is predicted before anything is
     written, so a mistake in it (--strict's unseen category) leaves stdout empty."""
     out = None if out is not None and str(out) == "-" else out
-    model_path = model_file(model_path)
+    model_path = RunFolder.model_file(model_path)
     if out is not None:
         check_output_file(out, (model_path, data_path), overwrite)
         output_format(out)  # a name no format is written as is refused before anything is read

@@ -22,7 +22,7 @@ import numpy as np
 from ..data.writers import write_rows
 from ..errors import MagmaError
 from ..inference import Predictor
-from .run_dir import model_file
+from ..training.run_folder import RunFolder
 from .serving import SOURCE, Job, Metrics, Service, metadata, status_of
 
 ENDPOINTS = ("/predict", "/invocations", "/health", "/ready", "/metadata", "/metrics")
@@ -49,7 +49,7 @@ def serve(model_path: Path, host: str = "127.0.0.1", port: int = 8080, max_batch
     uvicorn = _web()
     _check(max_batch_rows, max_wait_ms, max_body_mb, timeout_s)
     limits = Limits(max_body_mb, timeout_s, _token(token_file) if token_file is not None else None)
-    model = Predictor(model_file(model_path), device)
+    model = Predictor(RunFolder.model_file(model_path), device)
     metrics = Metrics()
     service = Service(model, max_batch_rows, max_wait_ms / 1000, metrics)
     sock = _listen(host, port)

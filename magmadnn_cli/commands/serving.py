@@ -23,6 +23,7 @@ from ..errors import MagmaError
 from ..files import file_sha256, json_object
 from ..inference import Predictor, new_tally, read_spec
 from ..inference.encoding import fill_of
+from ..training.run_folder import RunFolder
 
 SOURCE = "request"
 
@@ -241,7 +242,7 @@ def metadata(model: Predictor) -> dict[str, Any]:
 def _run_metrics(path: Path, recorded: dict[str, Any]) -> dict[str, Any] | None:
     """The run's metrics.json beside the model file (its scores on each split), where it is this
     run's (the same data sha256 as the model records); None otherwise."""
-    found = json_object(path.parent / "metrics.json")
+    found = json_object(RunFolder(path.parent).metrics)
     return found if found and found.get("data_sha256") == recorded.get("data_sha256") \
         and found.get("name") == recorded.get("name") else None
 

@@ -30,11 +30,11 @@ def summarize_saved(path: Path, overrides: list[str] | None) -> tuple[Any, None]
     """The summary of a saved model: its config as trained, on the input it was trained on (as
     `summarize`: its output fits, as trained)."""
     from ..inference import Predictor  # only for a model
-    from .run_dir import model_file
+    from ..training.run_folder import RunFolder
     if overrides:
         raise ConfigError(f"--set changes a config; {path} is a saved model, summarized as it was trained "
                           "(summarize its config.yaml to try changes)")
-    saved = Predictor(model_file(path), "cpu").saved  # checked as predict checks it
+    saved = Predictor(RunFolder.model_file(path), "cpu").saved  # checked as predict checks it
     return summarize(saved.config, SampleInputs(tuple(saved.sample_shape), saved.encoder))
 
 

@@ -22,20 +22,17 @@ from ..data.image_folder import decode_progress, looking_only
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess
 from ..errors import ConfigError, MagmaError
-from ..files import MODEL, file_sha256, write_json, write_text
+from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.advice import last_checkpoint_note
 from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
-from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, load_for_resume, restore, \
-    starting_file
+from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, load_for_resume, restore
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model
 from ..training.trainer import History, Trainer
 from ..training.tracking import check_tracking, tracked
 from ..distributed.comm import on_root
-from .made_files import remove_made
-from .run_dir import FolderLock, choose, classify, locked, version_note
-from .set_aside import say_replacing
+from ..training.run_folder import FolderLock, RunFolder, locked, remove_made, say_replacing
 
 
 @dataclass
@@ -56,14 +53,14 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     started = time.perf_counter()
     config, ckpt = _starting_point(config, init_from, resume, comm)
     out_dir, moved = output_folder(out_dir, ckpt, config, comm, overwrite)
-    replace = overwrite and (ckpt is None or os.path.abspath(out_dir) != os.path.abspath(ckpt.path.parent.parent))
+    replace = overwrite and (ckpt is None or os.path.abspath(out_dir) != os.path.abspath(RunFolder.holding(ckpt.path).path))
     run: Run | None = None  # built inside the watched block: the watchdog asks it for the newest checkpoint
     saved = lambda: last_checkpoint_note(run.saver.last if run and run.saver else None, comm.size)  # noqa: E731
     # watched from the first collective to the last: a rank that stops answering in any ends the job
     with locked(comm, out_dir, "run", replace=replace) as lock, B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
             comm.watched(config.distributed.timeout, saved):
-        run = build(config, comm, reporter, out_dir / "checkpoints" if checkpoints else None, init_from)
+        run = build(config, comm, reporter, RunFolder(out_dir).checkpoints if checkpoints else None, init_from)
         _start(run, out_dir, ckpt, init_from, moved, reporter, lock)
         history = run.fit(prune)
         run.trainer.check_weights()
@@ -95,7 +92,7 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
     if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
         write_config(out_dir, run.config, {"init_from": run.trainer.origin, "distributed": layout})
     if comm.is_root and run.saver is not None:  # the epochs so far, with each checkpoint: to follow, or after a kill
-        run.saver.after_write = lambda trainer: write_text(out_dir / "metrics.csv", history_csv(trainer.history))
+        run.saver.after_write = lambda trainer: write_text(RunFolder(out_dir).history, history_csv(trainer.history))
 
 
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,
@@ -134,7 +131,7 @@ def drop_stale_export(out_dir: Path, reporter: Reporter) -> None:
     """The run folder's model.onnx, if export wrote it there, was exported from the model this run
     replaces (a resumed run's earlier end): removed, as it no longer gives this model's predictions.
     A model.onnx of a person's own stays, said."""
-    onnx = out_dir / "model.onnx"
+    onnx = RunFolder(out_dir).onnx
     had = onnx.is_file()
     if remove_made(onnx):
         reporter.warn(f"kept {onnx}: not written by magmadnn export (or changed since), so not removed; it does not "
@@ -150,11 +147,12 @@ def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, c
     resume continues in the checkpoint's own run folder (or any folder, for a checkpoint kept
     outside a run); another run's folder is only replaced with --overwrite. Also returns the line
     that says a new version was chosen (None when the wanted folder is used)."""
-    origin = ckpt.path.parent.parent if ckpt is not None else None  # the run the checkpoint belongs to
-    wanted = given or origin or Path("runs") / config.name
-    continuing = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin) or classify(origin) != "run")
-    chosen = on_root(comm, lambda: choose(wanted, "run", given is not None or ckpt is not None, overwrite, continuing))
-    return chosen, version_note(wanted, chosen, "run")
+    origin = RunFolder.holding(ckpt.path) if ckpt is not None else None  # the run the checkpoint belongs to
+    wanted = given or (origin.path if origin else None) or Path("runs") / config.name
+    continuing = origin is not None and (os.path.abspath(wanted) == os.path.abspath(origin.path) or origin.kind() != "run")
+    explicit = given is not None or ckpt is not None
+    chosen = on_root(comm, lambda: RunFolder.choose(wanted, "run", explicit, overwrite, continuing))
+    return chosen, RunFolder.version_note(wanted, chosen, "run")
 
 
 def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
@@ -199,7 +197,7 @@ def validate_run(config: Config) -> list[str]:
     """Every check `train` makes before its first step, without training or writing, and `tune`'s
     of a search space: `validate`. Returns what training would say of the data (types, fills, ...)."""
     if config.search is not None:
-        from .trial_config import check_space
+        from .tune.trial_config import check_space
         check_space(config.model_dump(mode="json"), config.search)
     check_tracking(config.tracking)
     with B.using(select_backend(config, SingleProcess())):
@@ -249,7 +247,7 @@ def _units(data: Prepared) -> str | None:
 
 def weights_origin(init_from: Path) -> dict[str, str]:
     """What --init-from read (metrics.json's `init_from`): the file's absolute path and sha256."""
-    path = starting_file(init_from).resolve()
+    path = RunFolder.starting_file(init_from).resolve()
     return {"path": str(path), "sha256": file_sha256(path) or ""}
 
 
@@ -331,15 +329,16 @@ def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str
                   metrics: dict[str, Any], history: History) -> None:
     """The run's final files; where one cannot be written (a full disk), the model and metrics.json
     written before it are removed: no model is left without the files that describe it."""
+    folder = RunFolder(out_dir)
     try:
-        save_model(out_dir / MODEL, network, config, data, task,
+        save_model(folder.model, network, config, data, task,
                    {k: v for k, v in metrics.items() if not isinstance(v, dict)}, weights)
-        write_json(out_dir / "metrics.json", metrics)
-        write_text(out_dir / "metrics.csv", history_csv(history))
+        write_json(folder.metrics, metrics)
+        write_text(folder.history, history_csv(history))
         write_config(out_dir, config, metrics)
     except BaseException:
-        for name in (MODEL, "metrics.json"):
-            (out_dir / name).unlink(missing_ok=True)
+        for path in (folder.model, folder.metrics):
+            path.unlink(missing_ok=True)
         raise
 
 
@@ -349,7 +348,7 @@ def write_config(out_dir: Path, config: Config, record: dict[str, Any]) -> None:
     header = f"# trained with {in_words(record['distributed'])}\n" if record.get("distributed") else ""
     if origin := record.get("init_from"):
         header += f"# started from the weights of {origin['path']}: train again with --init-from {shlex.quote(origin['path'])}\n"
-    write_text(out_dir / "config.yaml", header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_text(RunFolder(out_dir).config, header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 
 def history_csv(history: History) -> str:

@@ -4,32 +4,14 @@ that name commands and flags are here."""
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
-LAYOUT = ("--processes", "-n", "--hostfile", "--hosts")  # the options that place the ranks
+from .run_folder import RunFolder
 
 
 def resume_command(run_dir: Path, ranks: int = 1) -> str:
-    """The command that continues this run: the one that started it, with `--resume RUN_DIR` in place
-    of --resume, --init-from, --out and --overwrite (the run folder is RUN_DIR). Its layout
-    (--processes, --hostfile, --hosts) is kept as the user gave it; a data-parallel run that another
-    launcher started (mpiexec -n N, srun) gets `--processes N`."""
-    args = sys.argv[1:]
-    if not args or args[0] != "train":  # said by another command: the config the run wrote as it started
-        args = ["train", str(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else "CONFIG"]
-    kept, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("--resume", "-r", "--init-from", "--out", "-o"):
-            skip = True
-        elif arg != "--overwrite" and not arg.startswith(("--resume=", "--init-from=", "--out=")):
-            kept.append(arg)
-    laid_out = any(a in LAYOUT or a.startswith(tuple(f"{flag}=" for flag in LAYOUT)) for a in kept)
-    return shlex.join(["magmadnn", *kept, *(["--processes", str(ranks)] if ranks > 1 and not laid_out else []),
-                       "--resume", str(run_dir)])
+    """The command that continues the run in `run_dir` (`RunFolder.resume_command`)."""
+    return RunFolder(run_dir).resume_command(ranks)
 
 
 def interrupted(signal_name: str, where: str, checkpoint: Path | None, ranks: int) -> str:
@@ -37,14 +19,14 @@ def interrupted(signal_name: str, where: str, checkpoint: Path | None, ranks: in
     if checkpoint is None:
         return f"stopped by {signal_name} at {where}; checkpoints are off (training.checkpoint), so nothing was saved"
     return (f"stopped by {signal_name} at {where}; checkpoint written: {checkpoint}\n"
-            f"Continue with: {resume_command(checkpoint.parent.parent, ranks)}")
+            f"Continue with: {RunFolder.holding(checkpoint).resume_command(ranks)}")
 
 
 def last_checkpoint_note(checkpoint: Path | None, ranks: int) -> str | None:
     """The newest checkpoint of a run that was ended, and the command that continues it (None: none)."""
     if checkpoint is None:
         return None
-    return f"last checkpoint: {checkpoint}\nContinue with: {resume_command(checkpoint.parent.parent, ranks)}"
+    return f"last checkpoint: {checkpoint}\nContinue with: {RunFolder.holding(checkpoint).resume_command(ranks)}"
 
 
 def stopped_at_once(signal_name: str, where: str, checkpoint: Path | None, ranks: int, why: str) -> str:
@@ -54,7 +36,7 @@ def stopped_at_once(signal_name: str, where: str, checkpoint: Path | None, ranks
     if checkpoint is None:
         return f"{head} and none was written before: nothing of the run was saved"
     return (f"{head}; the newest, written before: {checkpoint}\n"
-            f"Continue with: {resume_command(checkpoint.parent.parent, ranks)}")
+            f"Continue with: {RunFolder.holding(checkpoint).resume_command(ranks)}")
 
 
 def diverged(what: str, learning_rate: float, last_checkpoint: Path | None) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -34,13 +33,13 @@ from ..config.schema import Checkpointing, Config
 from ..data.prepare import Split
 from ..distributed import Communicator
 from ..errors import MagmaError, ShapeError
-from ..files import MODEL, atomic_write, load_npz
+from ..files import atomic_write, load_npz
+from .run_folder import RunFolder, checkpoint_files
 from .trainer import Trainer
 
 FORMAT = "magmadnn-checkpoint"
 FORMAT_VERSION = 3  # 3: the history's epochs as JSON lines (trainer/history_epochs); 2 is read too
 READABLE_FROM = 2
-NAME = re.compile(r"^step(\d+)\.npz$")
 
 # Config fields a resumed run must share with the checkpoint (anything else may change, e.g. epochs).
 MUST_MATCH = ("model", "loss", "seed", "precision", "optimizer.type", "training.batch_size",
@@ -110,7 +109,7 @@ class Saver:
         return epoch_done is not None and bool(p.every_epochs) and epoch_done % p.every_epochs == 0
 
     def write(self, trainer: Trainer) -> Path:
-        path = self.folder / f"step{trainer.global_step:08d}.npz"
+        path = self.folder / RunFolder.CHECKPOINT_FILE.format(trainer.global_step)
         arrays = snapshot(trainer, self.config, self.data)  # on every rank: split layers are gathered whole
         if self.comm.is_root:
             buffer = io.BytesIO()
@@ -125,7 +124,7 @@ class Saver:
     def newest(self) -> Path | None:
         """The checkpoint --resume would take: the newest on disk, where a signal landed between a
         write's rename and `last`; `last` where this rank sees no checkpoints (another host's root)."""
-        found = listing(self.folder)
+        found = checkpoint_files(self.folder)
         return found[-1] if found else self.last
 
 
@@ -137,46 +136,23 @@ def snapshot(trainer: Trainer, config: Config, data: str) -> dict[str, np.ndarra
             "meta": np.array(json.dumps(meta)), **arrays}
 
 
-def listing(folder: Path) -> list[Path]:
-    """The checkpoints in `folder`, oldest first."""
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
 def prune(folder: Path, keep: int) -> None:
     """Delete all but the newest `keep` checkpoints, and temp files a killed writer left."""
-    for old in listing(folder)[:-keep]:
+    for old in checkpoint_files(folder)[:-keep]:
         old.unlink(missing_ok=True)
-    for stale in folder.glob(".step*.npz.*.tmp"):
+    for stale in folder.glob(RunFolder.CHECKPOINT_TEMP):
         stale.unlink(missing_ok=True)
 
 
 def clear(folder: Path) -> int:
     """A fresh (not resumed) run starts without an earlier run's checkpoints; returns how many went."""
-    old = listing(folder)
+    old = checkpoint_files(folder)
     for p in old:
         p.unlink(missing_ok=True)
     return len(old)
 
 
 # -- reading -----------------------------------------------------------------------------------
-def locate(path: Path) -> Path:
-    """`path` is a checkpoint, a run directory, or its checkpoints folder: the checkpoint to use."""
-    path = Path(path)
-    if not path.exists():
-        raise MagmaError(f"--resume {path}: no such file or directory")
-    if path.is_file():
-        return path
-    for folder in (path / "checkpoints", path):
-        found = listing(folder)
-        if found:
-            return found[-1]
-    raise MagmaError(f"--resume {path}: no checkpoints in {path / 'checkpoints'} (they are written when "
-                     "training.checkpoint is on, the default, after every epoch)")
-
-
 def read(path: Path) -> Checkpoint:
     arrays = load_npz(path, "magmadnn checkpoint")
     if str(arrays.get("format", "")) != FORMAT:
@@ -208,25 +184,10 @@ def read(path: Path) -> Checkpoint:
     return Checkpoint(path, meta, arrays)
 
 
-def starting_file(path: Path) -> Path:
-    """The file --init-from reads: `path`, or a run folder's model.npz, else its newest checkpoint
-    (a run stopped before its model was written still gives its weights)."""
-    path = Path(path)
-    if not path.is_dir():
-        return path
-    if (path / MODEL).is_file():
-        return path / MODEL
-    found = listing(path / "checkpoints") or listing(path)
-    if not found:
-        raise MagmaError(f"{path}: no {MODEL} and no checkpoint in this folder; expected a model file, a "
-                         "checkpoint, or a run folder written by `magmadnn train`")
-    return found[-1]
-
-
 def starting_weights(path: Path) -> dict[str, np.ndarray]:
-    """--init-from's weights: a model file's, or the network's of a checkpoint (`starting_file`)."""
+    """--init-from's weights: a model file's, or the network's of a checkpoint (`RunFolder.starting_file`)."""
     from .modelfile import load  # only for --init-from
-    path = starting_file(path)
+    path = RunFolder.starting_file(path)
     if path.is_file() and str(load_npz(path, "model file or checkpoint", keys=("format",)).get("format")) == FORMAT:
         ckpt = read(path)
         return unpack(ckpt.meta["state"], ckpt.arrays)["network"]
@@ -235,7 +196,7 @@ def starting_weights(path: Path) -> dict[str, np.ndarray]:
 
 def load_for_resume(path: Path, comm: Communicator) -> Checkpoint:
     """Rank 0 finds and reads the checkpoint, every rank gets it (node-local disks are fine)."""
-    ckpt = read(locate(path)) if comm.is_root else None
+    ckpt = read(RunFolder.to_resume(path)) if comm.is_root else None
     return comm.bcast(ckpt)
 
 

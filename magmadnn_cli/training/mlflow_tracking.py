@@ -22,10 +22,11 @@ from typing import Any
 from ..config.schema import MlflowTracking
 from ..errors import MagmaError
 from ..files import write_json
+from .run_folder import RunFolder
 from .tracking import TrackerUnavailable
 
-STATE = "mlflow_run.json"
-ARTIFACTS = ("model.npz", "model.onnx", "config.yaml", "metrics.json", "metrics.csv")
+STATE = RunFolder.MLFLOW
+ARTIFACTS = (RunFolder.MODEL, RunFolder.ONNX, RunFolder.CONFIG, RunFolder.METRICS, RunFolder.HISTORY)
 ANSWER_SECONDS = 5.0  # a tracking server silent this long is left out (MLflow's client retries for minutes)
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # later calls bounded too (a user's own settings win)

@@ -33,6 +33,7 @@ from ..data.prepare import Normalizer, TargetScaler
 from ..errors import ModelFileError
 from ..files import atomic_write, load_npz
 from ..nn.network import Network
+from .run_folder import RunFolder
 
 FORMAT = "magmadnn-model"
 FORMAT_VERSION = 1
@@ -78,7 +79,7 @@ def load(path: Path) -> SavedModel:
     if not path.exists():
         raise ModelFileError(f"{path}: model file not found")
     if path.is_dir():
-        raise ModelFileError(f"{path}: is a directory; expected a model .npz (e.g. {path / 'model.npz'})")
+        raise ModelFileError(f"{path}: is a directory; expected a model .npz (e.g. {RunFolder(path).model})")
     f = load_npz(path, "magmadnn model file", ModelFileError)
     if "format" not in f:
         raise ModelFileError(f"{path}: not a magmadnn model (no 'format' entry); it holds {sorted(f)[:8]}")

@@ -29,6 +29,7 @@ from ..errors import Interrupted, MagmaError
 from ..files import cannot_write, write_text
 from ..reporting import Reporter
 from . import events
+from .run_folder import RunFolder
 
 MLFLOW_EXTRA = "pip install 'magmadnn-cli[mlflow]'"
 SUFFIX = ".magmadnn"  # our events files: a fresh run removes only these
@@ -217,7 +218,7 @@ def check_tracking(tracking: Tracking | None) -> None:
 def trackers(config: Config, out_dir: Path, resumed: bool, reporter: Reporter) -> list[Tracker]:
     tracking, found = config.tracking, []
     if tracking is not None and tracking.tensorboard is not False:
-        folder = out_dir / (Path("tensorboard") if tracking.tensorboard is True else  # an absolute one stays itself
+        folder = out_dir / (Path(RunFolder.TENSORBOARD) if tracking.tensorboard is True else  # an absolute one stays itself
                             Path(os.path.expandvars(str(tracking.tensorboard))).expanduser())
         inside = os.path.abspath(folder).startswith(os.path.join(os.path.abspath(out_dir), ""))
         owner = None if inside else os.path.abspath(out_dir)

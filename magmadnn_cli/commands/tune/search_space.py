@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..config.schema import Distribution, SearchConfig
-from ..errors import MagmaError
+from ...config.schema import Distribution, SearchConfig
+from ...errors import MagmaError
 
 Overrides = dict[str, Any]
 MAX_TRIALS = 1_000_000  # a trial trains a model: a million is beyond any budget, and the journal's ranks

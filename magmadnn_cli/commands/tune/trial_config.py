@@ -8,12 +8,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config.loading import apply_override, parse_override
-from ..config.messages import format_problems, format_validation_error
+from ...config.loading import apply_override, parse_override
+from ...config.messages import format_problems, format_validation_error
 from .search_space import space_size
-from ..config.schema import Config, Distribution, DistributedConfig, SearchConfig
-from ..distributed.strategies import config_problems, strategy_of
-from ..errors import ConfigError
+from ...config.schema import Config, Distribution, DistributedConfig, SearchConfig
+from ...distributed.strategies import config_problems, strategy_of
+from ...errors import ConfigError
 
 Overrides = dict[str, Any]
 

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..training.checkpoint import differences
-from ..errors import MagmaError
-from ..files import cannot_write
+from ...training.checkpoint import differences
+from ...errors import MagmaError
+from ...files import cannot_write
+from ...training.run_folder import RunFolder
 
-NAME = "trials.jsonl"
 # Config fields a resumed search may change: they do not change what any trial computes.
 MAY_CHANGE = ("name", "device", "memory", "distributed", "search.stop_when")
 
@@ -24,7 +24,7 @@ class TrialLog:
     def __init__(self, folder: Path, base: dict[str, Any], resume: bool) -> None:
         """Start a new journal, or (resume) check that the base config matches the journal's and load
         its finished trials into `done`."""
-        self.path = Path(folder) / NAME
+        self.path = RunFolder(folder).journal
         self.done: list[dict[str, Any]] = []
         if resume:
             saved, self.done = read(self.path)
@@ -73,7 +73,7 @@ def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def saved_seed(folder: Path) -> int | None:
     """The seed the journal's search ran with (for a config that leaves `seed` out)."""
-    return read(Path(folder) / NAME)[0].get("seed")
+    return read(RunFolder(folder).journal)[0].get("seed")
 
 
 def resume_command(out_dir: Path) -> str:

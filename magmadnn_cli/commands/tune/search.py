@@ -21,17 +21,16 @@ from typing import Any, Iterator
 import yaml
 from pydantic import ValidationError
 
-from ..config.schema import Config, SearchConfig
-from ..distributed import Communicator, SingleProcess
-from ..errors import Interrupted, MagmaError
-from .. import signals
-from ..signals import Interruptible, ignoring_stop_signals
-from ..files import atomic_write, disk_full, write_text
-from ..reporting import Reporter, grid
+from ...config.schema import Config, SearchConfig
+from ...distributed import Communicator, SingleProcess
+from ...errors import Interrupted, MagmaError
+from ... import signals
+from ...signals import Interruptible, ignoring_stop_signals
+from ...files import atomic_write, disk_full, write_text
+from ...reporting import Reporter, grid
 from .objective import check_measurable, objective_direction, objective_value, rank_key, second_key, tie_break, weighted
-from ..distributed.comm import on_root
-from .run_dir import choose, locked, newest_version, version_note
-from .set_aside import say_replacing
+from ...distributed.comm import on_root
+from ...training.run_folder import RunFolder, locked, say_replacing
 from .search_space import Trials
 from .trial_config import Overrides, check_space, one_process, split_layouts, trial_config
 from .trial_log import TrialLog, resume_command, saved_seed
@@ -72,7 +71,7 @@ class Pruner:
 
 
 def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, pruner: Pruner) -> dict[str, Any]:
-    from .train import train  # the tuner sits above the training entry point
+    from ..train import train  # the tuner sits above the training entry point
     result: dict[str, Any] = {"trial": index, "status": "ok", "reason": "", **{f"param:{k}": v for k, v in overrides.items()}}
     started = time.perf_counter()
     curve: list[float] = []  # the objective after each epoch
@@ -86,10 +85,10 @@ def run_trial(index: int, base: dict, overrides: Overrides, out_dir: Path, prune
         config = trial_config(base, overrides)
         search = SearchConfig.model_validate(base["search"])
         if search.folds:
-            result.update(_cross_validated(one_process(config), search.folds, out_dir / "trials" / str(index)))
+            result.update(_cross_validated(one_process(config), search.folds, RunFolder(out_dir).trial(index).path))
             result["time_s"] = round(time.perf_counter() - started, 3)
             return result
-        run = train(one_process(config), out_dir / "trials" / str(index), reporter=TrialReporter(),
+        run = train(one_process(config), RunFolder(out_dir).trial(index).path, reporter=TrialReporter(),
                     comm=SingleProcess(), prune=prune, checkpoints=False, overwrite=True)  # a trial killed before it was journaled runs again
     except Exception as exc:  # a crash in one trial is that trial's failure; the search goes on
         signals.check()  # unless it was a stop signal's KeyboardInterrupt that numpy or pyarrow turned into another
@@ -118,7 +117,7 @@ def _failure(exc: Exception) -> str:
 def _cross_validated(config: Config, folds: int, out_dir: Path) -> dict[str, Any]:
     """A trial scored by K-fold cross-validation: its validation metrics are the held-out folds'
     means (no pruning: every fold runs its budget)."""
-    from .crossval import train_folds
+    from ..crossval import train_folds
     _, metrics = train_folds(config, folds, out_dir, TrialReporter(), overwrite=True)
     mean, std = metrics["mean"]["test"], metrics["std"]["test"]
     epochs = [f["epochs_run"] for f in metrics["per_fold"]]
@@ -141,11 +140,11 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
     named = config.name == "tune" or config.name.endswith(("-tune", "_tune"))  # houses_tune: not houses_tune-tune
     wanted = out_dir or Path("runs") / (config.name if named else f"{config.name}-tune")
     if resume and out_dir is None:
-        wanted = on_root(comm, lambda: newest_version(wanted, "search"))
-    chosen = on_root(comm, lambda: choose(wanted, "search", out_dir is not None, overwrite, continuing=resume))
+        wanted = on_root(comm, lambda: RunFolder.newest_version(wanted, "search"))
+    chosen = on_root(comm, lambda: RunFolder.choose(wanted, "search", out_dir is not None, overwrite, continuing=resume))
     with locked(comm, chosen, "search", replace=overwrite and not resume) as lock:
         say_replacing(lock, reporter)
-        return _search(config, trials, chosen, reporter, comm, resume, version_note(wanted, chosen, "search"))
+        return _search(config, trials, chosen, reporter, comm, resume, RunFolder.version_note(wanted, chosen, "search"))
 
 
 def _search(config: Config, trials: Trials, out_dir: Path, reporter: Reporter, comm: Communicator,
@@ -313,26 +312,27 @@ def write_results(results: list[dict], base: dict, out_dir: Path, search: Search
     for r in results:
         writer.writerow({**{k: (yaml.safe_dump(v, default_flow_style=True).strip() if isinstance(v, (list, dict)) else v)
                             for k, v in r.items()}, "objective": objective_value(search, r)})
-    write_text(out_dir / "trials.csv", text.getvalue())
+    folder = RunFolder(out_dir)
+    write_text(folder.trials_table, text.getvalue())
     finished = [r for r in results if r["status"] == "ok" and not math.isnan(objective_value(search, r))]
     if not finished:  # a pruned trial stopped early: its score is not comparable, it is never the best
         first = results[0]
         why = first["reason"] or (f"no value of {search.objective}" if first["status"] == "ok" else first["status"])
         raise MagmaError(f"no trial finished with an objective (failed, pruned or unmeasured); see "
-                         f"{out_dir / 'trials.csv'} (trial {first['trial']}: {why})")
+                         f"{folder.trials_table} (trial {first['trial']}: {why})")
     best = min(finished, key=lambda r: rank_key(search, r))
     overrides = {k.removeprefix("param:"): v for k, v in best.items() if k.startswith("param:")}
     best_config = trial_config(base, overrides).model_dump(mode="json")
-    write_text(out_dir / "best_config.yaml", yaml.safe_dump(best_config, sort_keys=False))
-    best_dir = out_dir / "trials" / str(best["trial"])
+    write_text(folder.best_config, yaml.safe_dump(best_config, sort_keys=False))
+    best_dir = folder.trial(best["trial"])
     if search.folds:  # cross-validated trials keep no model: the best config is trained once, as train would
-        from .train import train
+        from ..train import train
         reporter.info(f"training the best config (trial {best['trial']}) for the search's model.npz")
-        train(one_process(trial_config(base, overrides)), best_dir / "model", reporter=TrialReporter(),
+        best_dir = best_dir.retrained()
+        train(one_process(trial_config(base, overrides)), best_dir.path, reporter=TrialReporter(),
               comm=SingleProcess(), checkpoints=False, overwrite=True)
-        best_dir = best_dir / "model"
-    best_model = (best_dir / "model.npz").read_bytes()
-    atomic_write(out_dir / "model.npz", lambda f: f.write(best_model))
+    best_model = best_dir.model.read_bytes()
+    atomic_write(folder.model, lambda f: f.write(best_model))
     reporter.table(trials_table(results, search))
     if tie := tie_break(search, best, finished):
         reporter.info(tie)
