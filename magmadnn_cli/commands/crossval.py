@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from ..config.schema import Config
+from ..config.tasks import task_named
 from ..distributed import Communicator, SingleProcess
 from ..errors import MagmaError
 from ..files import file_sha256, write_json, write_text
@@ -110,7 +111,7 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
         raise MagmaError("--folds splits data.train into folds; data.validation / data.test files are not used by "
                          "cross-validation: remove them (or train without --folds)")
     started = time.perf_counter()
-    how = "stratified" if config.data.stratify and task_of(config) != "regression" else "shuffled"
+    how = "stratified" if config.data.stratify and task_named(task_of(config)).labels else "shuffled"
     reporter.info(f"{config.name}: {folds}-fold cross-validation ({how}, seed {config.seed}), {comm.size} process(es)"
                   + ("; data.test_split is not used: each fold holds out 1/K of the rows" if config.data.test_split else ""))
     with locked(comm, out_dir, "run", {"folds": folds}, replace) as lock:

@@ -14,14 +14,15 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..data.prepare import Split, encode_targets, map_labels, rebuilt_split
+from ..config.tasks import task_named
+from ..data.prepare import Split, map_labels, rebuilt_split
+from ..data.targets import target_task
 from ..data.readers import Table, reader_for, style_note
 from ..data.writers import output_format, write_rows
 from ..errors import DataError, MagmaError
 from ..files import atomic_write, check_output_file, file_sha256
 from ..inference import Predictor, new_tally, read_spec, tally_notes
 from ..inference.encoding import encode, extra_columns, refuse_non_finite_outputs
-from ..training.builder import task_of
 from ..training.evaluation import split_report
 from ..training.modelfile import SavedModel
 from ..training.run_folder import RunFolder
@@ -63,7 +64,7 @@ def _evaluate(model: Predictor, data_path: Path | None, split: str | None, stric
                 if note:
                     warn(note)
         y = map_labels(table.y, saved.config.data.label_map)
-        data = Split(x, saved.targets(encode_targets(y, saved.task, saved.classes, str(data_path), table.raw)))
+        data = Split(x, saved.targets(target_task(saved.task).encode(y, saved.classes, str(data_path), table.raw)))
         source = str(data_path)
     rows = (lambda i: [int(r) + 1 for r in i]) if split is not None else (lambda i: [table.raw.row(int(r)) for r in i])
     with np.errstate(all="ignore"):  # non-finite outputs are refused by row, not left to numpy's warnings
@@ -98,7 +99,7 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
         if file_sha256(cfg.train) != recorded:
             raise DataError(f"{cfg.train}: the file changed since the run (sha256 differs), so its {split} split "
                             "cannot be rebuilt; evaluate on a file instead: magmadnn evaluate MODEL DATA")
-    chosen = rebuilt_split(cfg, task_of(saved.config), saved.config.seed or 0, split, saved.encoder, saved.normalizer,
+    chosen = rebuilt_split(cfg, saved.task, saved.config.seed or 0, split, saved.encoder, saved.normalizer,
                            saved.targets)
     if chosen is None:
         held = [s for s in ("validation", "test") if s != split and (getattr(cfg, f"{s}_split") > 0 or getattr(cfg, s))]
@@ -121,7 +122,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
         check_output_file(out, (model_path, data_path), overwrite)
         output_format(out)  # a name no format is written as is refused before anything is read
     model = Predictor(model_path, device)
-    if proba and model.task == "regression":
+    if proba and not task_named(model.task).labels:
         raise MagmaError("--proba gives class probabilities; this is a regression model (drop --proba)")
     with model.using():
         _check_keep(keep, model.columns(proba).names)

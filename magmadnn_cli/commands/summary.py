@@ -16,6 +16,7 @@ from ..data.columns import ColumnEncoder
 from ..data.image_folder import looking_only
 from ..data.prepare import SampleInputs, sample_inputs
 from ..core.graph.convolution import candidates, rule
+from ..nn.embedding import ColumnEmbeddings
 from ..nn.layers import Conv2D, all_layers, build_layers
 from ..reporting import grid
 from ..training.builder import output_width_problem, task_of
@@ -51,7 +52,8 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
         title += " (seed unset: each run splits the rows afresh, so a category column's width may differ)"
     rows = []
     total_params = total_flops = 0
-    layers = build_layers(config.model.layers)
+    embedded = encoder.embedded() if encoder is not None else []
+    layers = [ColumnEmbeddings(embedded)] * bool(embedded) + build_layers(config.model.layers)
     for layer in layers:
         shape = layer.build(shape)
         params = sum(math.prod(s.shape) for inner in all_layers([layer]) for s in inner.specs)
@@ -79,7 +81,8 @@ def _inputs_caption(encoder: ColumnEncoder | None, shown: int = 12) -> str:
     if not wide:
         return ""
     plain = len(columns) - len(wide)
-    listed = ", ".join(f"{c.name} {c.width} ({c.kind}{' + missing indicator' if c.indicator else ''})"
+    listed = ", ".join(f"{c.name} {c.width} ({c.kind}{f' code, embedded in {c.embedding}' * bool(c.embedding)}"
+                       f"{' + missing indicator' if c.indicator else ''})"
                        for c in wide[:shown]) + (f", ... ({len(wide) - shown} more)" if len(wide) > shown else "")
     return f"inputs: {listed}" + (f"; {plain} number column{'s' * (plain != 1)}, 1 each" if plain else "")
 

@@ -74,11 +74,19 @@ class ColumnSpec(Strict):
     fill_value: Union[float, str, None] = Field(None, description="the value for missing: constant")
     indicator: bool | None = Field(None, description="add a 0/1 column <name>_missing (default: "
                                    "data.missing_indicator)")
+    embedding: PositiveInt | None = Field(None, description="a category column: learn a vector of this many values "
+                                          "per category instead of a one-hot block (e.g. 8; Ludwig's default for "
+                                          "categories), so a column of 10,000 values adds 8 inputs, not 10,000")
 
     @model_validator(mode="after")
     def _constant_needs_value(self) -> "ColumnSpec":
         if self.missing == "constant" and self.fill_value is None:
             raise ValueError("missing: constant needs a fill_value")
+        if self.embedding is not None and self.type not in (None, "category"):
+            raise ValueError(f"embedding is for category columns; this one is typed {self.type}: drop embedding, "
+                             "or type it category")
+        if self.embedding is not None:
+            self.type = "category"
         return self
 
 

@@ -113,6 +113,7 @@ class Column:
     categories: list[str] = field(default_factory=list)
     time_of_day: bool = False      # a date column whose training cells hold times
     date_format: str = ""          # strptime codes of a date column ('': ISO 8601)
+    embedding: int = 0             # a category column encoded as its code (-1: unseen), for an embedding this wide
 
     @property
     def width(self) -> int:
@@ -121,7 +122,7 @@ class Column:
     def values(self) -> list[str]:
         """The names of the columns its values encode into (before a missing indicator)."""
         if self.kind == "category":
-            return [f"{self.name}={c}" for c in self.categories]
+            return [f"{self.name}#code"] if self.embedding else [f"{self.name}={c}" for c in self.categories]
         if self.kind == "date":
             return [f"{self.name}.{part}" for part in dates.PARTS + ("hour",) * self.time_of_day]
         return [] if self.kind == "constant" else [self.name]
@@ -133,6 +134,16 @@ class Column:
         """Which of its output columns are numbers (the ones input normalization scales)."""
         scaled = self.kind in ("number", "date")
         return [scaled] * len(self.values()) + [False] * int(self.indicator)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A category column the network embeds: its code's place in the encoded row, its categories
+    (the table's rows) and the vector's width."""
+    name: str
+    position: int
+    vocabulary: int
+    width: int
 
 
 @dataclass
@@ -159,6 +170,15 @@ class ColumnEncoder:
 
     def output_names(self) -> list[str]:
         return [n for c in self.columns for n in c.output_names()]
+
+    def embedded(self) -> list["Embedded"]:
+        """The columns encoded as category codes for an embedding, with their places in the encoded row."""
+        found, position = [], 0
+        for c in self.columns:
+            if c.embedding:
+                found.append(Embedded(c.name, position, len(c.categories), c.embedding))
+            position += c.width
+        return found
 
     def missing(self, raw: RawColumns) -> dict[str, np.ndarray]:
         """Per input column holding any, the mask of the missing cells `transform` fills."""
@@ -241,7 +261,8 @@ def _encode(col: Column, raw: RawColumns, j: int, dtype: Any, source: str, refus
         row = raw.first(codes < 0)
         raise DataError(f"{source}: column {col.name!r}, data row {raw.row(row)}: category {str(cells[row])!r} was not in the "
                         f"training data (known: {', '.join(map(repr, col.categories[:12]))}); {refusal}")
-    block = (codes[:, None] == np.arange(len(col.categories))[None, :]).astype(dtype)
+    block = codes[:, None].astype(dtype) if col.embedding else \
+        (codes[:, None] == np.arange(len(col.categories))[None, :]).astype(dtype)
     return _with_indicator(block, missing, col.indicator), unknown
 
 

@@ -176,7 +176,8 @@ def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: Colum
                         f"fill value: give data.columns.{name}: {{missing: constant, fill_value: ...}}, or choose "
                         "median, mean or most_frequent")
     indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
-    column = Column(name, kind, indicator=bool(indicator), date_format=date_format if kind == "date" else "")
+    column = Column(name, kind, indicator=bool(indicator), date_format=date_format if kind == "date" else "",
+                    embedding=spec.embedding or 0 if kind == "category" else 0)
     if kind == "date":
         return _fit_date(column, raw, j, missing, strategy, spec.fill_value, source), int(missing.sum())
     fast_median = kind == "number" and strategy in ("auto", "median") and j not in raw.text

@@ -26,7 +26,7 @@ def restore(saved: SavedModel, path: Path | str | None = None) -> Network:
     shape, the outputs as many as the class labels (`path`: the model file, named in the messages).
     Every command that reads a model file checks it here."""
     where = f"{path}: " if path is not None else ""
-    network = build_network(saved.config, saved.sample_shape)
+    network = build_network(saved.config, saved.sample_shape, embedded=saved.encoder.embedded())
     try:
         network.load_state_dict(saved.weights)
     except Exception as exc:

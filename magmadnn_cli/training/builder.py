@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -18,12 +18,14 @@ from ..config.tasks import task_named
 from ..core import backend as B
 from ..data.augment import augment
 from ..data.prepare import Prepared, case_variants, class_weights, prepare
+from ..data.columns import Embedded
 from ..data.targets import target_task
 from ..distributed import Communicator, strategies
 from ..distributed.async_sgd import AsyncParallel
 from ..distributed.comm import on_every_rank
 from ..distributed.model_parallel import ModelGroups, model_groups
 from ..errors import DataError, MagmaError
+from ..nn.embedding import ColumnEmbeddings
 from ..nn.layers import build_layers
 from ..nn.losses import LOSSES, Loss
 from ..nn.network import Network
@@ -115,7 +117,7 @@ def plan(config: Config, saver: Saver | None, task: str) -> Plan:
 def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,
                           init_from: Path | None) -> tuple[Network, Optimizer]:
     """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
-    network = build_network(config, data.sample_shape, seed, groups.model)
+    network = build_network(config, data.sample_shape, seed, groups.model, data.encoder.embedded())
     check_run(config, network, data)
     weights = class_weights(config.training.class_weight, data.classes, data.train.y, data.task)
     if weights is not None:
@@ -225,9 +227,12 @@ def batch_schedule(config: Config) -> BatchSchedule:
     return BatchSchedule(training.batch_size, training.batch_schedule, training.gradient_accumulation_steps)
 
 
-def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None, group: Any = None) -> Network:
-    """`group`: the model-parallel ranks that split the dense layers (see `Network`)."""
-    return Network(build_layers(config.model.layers), sample_shape, build_loss(config),
+def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None, group: Any = None,
+                  embedded: Sequence[Embedded] = ()) -> Network:
+    """`group`: the model-parallel ranks that split the dense layers (see `Network`); `embedded`: the
+    encoder's embedded category columns (`ColumnEncoder.embedded`), a first stage before the layers."""
+    first = [ColumnEmbeddings(embedded)] if embedded else []
+    return Network(first + build_layers(config.model.layers), sample_shape, build_loss(config),
                    seed=config.seed if seed is None else seed, group=group)
 
 

@@ -28,8 +28,10 @@ from .. import __version__
 from ..config.messages import data_path
 from ..config.rules import output_head
 from ..config.schema import Config
+from ..config.tasks import DECLARATIONS, resolved_task
 from ..data.columns import ColumnEncoder
 from ..data.prepare import Normalizer, TargetScaler
+from ..data.targets import target_task
 from ..errors import ModelFileError
 from ..files import atomic_write, load_npz
 from ..nn.network import Network
@@ -186,15 +188,15 @@ def _dtype_problem(saved: SavedModel) -> str | None:
 def _task_problem(saved: SavedModel) -> str | None:
     """The metadata's task and class labels agree with the loss and output head its config declares."""
     loss = saved.config.loss
-    if saved.task != loss.task:
+    if saved.task not in {loss.task, resolved_task(loss.task, label_sets=True).name}:  # binary: or multi-label
         head = output_head(saved.config.model.layers, loss.type)
         return (f"the metadata says task {saved.task!r}, but its loss {loss.type} with a {head.activation} output "
                 f"(model.layers.{head.index}) makes it a {loss.task} model")
     classes = saved.classes
     if not isinstance(classes, list) or not all(isinstance(c, (str, int, float)) for c in classes):
         return f"its class labels are not a list of labels (text or numbers): {str(classes)[:80]}"
-    if saved.task == "regression" and classes:
-        return f"a regression model has no class labels; this one lists {len(classes)}"
+    if not DECLARATIONS[saved.task].labels and classes:
+        return f"a {saved.task} model has no class labels; this one lists {len(classes)}"
     if saved.task == "binary" and len(classes) != 2:
         return f"a binary model has 2 class labels; this one lists {len(classes)}"
     repeated = sorted(label for label, n in Counter(map(str, classes)).items() if n > 1)
@@ -211,8 +213,9 @@ def _shape_problem(saved: SavedModel) -> str | None:
     if not np.all(np.isfinite(saved.normalizer.spread)) or np.any(saved.normalizer.spread == 0) or \
             not np.all(np.isfinite(saved.normalizer.shift)):
         return "the input normalization holds zeros, NaN or infinities"
-    if saved.task != "regression" and len(saved.classes) < 2:
-        return f"a {saved.task} model needs at least 2 class labels; it has {len(saved.classes)}"
+    fewest = target_task(saved.task).fewest_labels if DECLARATIONS[saved.task].labels else 0
+    if len(saved.classes) < fewest:
+        return f"a {saved.task} model needs at least {fewest} class labels; it has {len(saved.classes)}"
     if saved.encoder.columns:
         if saved.encoder.width != width or [c.name for c in saved.encoder.columns] != saved.features:
             return f"the column encoding gives {saved.encoder.width} values for samples of {width} values"

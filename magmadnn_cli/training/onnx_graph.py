@@ -17,7 +17,9 @@ from .. import __version__
 from ..data.columns import Column, MissingTokens
 from ..data import dates
 from ..errors import MagmaError
+from ..nn.embedding import ColumnEmbeddings
 from ..nn.layers import build_layers
+from ..data.targets import target_task
 from .modelfile import SavedModel
 from .onnx_cells import boolean, number_tokens, one_hot, text_missing
 
@@ -119,10 +121,11 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
                                   g.const([1], "axis", np.int64), keepdims=1), g.const(0.0, "zero"))
     x = g.op("Reshape", x, g.const([-1, *saved.sample_shape], "shape", np.int64))
     shape = saved.sample_shape
-    for layer in build_layers(saved.config.model.layers):
+    embedded = saved.encoder.embedded()
+    for layer in [ColumnEmbeddings(embedded)] * bool(embedded) + build_layers(saved.config.model.layers):
         shape = layer.build(shape)  # its input shape, and its inner layers' (a block's)
         x = layer.onnx(g, x, saved.weights)  # each layer's exporter is beside its math (nn/layers.py)
-    _head(g, saved, x, unread)
+    target_task(saved.task).onnx(g, x, saved, unread)
     graph = g.helper.make_graph(g.nodes, "magmadnn", g.inputs, g.outputs, g.constants)
     opsets = [g.helper.make_opsetid("", opset), g.helper.make_opsetid("ai.onnx.ml", 3)]
     model = g.helper.make_model(graph, opset_imports=opsets, producer_name="magmadnn", producer_version=__version__)
@@ -210,9 +213,18 @@ def _column(g: Graph, column: Column, tokens: MissingTokens) -> str:
         missing = text_missing(g, cells, tokens)
         filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), cells)
         block = boolean(g, filled) if column.kind == "boolean" else one_hot(g, filled, column.categories)
+        block = _code(g, block, len(column.categories)) if column.embedding else block
     if not column.indicator:
         return block
     return g.op("Concat", block, g.op("Cast", missing, to=tensor.FLOAT), axis=1)
+
+
+def _code(g: Graph, hot: str, categories: int) -> str:
+    """An embedded column's category code from its one-hot row: sum(k * hot_k) + sum(hot) - 1 (-1:
+    unseen, as `predict` encodes it)."""
+    ranks = g.const(np.arange(categories, dtype=np.float32).reshape(-1, 1), "ranks")
+    hits = g.op("ReduceSum", hot, g.const([1], "axis", np.int64), keepdims=1)
+    return g.op("Sub", g.op("Add", g.op("MatMul", hot, ranks), hits), g.const(np.float32(1.0), "one"))
 
 
 def _date(g: Graph, column: Column) -> str:
@@ -265,24 +277,3 @@ def _no_infinity(g: Graph, x: str) -> str:
     return g.op("Where", g.op("IsInf", x), g.const(float("nan"), "nan"), x)
 
 
-# -- the head ---------------------------------------------------------------------------------------
-def _head(g: Graph, saved: SavedModel, out: str, unread: str) -> None:
-    """The outputs; a row with a cell predict refuses (`unread`, (N, 1): NaN after imputation) gets NaN
-    and an empty label, whatever its layers make of the NaN (a max-pool drops one)."""
-    tensor = g.onnx.TensorProto
-    nan = g.const(float("nan"), "nan")
-    if saved.task == "regression":
-        targets = saved.targets
-        value = g.op("Add", g.op("Mul", out, g.const(targets.spread, "spread")), g.const(targets.shift, "shift")) \
-            if targets.active else out
-        g.output(g.op("Where", unread, nan, _no_infinity(g, value)), "prediction", tensor.FLOAT, ["N", "targets"])
-        return
-    probs = out if saved.task == "classification" else \
-        g.op("Concat", g.op("Sub", g.const(np.float32(1.0), "one"), out), out, axis=1)
-    probs = g.op("Where", unread, nan, probs)
-    g.output(probs, "probabilities", tensor.FLOAT, ["N", len(saved.classes)])
-    index = g.op("ArgMax", probs, axis=1, keepdims=0)
-    labels = g.const(np.array([str(c) for c in saved.classes], dtype=object), "labels", None)
-    unread = g.op("IsNaN", g.op("ReduceSum", probs, g.const([1], "axis", np.int64), keepdims=0))
-    no_label = g.const(np.array([""], dtype=object), "no_label", None)  # a row with a cell it cannot read
-    g.output(g.op("Where", unread, no_label, g.op("Gather", labels, index, axis=0)), "label", tensor.STRING, ["N"])
