@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from .. import signals
+from ..config import names as config_names
 from ..core import backend as B
 from . import dates
 from ..errors import DataError
@@ -34,9 +35,8 @@ try:
 except ImportError:  # a dependency; only these formats need it
     pa = None
 
-PACKED = ("", ".gz", ".bz2", ".xz")
-SUFFIXES = {"parquet": (".parquet", ".pq"), "feather": (".feather", ".arrow", ".ipc"),
-            "jsonl": tuple(s + p for s in (".jsonl", ".ndjson") for p in PACKED)}
+PACKED = ("", *config_names.PACKED)  # a name as it is, or compressed
+SUFFIXES = {kind: config_names.FORMATS[kind].names() for kind in ("parquet", "feather", "jsonl")}  # as declared
 
 
 def columnar_format(path: Path) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any, Iterator, TextIO
 import numpy as np
 
 from .. import signals
+from ..config.names import FORMATS
 from ..core import backend as B
 from ..errors import DataError
 from .columns import is_missing, is_number, refuse_duplicate_names
@@ -65,9 +66,8 @@ def _first_lines(path: Path, encoding: str, count: int = 20) -> list[str]:
         raise _nul_error(path, lines[0].rstrip("\r\n"), encoding)
     if _is_json_object(lines[0]):
         name = "stdin" if is_stream(path) else str(path)
-        raise DataError(f"{name}: JSON Lines (one object a line), read as CSV text: give it as a file named "
-                        ".jsonl (or .ndjson; also .gz), which is read as JSON Lines" +
-                        (" (a pipe takes CSV text)" if is_stream(path) else ""))
+        raise DataError(f"{name}: JSON Lines (one object a line), read as CSV text: give it as a file named " +
+                        FORMATS["jsonl"].hint() + ("; a pipe takes CSV text" if is_stream(path) else ""))
     return [line for line in lines if line.strip()]
 
 

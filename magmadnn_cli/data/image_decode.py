@@ -11,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config.names import FORMATS
+
 try:
     from PIL import Image, ImageOps
 except ImportError:  # the [images] extra
     Image = ImageOps = None  # type: ignore[assignment]
 
-SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+SUFFIXES = FORMATS["image_file"].suffixes  # as declared in config/names.py
 MODES = {"grayscale": "L", "rgb": "RGB", "rgba": "RGBA"}
 CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
 WIDE = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")        # more than 8 bits a pixel: rescaled to 8

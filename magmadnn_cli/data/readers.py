@@ -1,7 +1,8 @@
-"""Reading data: one reader registry (format -> read whole, read in chunks) used by train, validate,
-evaluate, predict and summary, so every format one command accepts, all accept. Formats: CSV text (any
-dialect, compressed or not; typed columns with missing cells), Parquet, Feather / Arrow IPC and JSON
-Lines (`columnar`), NPZ (`x`, `y`), MNIST IDX and CIFAR-10 batches; plus synthetic teacher-network data."""
+"""Reading data: one reader registry (`READERS`: each format's declaration, `config/names.py` FORMATS, with
+its read-whole and read-in-chunks functions) used by train, validate, evaluate, predict and summary, so
+every format one command accepts, all accept. Formats: CSV text (any dialect, compressed or not; typed
+columns with missing cells), Parquet, Feather / Arrow IPC and JSON Lines (`columnar`), NPZ (`x`, `y`),
+MNIST IDX and CIFAR-10 batches, image folders and files; plus synthetic teacher-network data."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..config.data import SyntheticData
+from ..config.names import FORMATS, Format
 from ..core import backend as B
 from ..errors import DataError
 from ..files import load_npz
 from .arrow_csv import StreamFailed, read_typed, stream_cells
-from .columnar import PACKED, SUFFIXES, batch_table, column_names, columnar_chunks, columnar_format, read_columnar, \
-    sliced
+from .columnar import SUFFIXES, batch_table, column_names, columnar_chunks, read_columnar, sliced
 from .columns import RawColumns
 from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
 from .text_source import STDIN, check_file, is_stream
@@ -169,37 +170,37 @@ def read_one_image(path: Path, spec: ReadSpec) -> Table:
 # -- the registry --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Reader:
-    """One data format: how to recognise it, read it whole, read it in chunks, and (tables) name
-    its columns."""
-    name: str
-    matches: Callable[[Path], bool]
+    """One data format: its declaration (name, suffixes, description), how to read it whole, read it in
+    chunks, and (tables) name its columns; `recognises`: a file it reads by more than its name."""
+    format: Format
     read: Callable[[Path, ReadSpec], Table]
     chunks: Callable[[Path, ReadSpec, int], Iterator[Table]]
     columns: Callable[[Path, ReadSpec], list[str]] | None = None  # None: arrays, not named columns
+    recognises: Callable[[Path], bool] | None = None
 
+    @property
+    def name(self) -> str:
+        return self.format.name
 
-CSV_SUFFIXES = tuple(f"{kind}{packed}" for kind in (".csv", ".tsv", ".txt", ".data") for packed in PACKED)
+    def matches(self, path: Path) -> bool:
+        return self.format.matches(path) or (self.recognises is not None and self.recognises(path))
 
 
 def _whole(read: Callable[[Path, ReadSpec], Table]) -> Callable[[Path, ReadSpec, int], Iterator[Table]]:
     return lambda path, spec, rows: iter([read(path, spec)])
 
 
-def _columnar(kind: str) -> Reader:
-    return Reader(kind, lambda p: columnar_format(p) == kind, imaged(read_columnar), imaged_chunks(columnar_chunks),
-                  column_names)
-
-
-READERS = (
-    Reader("images", lambda p: not is_stream(p) and p.exists() and image_format(p) is not None, read_image_set,
-           _whole(read_image_set)),
-    Reader("npz", lambda p: p.name.lower().endswith(".npz"), read_npz, _whole(read_npz)),
-    *(_columnar(kind) for kind in SUFFIXES),
-    Reader("csv", lambda p: str(p) == STDIN or is_stream(p) or p.name.lower().endswith(CSV_SUFFIXES), imaged(read_csv),
-           imaged_chunks(csv_chunks), lambda p, spec: csv_header(p, spec.csv_format(p))),
-    Reader("image_folder", lambda p: not is_stream(p) and p.is_dir(), read_image_folder, _whole(read_image_folder)),
-    Reader("image_file", lambda p: not is_stream(p) and p.is_file() and is_image_file(p), read_one_image,
-           _whole(read_one_image)),
+READERS = (  # matched in FORMATS' order
+    Reader(FORMATS["images"], read_image_set, _whole(read_image_set),
+           recognises=lambda p: not is_stream(p) and p.exists() and image_format(p) is not None),
+    Reader(FORMATS["npz"], read_npz, _whole(read_npz)),
+    Reader(FORMATS["csv"], imaged(read_csv), imaged_chunks(csv_chunks),
+           lambda p, spec: csv_header(p, spec.csv_format(p)), recognises=lambda p: str(p) == STDIN or is_stream(p)),
+    *(Reader(FORMATS[kind], imaged(read_columnar), imaged_chunks(columnar_chunks), column_names) for kind in SUFFIXES),
+    Reader(FORMATS["image_folder"], read_image_folder, _whole(read_image_folder),
+           recognises=lambda p: not is_stream(p) and p.is_dir()),
+    Reader(FORMATS["image_file"], read_one_image, _whole(read_one_image),
+           recognises=lambda p: not is_stream(p) and p.is_file() and is_image_file(p)),
 )
 
 
@@ -221,10 +222,8 @@ def reader_for(path: Path) -> Reader:
                         "give the .csv")
     if path.name.lower().endswith(".json"):
         raise json_refusal(path)
-    raise DataError(f"{path}: unknown data format; expected .csv, .tsv, .txt or .data (also .gz, .bz2, .xz), "
-                    ".parquet or .pq, .feather or .arrow, .jsonl or .ndjson (also .gz, .bz2, .xz), .npz, "
-                    "MNIST *-idx3-ubyte[.gz], CIFAR-10 batches (data_batch_*.bin, data_batch_*), or a folder of class "
-                    "folders of images (train/<class>/*.png)")
+    tables_first = sorted(READERS, key=lambda r: not r.format.table)
+    raise DataError(f"{path}: unknown data format; expected " + "; ".join(r.format.hint() for r in tables_first))
 
 
 def read_table(path: Path, spec: ReadSpec) -> Table:

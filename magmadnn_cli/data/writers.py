@@ -16,6 +16,7 @@ from typing import IO, Callable, Iterable
 
 import numpy as np
 
+from ..config.names import FORMATS, or_list
 from ..errors import DataError
 from .columnar import PACKED, SUFFIXES
 
@@ -47,11 +48,19 @@ def output_format(path: Path | None) -> str:
         return "tsv"
     if path is None or stem.endswith(TEXT_SUFFIXES) or "." not in stem.lstrip("."):
         return "csv"
-    packed = name[len(stem):]
-    what = f"{Path(stem).suffix}{packed} (Parquet and Feather compress inside the file)" if packed and \
-        Path(stem).suffix in (".parquet", ".pq", ".feather", ".arrow") else repr(Path(stem).suffix + packed)
-    raise DataError(f"--output {path}: no output format is written as {what}; name the file .csv, .tsv, "
-                    ".parquet, .feather or .jsonl (CSV and JSON Lines also .gz, .bz2, .xz)")
+    packed, unpacked = name[len(stem):], [FORMATS[kind] for kind in SUFFIXES if not FORMATS[kind].packed]
+    what = f"{Path(stem).suffix}{packed} ({' and '.join(f.description for f in unpacked)} compress inside the file)" \
+        if packed and Path(stem).suffix in {s for f in unpacked for s in f.suffixes} else repr(Path(stem).suffix + packed)
+    raise DataError(f"--output {path}: no output format is written as {what}; name the file {_written()}")
+
+
+def _written() -> str:
+    """The names written, from the readers' declarations: '.csv, .tsv, .parquet, .feather or .jsonl (CSV
+    text and JSON Lines also .gz, .bz2, .xz)'."""
+    kinds = [FORMATS["csv"], *(FORMATS[kind] for kind in SUFFIXES)]
+    packed = " and ".join(f.description for f in kinds if f.packed)
+    names = [kinds[0].suffixes[0], ".tsv", *(f.suffixes[0] for f in kinds[1:])]  # tsv: CSV's tab-separated form
+    return f"{or_list(names)} ({packed} also {', '.join(PACKED[1:])})"
 
 
 def _csv(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray], delimiter: str = ",") -> None:
