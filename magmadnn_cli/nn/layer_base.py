@@ -16,6 +16,7 @@ from ..config.layers import LayerSpec
 from ..errors import MagmaError, ShapeError
 from ..core.graph import Node, Parameter, get_activation, nn
 from .initializers import Init
+from .registry import Registered
 
 Shape = tuple[int, ...]
 
@@ -63,20 +64,11 @@ class Context:
         return self.streams
 
 
-class Layer:
+class Layer(Registered):
     """A runtime layer implements one declaration (`declaration`); every subclass that sets one is
     registered in `Layer.implementations` under its config name."""
     declaration: ClassVar[type[LayerSpec]]
     implementations: ClassVar[dict[str, type["Layer"]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "declaration" in cls.__dict__:
-            tag = cls.declaration.tag()
-            if tag in Layer.implementations:
-                twin = Layer.implementations[tag].__name__
-                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by {twin}")
-            Layer.implementations[tag] = cls
 
     def __init__(self, declared: LayerSpec, name: str = "") -> None:
         self.spec, self.type = declared, declared.type

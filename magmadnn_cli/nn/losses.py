@@ -12,19 +12,13 @@ from typing import Any, ClassVar, Sequence
 from ..config import losses as decl
 from ..core import backend as B
 from ..core.graph import Node, Op, nn
+from .registry import Registered
 
 
-class Loss:
+class Loss(Registered):
     """A runtime loss takes its validated declaration (default: the declared defaults)."""
     declaration: ClassVar[type[decl.LossSpec]]
     implementations: ClassVar[dict[str, type["Loss"]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        tag = cls.declaration.tag()
-        if tag in Loss.implementations:
-            raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by {Loss.implementations[tag]}")
-        Loss.implementations[tag] = cls
 
     def __init__(self, declared: decl.LossSpec | None = None) -> None:
         self.spec = declared if declared is not None else self.declaration.of()

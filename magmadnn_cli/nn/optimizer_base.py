@@ -14,12 +14,13 @@ import numpy as np
 from ..config import optimizers as decl
 from ..core import backend as B
 from ..core.graph.kernels import elementwise
+from .registry import Registered
 
 Array = Any
 CPU_CHUNK = 65536  # elements per chunk of an update on the CPU (256 KiB of float32)
 
 
-class Optimizer:
+class Optimizer(Registered):
     """A runtime optimizer takes its validated declaration, whose hyperparameters become attributes
     (`self.learning_rate`, `self.beta1`, ...); `epochs` is the run's length (a cosine schedule's default)."""
     declaration: ClassVar[type[decl.OptimizerBase]]
@@ -29,15 +30,6 @@ class Optimizer:
     learning_rate: float
     weight_decay: float
     clip_norm: float | None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "declaration" in cls.__dict__:
-            tag = cls.declaration.tag()
-            if tag in Optimizer.implementations:
-                raise TypeError(f"{cls.__name__} implements {tag!r}, already implemented by "
-                                f"{Optimizer.implementations[tag]}")
-            Optimizer.implementations[tag] = cls
 
     def __init__(self, declared: decl.OptimizerBase, steps_per_epoch: int = 1, epochs: int = 1) -> None:
         self.spec, self.name = declared, declared.type
