@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import secrets
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from ..config.loading import seeded
 from ..config.schema import Config
 from ..config.tasks import task_named
 from ..distributed import Communicator, SingleProcess
@@ -92,8 +92,7 @@ def train_folds(config: Config, folds: int, out_dir: Path | None = None, reporte
     """`train --folds K`: the seed (drawn once for all ranks if unset) and the run folder chosen as
     `train` chooses them (--out, or runs/<name> or its next free version), then `cross_validate`."""
     comm, reporter = comm or SingleProcess(), reporter or Reporter()
-    if config.seed is None:
-        config = config.model_copy(update={"seed": comm.bcast(secrets.randbelow(2**31))})
+    config = seeded(config, comm.bcast)
     wanted = out_dir or Path("runs") / config.name
     chosen = on_root(comm, lambda: RunFolder.choose(wanted, "run", out_dir is not None, overwrite))
     note = RunFolder.version_note(wanted, chosen, "run")

@@ -6,7 +6,6 @@ import csv
 import io
 import math
 import os
-import secrets
 import shlex
 import time
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from ..config.loading import seeded
 from ..config.schema import Config
 from ..core import backend as B
 from ..data.fitting import own_missing_category
@@ -119,9 +119,7 @@ def _starting_point(config: Config, init_from: Path | None, resume: Path | None,
         raise MagmaError("--resume continues a training (weights, optimizer, position); --init-from starts a "
                          "new one from a model's weights: give one of them")
     ckpt = load_for_resume(resume, comm) if resume is not None else None
-    if config.seed is None:
-        seed = ckpt.meta["config"].get("seed") if ckpt else comm.bcast(secrets.randbelow(2**31))
-        config = config.model_copy(update={"seed": seed})
+    config = seeded(config, comm.bcast, ckpt.meta["config"].get("seed") if ckpt else None)
     if ckpt is not None:
         check_config_matches(ckpt, config)  # before the run's header and data notes: the refusal alone
     return config, ckpt

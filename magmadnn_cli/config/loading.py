@@ -104,10 +104,18 @@ def load_config(path: Path | str, overrides: list[str] | tuple[str, ...] = (), d
     for key, text in written.items():
         _check_data_file(key, text, Path(data[key[0]][key[1]]), where(key, path, lines, origins),
                          None if key in origins else path.resolve().parent)
-    if config.seed is None and draw_seed:
-        config = config.model_copy(update={"seed": secrets.randbelow(2**31)})
+    config = seeded(config) if draw_seed else config
     config._source = (path, lines, origins)
     return config
+
+
+def seeded(config: Config, agree: Callable[[int], int] = lambda seed: seed, recorded: int | None = None) -> Config:
+    """The config with a seed: its own; else `recorded` (a resumed run's); else one drawn here (the only
+    place a seed is drawn), made the same on every rank by `agree` (a broadcast from rank 0)."""
+    if config.seed is not None:
+        return config
+    seed = recorded if recorded is not None else agree(secrets.randbelow(2**31))
+    return config.model_copy(update={"seed": seed})
 
 
 def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> dict[Location, str]:

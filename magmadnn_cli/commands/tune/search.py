@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import secrets
 import signal
 import statistics
 import time
@@ -21,6 +20,7 @@ from typing import Any, Iterator
 import yaml
 from pydantic import ValidationError
 
+from ...config.loading import seeded
 from ...config.schema import Config, SearchConfig
 from ...distributed import Communicator, SingleProcess
 from ...errors import Interrupted, MagmaError
@@ -150,8 +150,7 @@ def tune(config: Config, out_dir: Path | None = None, reporter: Reporter | None 
 def _search(config: Config, trials: Trials, out_dir: Path, reporter: Reporter, comm: Communicator,
             resume: bool, note: str | None) -> list[dict]:
     if config.seed is None:  # the journal's seed on resume, else one drawn for all ranks
-        seed = (saved_seed(out_dir) if resume else secrets.randbelow(2**31)) if comm.is_root else None
-        config = config.model_copy(update={"seed": comm.bcast(seed)})
+        config = seeded(config, comm.bcast, comm.bcast(saved_seed(out_dir) if resume and comm.is_root else None))
     search = config.search
     base = config.model_dump(mode="json")
     log = TrialLog(out_dir, base, resume) if comm.is_root else None
