@@ -10,19 +10,22 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from .. import __version__
+from ..data.columns import RawColumns
 from ..data.fitting import column_strategy
-from ..data.records import csv_table, json_table
+from ..data.records import csv_table, image_table, json_table
 from ..data.readers import Table
 from ..errors import MagmaError
 from ..files import file_sha256, json_object
 from ..inference import Predictor, new_tally, read_spec
-from ..inference.encoding import fill_of
+from ..inference.encoding import encode, fill_of
 from ..training.run_folder import RunFolder
 
 SOURCE = "request"
@@ -45,15 +48,20 @@ class Job:
 
 
 def parse(job: Job, spec: Any) -> Table:
-    """A request body as a table: CSV for text/csv, else JSON (records, dataframe_split, ...)."""
+    """A request body as a table: CSV for text/csv, image files for multipart/form-data, else JSON
+    (records, dataframe_split, ..., or {"images": [base64, ...]})."""
+    kind = job.content_type.split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        return image_table(_files(job), spec, SOURCE)
     try:
         text = job.body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadRequest(f"{SOURCE}: the body is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    if job.content_type in ("text/csv", "application/csv", "text/plain"):
+    if kind in ("text/csv", "application/csv", "text/plain"):
         return csv_table(text, spec, SOURCE)
-    if job.content_type not in ("", "application/json"):
-        raise BadRequest(f"{SOURCE}: content type {job.content_type!r}; expected application/json or text/csv")
+    if kind not in ("", "application/json"):
+        raise BadRequest(f"{SOURCE}: content type {kind!r}; expected application/json, text/csv or (image files) "
+                         "multipart/form-data")
     try:
         payload = json.loads(text)
     except ValueError as exc:
@@ -62,12 +70,30 @@ def parse(job: Job, spec: Any) -> Table:
     return json_table(payload, spec, SOURCE)
 
 
+def _files(job: Job) -> list[tuple[str, bytes]]:
+    """A multipart/form-data body's files (name, bytes), in order."""
+    if "boundary=" not in job.content_type:
+        raise BadRequest(f"{SOURCE}: multipart/form-data without a boundary; send the files as a form (curl -F "
+                         "file=@image.png)")
+    head = f"Content-Type: {job.content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    message = BytesParser(policy=HTTP).parsebytes(head + job.body)
+    parts = list(message.iter_parts()) if message.is_multipart() else []
+    if not parts:
+        raise BadRequest(f"{SOURCE}: a multipart/form-data body holding no parts; send the image files as a form "
+                         "(curl -F file=@image.png)")
+    return [(part.get_filename() or f"part {i + 1}", part.get_payload(decode=True) or b"")
+            for i, part in enumerate(parts)]
+
+
 class Service:
-    """The model and its thread. Requests are queued (`submit`); the thread parses each, gathers
-    up to `max_rows` rows (waiting at most `max_wait` seconds for more) and answers them one by one:
-    each request's rows are encoded and run as one network batch of their own, so an answer is
-    exactly what the request alone gets whatever else is queued (BLAS sums a row differently in
-    batches of other shapes: a merged batch would change answers in their 7th digit)."""
+    """The model and its thread. Requests are queued (`submit`); the thread parses each and gathers
+    up to `max_rows` rows (waiting at most `max_wait` seconds for more). A batch's rows are encoded
+    together (row by row exact: lookups and elementwise arithmetic) and their answers formatted
+    together; the network runs once per request, on that request's rows (in the memory layout their
+    own encoding gives), as `predict` runs it on a file of them, so an answer is exactly what the
+    request alone gets whatever else is queued (BLAS sums a row differently in a batch of another
+    shape or layout: a merged network batch would change answers in their 7th digit). A batch whose
+    encoding fails is answered request by request (each its own error or answer)."""
 
     def __init__(self, model: Predictor, max_rows: int, max_wait: float, metrics: "Metrics") -> None:
         self.model, self.max_rows, self.max_wait, self.metrics = model, max_rows, max_wait, metrics
@@ -93,9 +119,12 @@ class Service:
             self._warm_up()
             self.ready.set()
             while (batch := self._gather()) is not None:
-                self.metrics.batch(sum(len(job.table.x) for job in batch if job.table is not None))
-                for job in batch:
-                    self._answer(job)
+                jobs = [job for job in batch if job.table is not None and not job.cancelled]
+                self.metrics.batch(sum(len(job.table.x) for job in jobs))
+                if len(jobs) > 1:
+                    self._answer_together(jobs)
+                elif jobs:
+                    self._answer(jobs[0])
 
     def _warm_up(self) -> None:
         """One batch through the network (a row of zeros), so the first request is not the slow one."""
@@ -134,6 +163,42 @@ class Service:
             return 0
         return len(job.table.x)
 
+    def _answer_together(self, jobs: list[Job]) -> None:
+        """The jobs' rows encoded as one table and their answers formatted at once; the network
+        run on each job's rows alone. Where the encoding fails, each job is answered alone."""
+        tables: list[Table] = [job.table for job in jobs]  # type: ignore[misc]  (parsed: tables)
+        table = merged(tables)
+        try:
+            x = encode(table, self.model.saved, False, new_tally()) if table is not None else None
+        except Exception:  # noqa: BLE001  (answered below, each request alone: its own message)
+            x = None
+        if x is None:
+            for job in jobs:
+                self._answer(job)
+            return
+        ends = np.cumsum([len(t.x) for t in tables])
+        outputs, answered = [], []
+        for job, part, end in zip(jobs, tables, ends):
+            rows = x[end - len(part.x):end].copy(order="K")  # laid out as encoding it alone lays it out
+            try:
+                outputs.append(self.model.outputs(rows, part.source, _data_rows(part)))
+            except Exception as exc:  # noqa: BLE001  (answered: a bad request never stops the thread)
+                job.answer(None, exc)
+                continue
+            answered.append(job)
+        if answered:
+            self._send(answered, np.concatenate(outputs))
+
+    def _send(self, jobs: list[Job], outputs: np.ndarray) -> None:
+        """Each job's output rows as text (the probabilities where one asks for them), formatted at once."""
+        proba = any(job.proba for job in jobs)
+        texts = self.model.rows(outputs, proba)
+        ends = np.cumsum([len(job.table.x) for job in jobs])  # type: ignore[union-attr]
+        for job, end in zip(jobs, ends):
+            rows = texts[end - len(job.table.x):end]  # type: ignore[union-attr]
+            self.metrics.rows += len(rows)
+            job.answer(rows if job.proba or not proba else rows[:, :1], None)
+
     def _answer(self, job: Job) -> None:
         if job.table is None or job.cancelled:
             return
@@ -144,6 +209,21 @@ class Service:
             return
         self.metrics.rows += len(rows)
         job.answer(rows, None)
+
+
+def merged(tables: list[Table]) -> Table | None:
+    """The tables' rows as one table (None where their columns differ: the same features, and the
+    same of them read as text)."""
+    first = tables[0]
+    if any(t.features != first.features or t.raw.text.keys() != first.raw.text.keys() or t.raw.x.ndim != 2
+           or t.raw.x.dtype != first.raw.x.dtype for t in tables):
+        return None
+    text = {j: np.concatenate([t.raw.text[j] for t in tables]) for j in first.raw.text}
+    return Table(RawColumns(np.concatenate([t.raw.x for t in tables]), text), None, first.features, SOURCE)
+
+
+def _data_rows(table: Table) -> Callable[[np.ndarray], list[int]]:
+    return lambda index: [table.raw.row(int(i)) for i in index]
 
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

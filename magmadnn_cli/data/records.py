@@ -6,6 +6,8 @@ answers them as `predict` answers a file of those rows."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import io
 from itertools import chain
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from . import image_decode
 from .columns import RawColumns, is_missing, refuse_duplicate_names
 from .csv_reader import STYLE_LINES, CsvFormat, declared_style, parse_cells, sniff_delimiter
 from .numbers import detect_style, typed_cells
@@ -32,15 +35,52 @@ def json_table(payload: Any, spec: ReadSpec, source: str) -> Table:
     if isinstance(payload, dict):
         if set(payload) == {"columns", "data"} or set(payload) == {"columns", "data", "index"}:
             return split_table(payload, spec, source)
+        if set(payload) == {"images"}:
+            return image_table(_base64_images(payload["images"], source), spec, source)
         keys = [k for k in ("dataframe_split", "dataframe_records", "instances", "inputs") if k in payload]
         if len(keys) == 1 and len(payload) <= 2:  # MLflow sends "params" beside the data
             body = payload[keys[0]]
             return split_table(body, spec, f"{source} ({keys[0]})") if keys[0] == "dataframe_split" else \
                 records_table(body, spec, f"{source} ({keys[0]})")
     raise DataError(f"{source}: expected a JSON list of records ([{{\"column\": value, ...}}, ...]), "
-                    "{\"dataframe_split\": {\"columns\": [...], \"data\": [[...], ...]}} or {\"dataframe_records\": "
-                    f"[...]}}; received {_kind(payload)}" + (f" with keys {', '.join(map(repr, list(payload)[:6]))}"
+                    "{\"dataframe_split\": {\"columns\": [...], \"data\": [[...], ...]}}, {\"dataframe_records\": "
+                    f"[...]}} or (an image model) {{\"images\": [base64, ...]}}; received {_kind(payload)}" + (f" with keys {', '.join(map(repr, list(payload)[:6]))}"
                                                            if isinstance(payload, dict) else ""))
+
+
+def image_table(images: list[tuple[str, bytes]], spec: ReadSpec, source: str) -> Table:
+    """Image files held in memory (an upload's files, named) as a table of (N, C, H, W) samples,
+    decoded with the model's saved data.image settings as `predict` decodes files."""
+    settings = spec.data.image if spec.data is not None else None
+    if settings is None or not settings.size or settings.color == "auto":
+        raise DataError(f"{source}: image files, but this model was not trained on image files (it has no data.image "
+                        "settings); send its rows as JSON records or CSV")
+    if image_decode.Image is None:
+        raise DataError(f"{source}: decoding image files needs Pillow: pip install 'magmadnn-cli[images]'")
+    how = image_decode.Decoding((int(settings.size[0]), int(settings.size[1])), settings.color, settings.resize)
+    x = np.zeros((len(images), *how.shape), spec.dtype or np.float32)
+    for i, (name, data) in enumerate(images):  # a file at a time: Pillow decodes one
+        try:
+            x[i] = image_decode.decode(io.BytesIO(data), how)  # type: ignore[arg-type]  (Pillow opens files)
+        except Exception as exc:  # noqa: BLE001  every failure of a file is named
+            raise DataError(f"{source}: image {i + 1} ({name}) cannot be decoded: {image_decode.why(exc)}; send "
+                            "image files (PNG, JPEG, ...)") from None
+    return Table(RawColumns(x), None, [f"pixel{i}" for i in range(int(np.prod(how.shape)))], source)
+
+
+def _base64_images(images: Any, source: str) -> list[tuple[str, bytes]]:
+    """{"images": [base64 text, ...]}'s files, named by position."""
+    if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
+        raise DataError(f"{source}: \"images\": expected a list of base64 texts, one image file each; received "
+                        f"{_kind(images)}")
+    files = []
+    for i, text in enumerate(images):
+        try:
+            files.append((f"images[{i}]", base64.b64decode(text, validate=True)))
+        except (binascii.Error, ValueError) as exc:
+            raise DataError(f"{source}: image {i + 1}: not base64 ({exc}); send each file's bytes base64-encoded") \
+                from None
+    return files
 
 
 def records_table(records: Any, spec: ReadSpec, source: str) -> Table:
