@@ -122,6 +122,10 @@ class DataConfig(Strict):
     test: Path | None = None
     validation_split: UnitFloat = 0.1
     test_split: UnitFloat = 0.0
+    stream: Union[bool, Literal["auto"]] = Field(
+        False, description="read the training file in blocks each epoch instead of holding it in memory (a plain "
+                           "CSV or a Parquet file, one process): true, false, or auto = stream when the file is "
+                           "larger than half the memory available (README: Streamed epochs)")
     stratify: bool = Field(True, description="classification splits and folds keep each class's share")
     normalize: Literal["auto", "none", "minmax", "standard"] = Field(
         "auto", description="auto: tables' number columns standardized (mean 0, std 1 on the training rows, "

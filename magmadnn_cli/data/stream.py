@@ -11,8 +11,8 @@ the streamed path is built from, each a function of the file, the seed and the e
   pairwise update); medians from a bottom-k sample (`MedianSketch`): the k rows whose position hashes
   lowest, a uniform sample that any split of the rows into blocks or ranks gives alike.
 - The fitting pass (`fitting_pass`): one pass over the blocks gathering all of these for the training rows.
-Not yet wired to `train` (no `data.stream` setting yet): the encoder and normalizer built from them,
-the epochs fed to the trainer, and the ranks' disjoint blocks are still to come.
+`data.stream` wires them to `train` (data/stream_prepare.py, training/stream_trainer.py); the ranks'
+disjoint blocks are still to come.
 """
 
 from __future__ import annotations
@@ -173,17 +173,28 @@ def epoch_order(blocks: list[Block], seed: int, epoch: int, buffer_rows: int,
     rows (`rows_of(block)`: the positions kept, e.g. the training rows) mixed in a buffer; each time it
     holds `buffer_rows` rows, it is shuffled and half given out. At most `buffer_rows` plus one
     block's rows are held."""
+    for positions, in epoch_rows(blocks, seed, epoch, buffer_rows, lambda block: (rows_of(block),)):
+        yield positions
+
+
+def epoch_rows(blocks: list[Block], seed: int, epoch: int, buffer_rows: int,
+               read: Callable[[Block], tuple[np.ndarray, ...]]) -> Iterator[tuple[np.ndarray, ...]]:
+    """`epoch_order` carrying the rows themselves: `read(block)` gives arrays of its kept rows (the
+    first, their positions), which are mixed together, in the same order `epoch_order` gives."""
     rng = np.random.default_rng([seed, epoch, 0x5EED])
-    held = np.empty(0, np.int64)
+    held: tuple[np.ndarray, ...] | None = None
     for i in rng.permutation(len(blocks)):
-        held = np.concatenate([held, rows_of(blocks[i])])
-        while len(held) >= buffer_rows:
-            held = held[rng.permutation(len(held))]
+        new = read(blocks[i])
+        held = new if held is None else tuple(np.concatenate([a, b]) for a, b in zip(held, new))
+        while len(held[0]) >= buffer_rows:
+            mixed = rng.permutation(len(held[0]))
+            held = tuple(a[mixed] for a in held)
             keep = buffer_rows // 2
-            yield held[keep:]
-            held = held[:keep]
-    if len(held):
-        yield held[rng.permutation(len(held))]
+            yield tuple(a[keep:] for a in held)
+            held = tuple(a[:keep] for a in held)
+    if held is not None and len(held[0]):
+        mixed = rng.permutation(len(held[0]))
+        yield tuple(a[mixed] for a in held)
 
 
 # -- bounded statistics ----------------------------------------------------------------------------

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Iterator
+
+import numpy as np
 
 
 def steps_per_epoch(rows: int, batch_size: int) -> int:
@@ -58,3 +61,19 @@ def split_bounds(lo: int, hi: int, shares: int, share: int) -> tuple[int, int]:
     size, extra = divmod(hi - lo, shares)
     start = lo + share * size + min(share, extra)
     return start, start + size + (share < extra)
+
+
+def rebatched(pieces: Iterator[tuple[np.ndarray, ...]], size: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """Pieces of rows (tuples of arrays cut alike) regrouped into batches of `size` rows, in order;
+    the last may be shorter. Holds at most one batch and one piece."""
+    held: list[tuple[np.ndarray, ...]] = []
+    count = 0
+    for piece in pieces:
+        held.append(piece)
+        count += len(piece[0])
+        while count >= size:
+            whole = tuple(np.concatenate(parts) for parts in zip(*held))
+            yield tuple(a[:size] for a in whole)
+            held, count = [tuple(a[size:] for a in whole)], count - size
+    if count:
+        yield tuple(np.concatenate(parts) for parts in zip(*held))

@@ -19,6 +19,7 @@ from ..core import backend as B
 from ..data.augment import augment
 from ..data.prepare import Prepared, case_variants, class_weights, prepare
 from ..data.columns import Embedded
+from ..data.stream_prepare import prepare_streamed, streaming
 from ..data.targets import target_task
 from ..distributed import Communicator, strategies
 from ..distributed.async_sgd import AsyncParallel
@@ -36,6 +37,7 @@ from .batches import BatchSchedule
 from .checkpoint import Saver, starting_weights
 from .convolutions import choose_convolutions
 from .early_stopping import EarlyStopper
+from .stream_trainer import StreamTrainer
 from .trainer import History, Plan, Trainer
 
 
@@ -80,15 +82,18 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     before its first step (`validate` runs exactly this)."""
     seed = config.seed if config.seed is not None else 0
     strategy = strategies.checked_strategy(config)
-    data = prepared_data(comm, lambda: prepare(config.data, task_of(config), seed, fold))
+    streamed = streaming(config, comm.size, fold)  # data.stream: epochs read from the file (issue 48)
+    data = prepared_data(comm, lambda: prepare_streamed(config.data, task_of(config), seed) if streamed else
+                         prepare(config.data, task_of(config), seed, fold))
     if data.settled:  # what the data file said (its number style): saved, so new files are read alike
         config = config.model_copy(update={"data": config.data.model_copy(update=data.settled)})
     groups = parallel_layout(config, comm, reporter, strategy)
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
     policy = config.training.checkpoint if checkpoints is not None else None
-    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
-    loop = AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
+    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy and \
+        not streamed else None
+    loop = StreamTrainer if streamed else AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
     trainer = loop(parallel, plan(config, saver, data.task), reporter, saver)
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None

@@ -1,0 +1,137 @@
+"""`data.stream: true` end to end (issue 48, item 2): `magmadnn train` on a CSV and a Parquet file read
+in many small blocks trains to a real accuracy, repeats its weights, writes a model predict reads,
+and refuses, naming data.stream, what streamed runs do not support yet."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import run_cli
+from magmadnn_cli.data import stream
+from magmadnn_cli.training.batches import rebatched
+
+ROWS = 1200
+
+
+def _columns(rows: int = ROWS, seed: int = 3) -> dict[str, np.ndarray]:
+    """Two numbers and a category that decide the label; 3% missing number cells."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(rows) * 4 + 10, rng.standard_normal(rows)
+    kind = np.array(["red", "green", "blue"])[rng.integers(0, 3, rows)]
+    score = (a - 10) / 4 + b + np.where(kind == "red", 1.5, np.where(kind == "blue", -1.5, 0.0))
+    a[rng.random(rows) < 0.03] = np.nan
+    return {"a": a, "b": b, "kind": kind, "label": np.where(score > 0, "yes", "no")}
+
+
+def _write(tmp_path, kind: str):
+    cols = _columns()
+    if kind == "parquet":
+        path = tmp_path / "t.parquet"
+        pq.write_table(pa.table(cols), path, row_group_size=97)
+        return path
+    path = tmp_path / "t.csv"
+    lines = ["a,b,kind,label"] + [f"{'' if np.isnan(a) else f'{a:.6g}'},{b:.6g},{k},{y}"
+                                  for a, b, k, y in zip(cols["a"], cols["b"], cols["kind"], cols["label"])]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _config(tmp_path, data_path, **data) -> str:
+    cfg = {"name": "streamed", "seed": 5,
+           "data": {"train": str(data_path), "target": "label", "stream": True, "validation_split": 0.15,
+                    "test_split": 0.15, **data},
+           "model": {"layers": [{"type": "dense", "units": 16, "activation": "relu"},
+                                {"type": "dense", "units": 2, "activation": "softmax"}]},
+           "loss": "cross_entropy", "optimizer": {"type": "adam", "learning_rate": 0.01},
+           "training": {"epochs": 8, "batch_size": 32}}
+    path = tmp_path / f"cfg{len(list(tmp_path.glob('cfg*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 2000)  # a 40 kB CSV: about 20 blocks
+    from magmadnn_cli.data import stream_prepare
+    monkeypatch.setattr(stream_prepare, "BUFFER_ROWS", 128)  # rows mixed across several blocks
+
+
+def _weights(run_dir) -> dict[str, np.ndarray]:
+    with np.load(run_dir / "model.npz", allow_pickle=False) as f:
+        return {k: f[k] for k in f.files if k.startswith("param") or "weight" in k or "kernel" in k or "bias" in k}
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_streamed_training_learns_repeats_and_predicts(tmp_path, capsys, small_blocks, kind):
+    data = _write(tmp_path, kind)
+    config = _config(tmp_path, data)
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "one")
+    assert code == 0, out + err
+    assert "streamed in" in out + err and "blocks" in out + err
+    metrics = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert metrics["test"]["accuracy"] >= 0.85 and metrics["train"]["accuracy"] >= 0.85
+    held = metrics["validation"]["per_class"]
+    assert 0.1 * ROWS < sum(c["support"] for c in held.values()) < 0.2 * ROWS  # the hash rule's 15%
+    assert run_cli(capsys, "train", config, "--out", tmp_path / "two")[0] == 0
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert one and one.keys() == two.keys()
+    for name in one:
+        np.testing.assert_array_equal(one[name], two[name])
+    rows = tmp_path / "new.csv"
+    rows.write_text("a,b,kind\n14,1,red\n6,-1,blue\n,0.5,green\n")
+    code, out, err = run_cli(capsys, "predict", tmp_path / "one" / "model.npz", rows, "-o", tmp_path / "p.csv")
+    assert code == 0, out + err
+    predicted = (tmp_path / "p.csv").read_text().splitlines()
+    assert len(predicted) == 4 and "yes" in predicted[1] and "no" in predicted[2]
+
+
+def test_the_epochs_batches_hold_every_training_row_once_in_a_seeded_order(tmp_path, small_blocks):
+    from magmadnn_cli.config.data import DataConfig
+    from magmadnn_cli.data.stream_prepare import prepare_streamed
+    data = prepare_streamed(DataConfig(train=_write(tmp_path, "csv"), target="label", validation_split=0.2), "classification", 1)
+    source = data.train.x.source
+    assert len(source.blocks) > 10
+    orders = [np.concatenate([p for p, _, _ in source.epoch(e, True)]) for e in (1, 1, 2)]
+    np.testing.assert_array_equal(orders[0], orders[1])
+    assert not np.array_equal(orders[0], orders[2])
+    assert sorted(orders[0].tolist()) == sorted(orders[2].tolist()) and len(orders[0]) == len(data.train.y)
+    sizes = [len(b[0]) for b in rebatched(((p, x) for p, x, _ in source.epoch(1, True)), 50)]
+    assert sizes[:-1] == [50] * (len(sizes) - 1) and sum(sizes) == len(orders[0])
+    whole = data.train.x[0:len(data.train.y)]  # evaluation's in-order view: every training row, normalized
+    assert whole.shape == (len(data.train.y), data.sample_shape[0])
+    assert abs(float(whole[:, 0].mean())) < 1e-3  # the number column, standardized with exact moments
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"training": {"class_weight": "balanced"}}, "training.class_weight"),
+    ({"data": {"test": "t.csv"}}, "data.validation / data.test"),
+    ({"data": {"shape": [2]}}, "image rows"),
+    ({"loss": "mse"}, "classifiers"),
+])
+def test_unsupported_settings_are_refused_naming_data_stream(tmp_path, capsys, small_blocks, change, named):
+    config = yaml.safe_load(open(_config(tmp_path, _write(tmp_path, "csv"))))
+    for key, value in change.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) else value
+    if key == "loss":
+        config["model"]["layers"][-1] = {"type": "dense", "units": 1}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run_cli(capsys, "train", path, "--out", tmp_path / "bad")
+    assert code == 2, out + err
+    assert "data.stream" in err and named in err and "data.stream: false" in err and "Traceback" not in err
+
+
+def test_cross_validation_and_a_compressed_file_are_refused(tmp_path, capsys, small_blocks):
+    config = _config(tmp_path, _write(tmp_path, "csv"))
+    code, out, err = run_cli(capsys, "train", config, "--folds", "3", "--out", tmp_path / "cv")
+    assert code == 2 and "cross-validation" in err and "data.stream" in err, out + err
+    gz = tmp_path / "t.csv.gz"
+    gz.write_bytes(b"")
+    code, out, err = run_cli(capsys, "train", _config(tmp_path, gz), "--out", tmp_path / "gz")
+    assert code == 2 and "data.stream" in err and "Traceback" not in err, out + err
