@@ -1,5 +1,5 @@
 """`magmadnn serve` under load, on loopback only: 16 concurrent clients sending single-row requests
-(requests per second, p50 and p99 latency), and 256-row requests (rows per second) against
+(requests per second, p50 and p99 latency), and 256-row requests, JSON records and CSV (rows per second) against
 `predict`'s in-process rate on the same rows; for digits_mlp (64 number columns) and heart_raw
 (categories, missing cells). Bounded: each phase stops after --requests requests or --seconds, and
 the server runs on 127.0.0.1 with a free port. Models are trained first (a few epochs) into a temp
@@ -70,14 +70,16 @@ LOCAL = threading.local()
 
 
 def post(port: int, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-    """One request on this thread's kept-alive connection (reopened if the server closed it)."""
+    """One request on this thread's kept-alive connection (reopened if the server closed it); a body
+    starting with `[` or `{` is JSON, any other CSV."""
+    kind = "application/json" if body is None or body[:1] in (b"[", b"{") else "text/csv"
     for attempt in (0, 1):
         connection = getattr(LOCAL, "connection", None)
         if connection is None or getattr(LOCAL, "port", None) != port:
             LOCAL.connection = connection = HTTPConnection("127.0.0.1", port, timeout=60)
             LOCAL.port = port
         try:
-            connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            connection.request(method, path, body=body, headers={"Content-Type": kind})
             response = connection.getresponse()
             return response.status, response.read()
         except (ConnectionError, OSError):
@@ -128,17 +130,21 @@ def bench(name: str, model: Path, args: argparse.Namespace, folder: Path) -> dic
     singles = [json.dumps([record(names, r)]).encode() for r in rows]
     chunks = [json.dumps([record(names, r) for r in (rows * (args.rows // len(rows) + 2))[i:i + args.rows]]).encode()
               for i in range(0, len(rows), args.rows)]
+    texts = ["\n".join([",".join(names)] + [",".join(r) for r in (rows * (args.rows // len(rows) + 2))[i:i + args.rows]])
+             .encode() for i in range(0, len(rows), args.rows)]  # the rows as predict reads them: CSV
     process, port = start(model)
     try:
         load(port, singles, args.clients, 200, args.seconds)  # warm the connections
         single = load(port, singles, args.clients, args.requests, args.seconds)
         batch = load(port, chunks, args.clients, max(20, args.requests // 20), args.seconds)
+        csv_batch = load(port, texts, args.clients, max(20, args.requests // 20), args.seconds)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     many = (rows * (20000 // len(rows) + 1))[:20000]
     return {"model": name, "single": single, "batch_rows_per_s": batch["per_s"] * args.rows,
-            "batch_p50_ms": batch["p50_ms"], "predict_rows_per_s": in_process_rate(model, names, many, folder)}
+            "csv_rows_per_s": csv_batch["per_s"] * args.rows, "batch_p50_ms": batch["p50_ms"],
+            "predict_rows_per_s": in_process_rate(model, names, many, folder)}
 
 
 def main() -> None:
@@ -156,13 +162,13 @@ def main() -> None:
                             "--out", str(folder / name), "-q", "--set", f"training.epochs={epochs}"], env=ENV,
                            check=True, capture_output=True)
             results.append(bench(name, folder / name / "model.npz", args, folder))
-    print(f"{'model':<11} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'failed':>6} {'rows/s ' + str(args.rows):>12} "
-          f"{'predict rows/s':>15} {'ratio':>6}")
+    print(f"{'model':<11} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'failed':>6} {'JSON rows/s':>12} "
+          f"{'CSV rows/s':>11} {'predict rows/s':>15} {'JSON':>5} {'CSV':>5}   ({args.rows}-row requests)")
     for r in results:
-        s = r["single"]
+        s, base = r["single"], r["predict_rows_per_s"]
         print(f"{r['model']:<11} {s['per_s']:>7.0f} {s['p50_ms']:>7.1f} {s['p99_ms']:>7.1f} {s['failed']:>6} "
-              f"{r['batch_rows_per_s']:>12.0f} {r['predict_rows_per_s']:>15.0f} "
-              f"{r['batch_rows_per_s'] / r['predict_rows_per_s']:>6.2f}")
+              f"{r['batch_rows_per_s']:>12.0f} {r['csv_rows_per_s']:>11.0f} {base:>15.0f} "
+              f"{r['batch_rows_per_s'] / base:>5.2f} {r['csv_rows_per_s'] / base:>5.2f}")
 
 
 if __name__ == "__main__":
