@@ -69,13 +69,17 @@ def _export_and_compare(capsys, model: Path, data: Path, header_names, target: s
     regression = "prediction" in outputs
     code, out, err = run_cli(capsys, "predict", model, data, *([] if regression else ["--proba"]))
     assert code == 0, err
-    printed = list(csv.reader(io.StringIO(out)))[1:]
+    columns, *printed = list(csv.reader(io.StringIO(out)))
     if regression:
         expected = np.array([[float(v) for v in r] for r in printed])
         np.testing.assert_allclose(outputs["prediction"], expected, rtol=1e-5, atol=1e-6)
         return
-    np.testing.assert_allclose(outputs["probabilities"], np.array([[float(v) for v in r[1:]] for r in printed]),
+    probs = [j for j, name in enumerate(columns) if name.startswith("prob_")]
+    np.testing.assert_allclose(outputs["probabilities"], np.array([[float(r[j]) for j in probs] for r in printed]),
                                atol=1e-5, rtol=0)
+    if "labels" in outputs:  # multi-label: a 0/1 column per label, between the set and the probabilities
+        np.testing.assert_array_equal(outputs["labels"], np.array([[int(v) for v in r[1:probs[0]]] for r in printed]))
+        return
     assert list(outputs["label"]) == [r[0] for r in printed]
 
 
