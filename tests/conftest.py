@@ -14,6 +14,19 @@ from magmadnn_cli.core.graph import Graph, Node, Variable
 from magmadnn_cli.core.graph import ops
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_in_a_temp_folder(tmp_path_factory):
+    """What runs started by tests cache (decoded images) stays out of the user's ~/.cache."""
+    import os
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 @pytest.fixture
 def float64():
     """The test runs on the CPU in float64 (the backend outside any run is the CPU in float32)."""
