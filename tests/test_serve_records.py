@@ -81,20 +81,6 @@ def test_bad_bodies_get_predicts_messages(models, capsys, tmp_path):
         answer(model, json_table, {"rows": []})
 
 
-def test_a_thousand_single_row_tables_take_under_a_second(models):
-    """The records path's own cost per request (it runs once per request): digits' 64 columns."""
-    names, rows = digits_rows(count=1)
-    body = records(names, rows)
-    model = Predictor(models["digits"], "cpu")
-    with model.using():
-        spec = read_spec(model.path, model.saved, False)
-        start = time.perf_counter()
-        for _ in range(1000):
-            json_table(body, spec, "request")
-        took = time.perf_counter() - start
-    assert took < 1.0, f"{took * 1000:.0f} us per single-row table"
-
-
 @pytest.mark.parametrize("name", ["heart", "digits"])
 def test_no_rows_get_no_predictions_with_the_columns_as_ever(models, name):
     """An empty request is answered by the same path as any other (it failed in the encoding before)."""
@@ -125,17 +111,3 @@ def test_mixed_json_cells_are_typed_as_the_same_csv_cells(models):
     assert np.array_equal(table.x, reference.x, equal_nan=True)
     assert table.raw.text.keys() == reference.raw.text.keys()
     assert all(table.raw.text[j].tolist() == reference.raw.text[j].tolist() for j in table.raw.text)
-
-
-def test_a_thousand_single_row_tables_of_categories_take_under_a_second(models):
-    """heart_raw's 13 columns, 4 of them categories (declared text) and a missing cell: typed a kind
-    at a time, not a column at a time."""
-    body = records(HEART_NAMES, heart_rows(count=1, start=166))  # ca is '?'
-    model = Predictor(models["heart"], "cpu")
-    with model.using():
-        spec = read_spec(model.path, model.saved, False)
-        start = time.perf_counter()
-        for _ in range(1000):
-            json_table(body, spec, "request")
-        took = time.perf_counter() - start
-    assert took < 0.5, f"{took * 1000:.0f} us per single-row table"
