@@ -3,7 +3,6 @@ dataframe_records, and CSV text give the rows `predict` gives for a file of them
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
