@@ -133,6 +133,14 @@ def test_more_than_two_plain_labels_under_binary_name_the_separator(tmp_path, ca
     assert code == 2 and "'|'" in err and "multi-label" in err
 
 
+def test_summary_checks_the_output_against_the_labels_not_two_classes(capsys):
+    code, out, err = run_cli(capsys, "summary", ROOT / "configs" / "digits_multilabel.yaml")
+    assert code == 0 and "expected" not in err, err
+    code, _, err = run_cli(capsys, "summary", ROOT / "configs" / "digits_multilabel.yaml", "--set",
+                           "model.layers.2.units=4")
+    assert code == 2 and "expected 5" in err and "one sigmoid unit per label" in err
+
+
 def test_the_shipped_multilabel_config_learns_the_digits_properties(tmp_path):
     run = train_on(tmp_path / "run", ["training.epochs=8"], config=ROOT / "configs" / "digits_multilabel.yaml")
     test = json.loads((run / "metrics.json").read_text())

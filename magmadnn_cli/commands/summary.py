@@ -67,7 +67,8 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
     caption = "\n".join(c for c in (_inputs_caption(encoder), "conv algorithm: " + "; ".join(convs) if convs else "")
                          if c) or None
     problem = None if inputs.classes is None else \
-        output_width_problem(config, shape[-1] if shape else 1, inputs.classes, inputs.source, inputs.targets)
+        output_width_problem(config, shape[-1] if shape else 1, inputs.classes, inputs.source, inputs.targets,
+                             inputs.task)
     if not convs:
         return grid(title, header[:-1], [row[:-1] for row in rows], left=2, caption=caption), problem
     return grid(title, header, rows, left=2, caption=caption), problem

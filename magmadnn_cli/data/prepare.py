@@ -292,6 +292,7 @@ class SampleInputs:
     classes: list[Any] | None = None
     targets: int = 1
     source: str = ""
+    task: str | None = None     # the loss's task as these targets make it (None: not read)
 
 
 def sample_inputs(cfg: DataConfig, task: str, seed: int) -> SampleInputs:
@@ -307,7 +308,7 @@ def sample_inputs(cfg: DataConfig, task: str, seed: int) -> SampleInputs:
     classes, labels, parts = _split(table, cfg, task, seed)
     targets = int(labels.shape[1]) if labels.ndim == 2 and not target_task(task).decl.labels else 1
     if table.x.ndim > 2:
-        return SampleInputs(tuple(table.x.shape[1:]), None, classes, targets, table.source)
+        return SampleInputs(tuple(table.x.shape[1:]), None, classes, targets, table.source, task)
     encoder, _ = fit_encoder(table, parts["train"], cfg)
     shape = tuple(table.x.shape[1:]) if not encoder.columns else (encoder.width,)
-    return SampleInputs(shape, encoder, classes, targets, table.source)
+    return SampleInputs(shape, encoder, classes, targets, table.source, task)
