@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -10,21 +12,11 @@ import numpy as np
 import pytest
 
 from magmadnn_cli.core import backend as B
+
+# what runs started by the suite cache (decoded images) goes to a temp folder, not the user's ~/.cache
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="magmadnn-test-cache-")
 from magmadnn_cli.core.graph import Graph, Node, Variable
 from magmadnn_cli.core.graph import ops
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _cache_in_a_temp_folder(tmp_path_factory):
-    """What runs started by tests cache (decoded images) stays out of the user's ~/.cache."""
-    import os
-    before = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
-    yield
-    if before is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
-    else:
-        os.environ["XDG_CACHE_HOME"] = before
 
 
 @pytest.fixture

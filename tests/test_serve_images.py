@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -54,8 +55,9 @@ def predict_images(model, tmp_path) -> list[list[str]]:
     """`magmadnn predict MODEL FOLDER --proba` on the images, path column left out."""
     for i, image in enumerate(IMAGES):
         shutil.copy(image, tmp_path / f"{i:02d}.png")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}  # as the server runs: one BLAS
     out = subprocess.run([sys.executable, "-m", "magmadnn_cli", "predict", str(model), str(tmp_path), "--proba"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout  # thread, the same sums
     return [row[1:] for row in csv.reader(io.StringIO(out))][1:]
 
 

@@ -24,6 +24,7 @@ from magmadnn_cli.nn.losses import CrossEntropy
 from magmadnn_cli.nn.network import Network
 from magmadnn_cli.nn.optimizers import SGD
 from magmadnn_cli.training import checkpoint
+from magmadnn_cli.training.run_folder import checkpoint_files
 from magmadnn_cli.training.batches import BatchSchedule
 from magmadnn_cli.training.trainer import Plan, Trainer
 
@@ -237,7 +238,7 @@ def test_a_resumed_run_continues_the_metrics_history_exactly(capsys, blobs, tmp_
     code, _, err = run_cli(capsys, "train", blobs, "--out", tmp_path / "cut", "-q", "--set", "training.epochs=3")
     assert code == 0, err
     if written_by == "format 2":
-        _as_format_2(checkpoint.listing(tmp_path / "cut" / "checkpoints")[-1])
+        _as_format_2(checkpoint_files(tmp_path / "cut" / "checkpoints")[-1])
     code, _, err = run_cli(capsys, "train", blobs, "--resume", tmp_path / "cut", "-q", "--set", "training.epochs=6")
     assert code == 0, err
     assert _history(tmp_path / "cut") == _history(tmp_path / "whole") and len(_history(tmp_path / "whole")) == 7
