@@ -228,16 +228,16 @@ BUDGET_SECONDS = 0.5  # how long a budget read stays good while the process's pe
 _budget: list = [-1.0, -1, None]  # when it was read (monotonic), the peak resident memory then, the budget
 
 
-def host_memory_available(fresh: bool = False) -> int | None:
+def host_memory_available() -> int | None:
     """The memory budget: bytes this process may still allocate on the host, the least of the
     machine's available memory (MemAvailable), the headroom under its address-space limit (RLIMIT_AS,
     `ulimit -v`, `prlimit --as`) and the headroom under its cgroup's memory limit (a container's or a
     job's); a bound that cannot be read is left out (None when none can). Read again after
     BUDGET_SECONDS, or at once when this process's peak memory grew (a server asks on every request:
-    the ~15 files read cost 0.25 ms each time); `fresh`: read now."""
+    the ~15 files read cost 0.25 ms each time)."""
     now, peak = time.monotonic(), _peak_memory()
     when, seen, budget = _budget
-    if not fresh and now - when < BUDGET_SECONDS and peak == seen and peak >= 0:
+    if now - when < BUDGET_SECONDS and peak == seen and peak >= 0:
         return budget
     known = [bound for bound, _ in _host_bounds()]
     _budget[:] = [now, peak, max(0, min(known)) if known else None]
@@ -378,7 +378,8 @@ def require_memory(needed: int, what: str, on_host: bool = False, how: str = "")
     host = on_host or current().device == "cpu"
     available = host_memory_available() if host else memory_available()
     if host and available is not None and needed > available:  # a refusal reads the bounds afresh
-        available = host_memory_available(fresh=True)
+        _budget[0] = float("-inf")
+        available = host_memory_available()
     if available is not None and needed > available:
         raise MagmaError(f"{what} would need {gib(needed)} of memory{f' ({how})' if how else ''}; "
                          f"{budget_text(available, on_host)}. Make it smaller.")
