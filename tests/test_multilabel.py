@@ -138,7 +138,7 @@ def test_summary_checks_the_output_against_the_labels_not_two_classes(capsys):
     assert code == 0 and "expected" not in err, err
     code, _, err = run_cli(capsys, "summary", ROOT / "configs" / "digits_multilabel.yaml", "--set",
                            "model.layers.2.units=4")
-    assert code == 2 and "expected 5" in err and "one sigmoid unit per label" in err
+    assert code == 2 and "expected 5" in err and "one sigmoid unit per label" in err and "multi-label" in err
 
 
 def test_the_shipped_multilabel_config_learns_the_digits_properties(tmp_path):

@@ -1,5 +1,5 @@
 """Layers, losses and optimizers register against their declarations through one helper
-(`nn/registry.Registered`): a class that sets its own `declaration` is that config name's one
+(`core/registry.Registered`): a class that sets its own `declaration` is that config name's one
 implementation; a subclass that sets none (a variant, a test's wrapper) registers nothing; a second
 class for a name already implemented is refused."""
 
@@ -11,7 +11,7 @@ from magmadnn_cli.nn.layers import LAYERS, Layer
 from magmadnn_cli.nn.losses import LOSSES, Loss
 from magmadnn_cli.nn.optimizer_base import Optimizer
 from magmadnn_cli.nn.optimizers import OPTIMIZERS
-from magmadnn_cli.nn.registry import Registered
+from magmadnn_cli.core.registry import Registered
 
 BASES = [base for base in Registered.__subclasses__() if "implementations" in vars(base)]
 

@@ -17,6 +17,10 @@ class TaskDecl:
     labels: bool     # targets are class labels: accuracy, stratified splits, class weights, saved labels
     summary: str
 
+    def tag(self) -> str:
+        """The name its runtime class registers under (`core/registry.py`)."""
+        return self.name
+
     @property
     def monitor(self) -> str:
         """What a search and early stopping watch unless told: validation accuracy where there is one."""

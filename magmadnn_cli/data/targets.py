@@ -5,12 +5,13 @@ into predictions, scores them, and writes them as `predict` does. `target_task(n
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..config.tasks import DECLARATIONS, LABEL_SEPARATOR, TaskDecl, resolved_task
 from ..core import backend as B
+from ..core.registry import Registered
 from ..errors import DataError
 from .classes import case_variants
 from .fitting import looks_like
@@ -20,22 +21,15 @@ MANY_CLASSES = 50        # beyond this many classes, each needs ROWS_PER_CLASS r
 ROWS_PER_CLASS = 2
 
 
-class TargetTask:
-    """A task's behaviour; `decl` is its declaration (name, whether its targets are labels)."""
-    decl: TaskDecl
+class TargetTask(Registered):
+    """A task's behaviour; `declaration` is its declaration (name, whether its targets are labels)."""
+    declaration: ClassVar[TaskDecl]
+    implementations: ClassVar[dict[str, type["TargetTask"]]] = {}
     fewest_labels = 2
-    REGISTRY: dict[str, "TargetTask"] = {}
-
-    def __init_subclass__(cls, name: str = "", **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if name in TargetTask.REGISTRY:
-            raise TypeError(f"two runtime tasks named {name!r}")
-        cls.decl = DECLARATIONS[name]
-        TargetTask.REGISTRY[name] = cls()
 
     @property
-    def name(self) -> str:
-        return self.decl.name
+    def decl(self) -> TaskDecl:
+        return self.declaration
 
     def labels(self, y: np.ndarray, source: str) -> list[Any]:
         """The class labels the target cells hold, sorted (none for numbers)."""
@@ -48,6 +42,22 @@ class TargetTask:
     def width(self, classes: list[Any], targets: int) -> int:
         """The output units this task needs for these labels (or `targets` target columns)."""
         return len(classes)
+
+    def width_reason(self, classes: list[Any], source: str, targets: int) -> str:
+        """Why it needs `width` units, for the message that refuses another output width (with labels
+        that differ only in case, how to merge them)."""
+        twins = case_variants(classes)
+        return f"(the {len(classes)} classes in {source}: {', '.join(map(str, classes[:12]))})" + \
+            (f"; {twins}" if twins else "")
+
+    def labels_problem(self, count: int) -> str | None:
+        """Why a saved model of this task cannot have `count` class labels (None: it can)."""
+        fewest = self.fewest_labels if self.decl.labels else 0
+        if count < fewest:
+            return f"a {self.decl.name} model needs at least {fewest} class labels; it has {count}"
+        if not self.decl.labels and count:
+            return f"a {self.decl.name} model has no class labels; this one lists {count}"
+        return None
 
     def codes(self, y: np.ndarray) -> np.ndarray | None:
         """One class code per row that stratified splits balance (None: the rows are shuffled only)."""
@@ -62,7 +72,8 @@ class TargetTask:
         return y.reshape(-1).astype(np.int64)
 
     def accuracy(self, predicted: np.ndarray, truth: np.ndarray) -> float:
-        return float((predicted == truth).mean()) if len(truth) else 0.0
+        """The share of predictions right (multi-label: of the (row, label) cells)."""
+        return float((predicted == truth).mean()) if truth.size else 0.0
 
     def correct(self, logits: Any, y: Any, fused: bool) -> Any:
         """Rows predicted right in a training batch, on the device (a device scalar: no host read)."""
@@ -105,10 +116,12 @@ class TargetTask:
 
 
 def target_task(name: str) -> TargetTask:
-    return TargetTask.REGISTRY[name]
+    """The runtime task of a declared name (its class holds no state)."""
+    return TargetTask.implementations[name]()
 
 
-class Classification(TargetTask, name="classification"):
+class Classification(TargetTask):
+    declaration = DECLARATIONS["classification"]
     def labels(self, y: np.ndarray, source: str) -> list[Any]:
         labels = [v.item() if hasattr(v, "item") else v for v in np.unique(y)]
         if len(labels) < 2:
@@ -126,7 +139,8 @@ class Classification(TargetTask, name="classification"):
         return np.array([lookup[str(v)] for v in values], dtype=np.int64)[inverse.ravel()]
 
 
-class Binary(Classification, name="binary"):
+class Binary(Classification):
+    declaration = DECLARATIONS["binary"]
     def labels(self, y: np.ndarray, source: str) -> list[Any]:
         labels = [v.item() if hasattr(v, "item") else v for v in np.unique(y)]
         if len(labels) > 2:
@@ -145,6 +159,12 @@ class Binary(Classification, name="binary"):
     def width(self, classes: list[Any], targets: int) -> int:
         return 1
 
+    def width_reason(self, classes: list[Any], source: str, targets: int) -> str:
+        return f"(binary_cross_entropy: {', '.join(map(str, classes[:12]))})"
+
+    def labels_problem(self, count: int) -> str | None:
+        return None if count == 2 else f"a binary model has 2 class labels; this one lists {count}"
+
     def predicted(self, outputs: np.ndarray) -> np.ndarray:
         return (outputs.reshape(-1) > 0.5).astype(np.int64)
 
@@ -158,7 +178,8 @@ class Binary(Classification, name="binary"):
         return g.op("Concat", g.op("Sub", g.const(np.float32(1.0), "one"), out), out, axis=1)
 
 
-class MultiLabel(TargetTask, name="multilabel"):
+class MultiLabel(TargetTask):
+    declaration = DECLARATIONS["multilabel"]
     """Any set of labels a row: a cell of `|`-separated labels ("drama|comedy"), one sigmoid output
     per label; a prediction is every label whose probability passes 0.5."""
     fewest_labels = 1
@@ -182,14 +203,14 @@ class MultiLabel(TargetTask, name="multilabel"):
     def codes(self, y: np.ndarray) -> np.ndarray | None:
         return None
 
+    def width_reason(self, classes: list[Any], source: str, targets: int) -> str:
+        return f"(one sigmoid unit per label of {source}, multi-label: {', '.join(map(str, classes[:12]))})"
+
     def predicted(self, outputs: np.ndarray) -> np.ndarray:
         return (outputs > 0.5).astype(np.uint8)
 
     def truth(self, y: np.ndarray) -> np.ndarray:
         return (y > 0.5).astype(np.uint8)
-
-    def accuracy(self, predicted: np.ndarray, truth: np.ndarray) -> float:
-        return float((predicted == truth).mean()) if truth.size else 0.0
 
     def correct(self, logits: Any, y: Any, fused: bool) -> Any:
         """Each row counts the share of its labels predicted right (Keras's binary_accuracy)."""
@@ -220,7 +241,8 @@ class MultiLabel(TargetTask, name="multilabel"):
         return np.concatenate(parts + ([np.char.mod(digits, outputs).astype(object)] if proba else []), axis=1)
 
 
-class Regression(TargetTask, name="regression"):
+class Regression(TargetTask):
+    declaration = DECLARATIONS["regression"]
     def encode(self, y: np.ndarray, classes: list[Any], source: str, rows: Any = None) -> np.ndarray:
         try:
             values = np.asarray(y, dtype=B.current().floatx)
@@ -236,6 +258,9 @@ class Regression(TargetTask, name="regression"):
 
     def width(self, classes: list[Any], targets: int) -> int:
         return targets
+
+    def width_reason(self, classes: list[Any], source: str, targets: int) -> str:
+        return f"({source} has {targets} regression target column(s))"
 
     def codes(self, y: np.ndarray) -> np.ndarray | None:
         return None

@@ -21,11 +21,8 @@ class ColumnEmbeddings(Layer):
     Embedding per column, initialized uniform in [-0.05, 0.05] as Keras does)."""
     type = "column_embeddings"
 
-    def __init__(self, columns: Sequence[Embedded]) -> None:  # not a declared layer: no LayerSpec
-        self.spec, self.name, self.activation, self.activation_args = None, "embeddings", None, {}
-        self.specs, self.buffer_specs, self.weights, self.buffers = [], [], {}, {}
-        self.input_shape: Shape = ()
-        self.output_shape: Shape = ()
+    def __init__(self, columns: Sequence[Embedded]) -> None:
+        super().__init__(None, "embeddings")  # not declared in model.layers: built from the encoder
         self.columns = list(columns)
         self.kept: list[int] = []
 

@@ -16,7 +16,7 @@ from ..config.layers import LayerSpec
 from ..errors import MagmaError, ShapeError
 from ..core.graph import Node, Parameter, get_activation, nn
 from .initializers import Init
-from .registry import Registered
+from ..core.registry import Registered
 
 Shape = tuple[int, ...]
 
@@ -70,9 +70,12 @@ class Layer(Registered):
     declaration: ClassVar[type[LayerSpec]]
     implementations: ClassVar[dict[str, type["Layer"]]] = {}
 
-    def __init__(self, declared: LayerSpec, name: str = "") -> None:
-        self.spec, self.type = declared, declared.type
-        self.name = name or declared.name or declared.type
+    type: str = ""  # the config name (a stage the data adds, declared nowhere, sets its own)
+
+    def __init__(self, declared: LayerSpec | None, name: str = "") -> None:
+        """`declared`: the layer's validated declaration (None: a stage the data adds, e.g. embeddings)."""
+        self.spec, self.type = declared, declared.type if declared is not None else self.type
+        self.name = name or (declared.name if declared is not None else "") or self.type
         self.activation: str | None = getattr(declared, "activation", None)  # the output activation, if any
         self.activation_args: dict[str, float] = getattr(declared, "activation_args", {})
         self.specs: list[WeightSpec] = []

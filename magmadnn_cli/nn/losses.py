@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Sequence
 from ..config import losses as decl
 from ..core import backend as B
 from ..core.graph import Node, Op, nn
-from .registry import Registered
+from ..core.registry import Registered
 
 
 class Loss(Registered):

@@ -14,7 +14,7 @@ import numpy as np
 from ..config import optimizers as decl
 from ..core import backend as B
 from ..core.graph.kernels import elementwise
-from .registry import Registered
+from ..core.registry import Registered
 
 Array = Any
 CPU_CHUNK = 65536  # elements per chunk of an update on the CPU (256 KiB of float32)

@@ -17,7 +17,7 @@ from ..config.schema import Config
 from ..config.tasks import task_named
 from ..core import backend as B
 from ..data.augment import augment
-from ..data.prepare import Prepared, case_variants, class_weights, prepare
+from ..data.prepare import Prepared, class_weights, prepare
 from ..data.columns import Embedded
 from ..data.stream_prepare import prepare_streamed, streaming
 from ..data.targets import target_task
@@ -269,7 +269,8 @@ def output_width_problem(config: Config, units: int, classes: list[Any], source:
     (cross-entropy), one unit (binary), one per label (multi-label) or one per target column
     (regression); `task`: the loss's as the data make it (default: the loss's own)."""
     task = task or task_of(config)
-    expected = target_task(task).width(classes, targets)
+    rule = target_task(task)
+    expected = rule.width(classes, targets)
     if units == expected:
         return None
     head = output_head(config.model.layers, config.loss.type)
@@ -277,15 +278,9 @@ def output_width_problem(config: Config, units: int, classes: list[Any], source:
     index = max((i for i, layer in enumerate(layers) if layer.width_field), default=head.index)
     field = layers[index].width_field
     where = f"model.layers.{index}.{field}" if field else f"model.layers.{index} ({layers[index].type})"
-    shown = ', '.join(map(str, classes[:12]))
-    why = {"classification": f"the {len(classes)} classes in {source}: {shown}",
-           "binary": f"binary_cross_entropy: {shown}",
-           "multilabel": f"one sigmoid unit per label of {source} (multi-label): {shown}"}.get(
-        task, f"{source} has {targets} regression target column(s)")
-    twins = case_variants(classes) if task == "classification" else ""
     place = config.where("model", "layers", index, *([field] if field else []))
     return (f"{place + ': ' if place else ''}{where}: the output layer has {units} unit{'s' * (units != 1)}; expected {expected} "
-            f"({why})" + (f"; {twins}" if twins else ""))
+            + rule.width_reason(classes, source, targets))
 
 
 def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:

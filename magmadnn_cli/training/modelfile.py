@@ -28,7 +28,7 @@ from .. import __version__
 from ..config.messages import data_path
 from ..config.rules import output_head
 from ..config.schema import Config
-from ..config.tasks import DECLARATIONS, resolved_task
+from ..config.tasks import resolved_task
 from ..data.columns import ColumnEncoder
 from ..data.prepare import Normalizer, TargetScaler
 from ..data.targets import target_task
@@ -195,10 +195,8 @@ def _task_problem(saved: SavedModel) -> str | None:
     classes = saved.classes
     if not isinstance(classes, list) or not all(isinstance(c, (str, int, float)) for c in classes):
         return f"its class labels are not a list of labels (text or numbers): {str(classes)[:80]}"
-    if not DECLARATIONS[saved.task].labels and classes:
-        return f"a {saved.task} model has no class labels; this one lists {len(classes)}"
-    if saved.task == "binary" and len(classes) != 2:
-        return f"a binary model has 2 class labels; this one lists {len(classes)}"
+    if problem := target_task(saved.task).labels_problem(len(classes)):
+        return problem
     repeated = sorted(label for label, n in Counter(map(str, classes)).items() if n > 1)
     if repeated:
         return f"its class labels repeat: {', '.join(map(repr, repeated[:5]))}"
@@ -213,9 +211,6 @@ def _shape_problem(saved: SavedModel) -> str | None:
     if not np.all(np.isfinite(saved.normalizer.spread)) or np.any(saved.normalizer.spread == 0) or \
             not np.all(np.isfinite(saved.normalizer.shift)):
         return "the input normalization holds zeros, NaN or infinities"
-    fewest = target_task(saved.task).fewest_labels if DECLARATIONS[saved.task].labels else 0
-    if len(saved.classes) < fewest:
-        return f"a {saved.task} model needs at least {fewest} class labels; it has {len(saved.classes)}"
     if saved.encoder.columns:
         if saved.encoder.width != width or [c.name for c in saved.encoder.columns] != saved.features:
             return f"the column encoding gives {saved.encoder.width} values for samples of {width} values"

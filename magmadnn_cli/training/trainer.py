@@ -106,6 +106,7 @@ class Trainer:
         self.net, self.opt, self.comm = parallel.net, parallel.optimizer, parallel.world
         self.data_comm = parallel.comm  # the ranks that split each batch (all, unless the model is split)
         self.task, self.sizes, self.seed = plan.task, plan.sizes, plan.seed
+        self.target = target_task(plan.task)  # how its outputs are counted right
         self.reporter = reporter or Reporter()
         self.checkpointer = checkpointer
         self.signals = StopSignals(plan.stop_on_signal)
@@ -171,7 +172,7 @@ class Trainer:
     # -- one step ------------------------------------------------------------------------------
     def count_correct(self, y: Array) -> Array:
         """Correct predictions in the batch just run, from the logits (no extra forward pass)."""
-        return target_task(self.task).correct(self.net.logits.value, y, self.net.fused)
+        return self.target.correct(self.net.logits.value, y, self.net.fused)
 
     def step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> tuple[float, float]:
         """`train_step`, its global (loss sum, correct) read back at once (a sweep's step, not the loop's)."""
@@ -296,13 +297,13 @@ class Trainer:
                                                    f"{loss_sum / count} (not finite)"))
         pos.step, pos.loss_sum, pos.correct, pos.seen = step, pos.loss_sum + loss_sum, pos.correct + correct, pos.seen + count
         self.reporter.step(pos.epoch, step, steps, pos.loss_sum / pos.seen,
-                           pos.correct / pos.seen if target_task(self.task).decl.labels else None)
+                           pos.correct / pos.seen if self.target.decl.labels else None)
         self.reporter.optimizer_step(global_step, loss_sum / count)
 
     def epoch_metrics(self) -> dict[str, float]:
         pos = self.position
         metrics = {"loss": pos.loss_sum / pos.seen}
-        if target_task(self.task).decl.labels:
+        if self.target.decl.labels:
             metrics["accuracy"] = pos.correct / pos.seen
         return metrics
 

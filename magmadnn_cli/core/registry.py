@@ -1,5 +1,5 @@
-"""Registering a runtime class against its config declaration, written once for layers, losses and
-optimizers: a registry's base class derives from `Registered` and holds `implementations`; each subclass
+"""Registering a runtime class against its config declaration, written once for layers, losses,
+optimizers and tasks: a registry's base class derives from `Registered` and holds `implementations`; each subclass
 that sets its own `declaration` becomes that config name's one implementation."""
 
 from __future__ import annotations
