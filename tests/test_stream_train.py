@@ -135,3 +135,13 @@ def test_cross_validation_and_a_compressed_file_are_refused(tmp_path, capsys, sm
     gz.write_bytes(b"")
     code, out, err = run_cli(capsys, "train", _config(tmp_path, gz), "--out", tmp_path / "gz")
     assert code == 2 and "data.stream" in err and "Traceback" not in err, out + err
+
+
+@pytest.mark.parametrize("pieces, size", [([5, 3, 10, 1, 7], 4), ([32], 8), ([3, 3], 10), ([], 3), ([9, 9, 9], 9)])
+def test_pieces_regroup_into_full_batches_in_order(pieces, size):
+    """Every row once, in order, in batches of `size` but the last (each piece joined once, not per batch)."""
+    starts = np.cumsum([0, *pieces])
+    out = list(rebatched(iter([(np.arange(a, b), -np.arange(a, b)) for a, b in zip(starts, starts[1:])]), size))
+    rows = np.concatenate([x for x, _ in out]) if out else np.zeros(0)
+    np.testing.assert_array_equal(rows, np.arange(sum(pieces)))
+    assert all(len(x) == size for x, _ in out[:-1]) and all((y == -x).all() for x, y in out)

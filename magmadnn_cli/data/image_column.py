@@ -90,6 +90,6 @@ def _with_row(exc: DataError, table: Table, files: list[str], column: str) -> Da
     """A file's error with the data row(s) that name it."""
     text = str(exc)
     for i, file in enumerate(files):
-        if text.startswith(str(Path(file))):
+        if text.startswith(f"{Path(file)}:"):
             return DataError(f"{table.source}: data row {table.raw.row(i)}, column {column!r}: {text}")
     return exc

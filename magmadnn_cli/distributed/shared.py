@@ -231,8 +231,9 @@ def once_per_node(comm: MPICommunicator, make: Callable[[], T]) -> T:
     skeleton = _lift(value, found) if first else None
     nbytes = max((slot.end for slot, _ in found), default=0)
     skeleton, nbytes, fits = local.bcast((skeleton, nbytes, shared_memory_fits(nbytes)) if first else None)
-    if not fits:
-        return value if first else make()
+    if not fits:  # no room to share: each rank prepares its own, a refusal said on all of them at once
+        mine = value
+        return on_every_rank(local, lambda: mine if first else make())
     if nbytes == 0:
         return skeleton
     window = MPI.Win.Allocate_shared(nbytes if first else 0, 1, comm=local)

@@ -71,9 +71,12 @@ def rebatched(pieces: Iterator[tuple[np.ndarray, ...]], size: int) -> Iterator[t
     for piece in pieces:
         held.append(piece)
         count += len(piece[0])
-        while count >= size:
-            whole = tuple(np.concatenate(parts) for parts in zip(*held))
-            yield tuple(a[:size] for a in whole)
-            held, count = [tuple(a[size:] for a in whole)], count - size
+        if count < size:
+            continue
+        whole = held[0] if len(held) == 1 else tuple(np.concatenate(parts) for parts in zip(*held))  # once a piece
+        cut = count - count % size
+        for lo in range(0, cut, size):
+            yield tuple(a[lo:lo + size] for a in whole)
+        held, count = [tuple(a[cut:] for a in whole)], count - cut
     if count:
         yield tuple(np.concatenate(parts) for parts in zip(*held))

@@ -44,6 +44,8 @@ class StreamTrainer(Trainer):
             if self.log.full:
                 self.read_steps(steps)
             self._first += len(xb)
+            if step < steps:
+                self._checkpoint_if_due(None)  # a signal stops the run here, not at the epoch's end
         self.read_steps(steps)
         self._rows = None
         return self.epoch_metrics()
