@@ -98,14 +98,14 @@ def _blocks(sizes):
 
 def test_an_epoch_is_a_permutation_drawn_from_seed_and_epoch_in_a_bounded_buffer():
     blocks = _blocks([100, 37, 250, 1, 80, 300])
-    rows = lambda b: np.arange(b.first_row, b.first_row + b.rows)  # noqa: E731
-    pieces = list(stream.epoch_order(blocks, 3, 1, 128, rows))
+    rows = lambda b: (np.arange(b.first_row, b.first_row + b.rows),)  # noqa: E731
+    pieces = [p for p, in stream.epoch_rows(blocks, 3, 1, 128, rows)]
     order = np.concatenate(pieces)
     assert sorted(order.tolist()) == list(range(768))
     assert max(len(p) for p in pieces) <= 128 + 300
-    again = np.concatenate(list(stream.epoch_order(blocks, 3, 1, 128, rows)))
+    again = np.concatenate([p for p, in stream.epoch_rows(blocks, 3, 1, 128, rows)])
     np.testing.assert_array_equal(order, again)
-    other = np.concatenate(list(stream.epoch_order(blocks, 3, 2, 128, rows)))
+    other = np.concatenate([p for p, in stream.epoch_rows(blocks, 3, 2, 128, rows)])
     assert (other != order).mean() > 0.5
     mixed = np.abs(np.diff(order)) != 1  # rows of one block are mixed, not read out in file order
     assert mixed.mean() > 0.9
@@ -122,36 +122,3 @@ def test_moments_merged_by_block_are_numpys_on_all_rows(cuts):
     np.testing.assert_allclose(moments.mean, np.nanmean(x, axis=0), rtol=1e-12)
     np.testing.assert_allclose(moments.variance, np.nanvar(x, axis=0), rtol=1e-9)
     np.testing.assert_array_equal(moments.count, (~np.isnan(x)).sum(axis=0))
-
-
-def test_the_median_sketch_is_bounded_and_the_same_however_rows_are_split():
-    rng = np.random.default_rng(0)
-    x = rng.exponential(size=(50_000, 2))
-    whole = stream.MedianSketch(2, seed=1, k=4096)
-    whole.add(np.arange(50_000), x)
-    parts = [stream.MedianSketch(2, seed=1, k=4096) for _ in range(3)]
-    for i, (lo, hi) in enumerate([(0, 7000), (7000, 31000), (31000, 50000)]):
-        parts[i].add(np.arange(lo, hi), x[lo:hi])
-    parts[0].merge(parts[2])
-    parts[0].merge(parts[1])
-    assert len(whole.keys) == 4096
-    np.testing.assert_array_equal(parts[0].medians(), whole.medians())
-    true = np.median(x, axis=0)
-    ranks = [(x[:, j] < whole.medians()[j]).mean() for j in range(2)]
-    np.testing.assert_allclose(ranks, 0.5, atol=2 / np.sqrt(4096))
-    assert np.all(np.abs(whole.medians() - true) < 0.05)
-
-
-@pytest.mark.parametrize("kind", ["csv", "parquet"])
-def test_one_bounded_pass_gives_the_training_rows_exact_statistics(files, kind):
-    path = files[0] if kind == "csv" else files[1]
-    spec, whole = _spec(path), read_table(path, _spec(path))
-    fitted = stream.fitting_pass(path, spec, stream.blocks_of(path, spec, 700), seed=5, validation=0.1, test=0.2)
-    train = stream.split_codes(np.arange(len(whole.y)), 5, 0.1, 0.2) == stream.TRAIN
-    assert fitted.rows == int(train.sum()) and sum(b.rows for b in fitted.blocks) == 997
-    assert fitted.labels == dict(zip(*np.unique(whole.y[train], return_counts=True)))
-    numbers = whole.raw.x[train][:, [0, 1]].astype(np.float64)  # the reference in float64, as the moments
-    np.testing.assert_allclose(fitted.moments.mean[[0, 1]], np.nanmean(numbers, axis=0), rtol=1e-12)
-    np.testing.assert_allclose(fitted.moments.variance[[0, 1]], np.nanvar(numbers, axis=0), rtol=1e-9)
-    assert fitted.categories[2] == dict(zip(*np.unique(whole.raw.text[2][train], return_counts=True)))
-    np.testing.assert_allclose(fitted.sketch.medians()[[0, 1]], np.nanmedian(numbers, axis=0))  # k > rows: exact

@@ -6,11 +6,9 @@ the streamed path is built from, each a function of the file, the seed and the e
 - Held-out rows: a row's split (train, validation, test) is decided by a hash of its position in the
   file and the seed (`split_codes`), so no pass is needed to split, and any reader of any block agrees.
 - An epoch's order: the blocks permuted by the seed and the epoch, their rows mixed in a buffer of at
-  most `buffer_rows` rows (`epoch_order`).
+  most `buffer_rows` rows (`epoch_rows`).
 - Bounded statistics: exact counts, means and variances merged block by block (`Moments`, Chan et al.'s
-  pairwise update); medians from a bottom-k sample (`MedianSketch`): the k rows whose position hashes
-  lowest, a uniform sample that any split of the rows into blocks or ranks gives alike.
-- The fitting pass (`fitting_pass`): one pass over the blocks gathering all of these for the training rows.
+  pairwise update). The fitting passes that use them are `data/stream_prepare.py`'s.
 `data.stream` wires them to `train` (data/stream_prepare.py, training/stream_trainer.py); the ranks'
 disjoint blocks are still to come.
 """
@@ -19,7 +17,6 @@ from __future__ import annotations
 
 import codecs
 import io
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -167,20 +164,12 @@ def split_codes(positions: np.ndarray, seed: int, validation: float, test: float
 
 
 # -- an epoch's order ------------------------------------------------------------------------------
-def epoch_order(blocks: list[Block], seed: int, epoch: int, buffer_rows: int,
-                rows_of: Callable[[Block], np.ndarray]) -> Iterator[np.ndarray]:
-    """The epoch's rows, as pieces of row positions: blocks in an order drawn from (seed, epoch), their
-    rows (`rows_of(block)`: the positions kept, e.g. the training rows) mixed in a buffer; each time it
-    holds `buffer_rows` rows, it is shuffled and half given out. At most `buffer_rows` plus one
-    block's rows are held."""
-    for positions, in epoch_rows(blocks, seed, epoch, buffer_rows, lambda block: (rows_of(block),)):
-        yield positions
-
-
 def epoch_rows(blocks: list[Block], seed: int, epoch: int, buffer_rows: int,
                read: Callable[[Block], tuple[np.ndarray, ...]]) -> Iterator[tuple[np.ndarray, ...]]:
-    """`epoch_order` carrying the rows themselves: `read(block)` gives arrays of its kept rows (the
-    first, their positions), which are mixed together, in the same order `epoch_order` gives."""
+    """The epoch's rows, in pieces: blocks in an order drawn from (seed, epoch); `read(block)` gives
+    arrays of its kept rows (the first, their positions), mixed in a buffer: each time it holds
+    `buffer_rows` rows, it is shuffled and half given out. At most `buffer_rows` plus one block's
+    rows are held."""
     rng = np.random.default_rng([seed, epoch, 0x5EED])
     held: tuple[np.ndarray, ...] | None = None
     for i in rng.permutation(len(blocks)):
@@ -228,75 +217,3 @@ class Moments:
     def variance(self) -> np.ndarray:
         """The population variance (ddof 0), as numpy's var."""
         return np.where(self.count > 0, self.m2 / np.maximum(self.count, 1), 0.0)
-
-
-class MedianSketch:
-    """A bounded sample for medians: of every row offered, the `k` whose position hashes lowest (a
-    uniform sample without replacement, the same however the rows are cut into blocks or ranks and in
-    whatever order they come). The median of the sample is within about 1/sqrt(k) of the true median
-    in rank (k = 65,536: +-0.4 percentile points, 2 standard errors)."""
-
-    def __init__(self, columns: int, seed: int, k: int = 1 << 16) -> None:
-        self.k, self.seed = k, seed
-        self.keys = np.empty(0)
-        self.values = np.empty((0, columns))
-
-    def add(self, positions: np.ndarray, x: np.ndarray) -> None:
-        self._keep(np.concatenate([self.keys, row_hash(positions, self.seed, salt=1)]),
-                   np.concatenate([self.values, np.asarray(x, np.float64).reshape(len(x), -1)]))
-
-    def merge(self, other: "MedianSketch") -> None:
-        self._keep(np.concatenate([self.keys, other.keys]), np.concatenate([self.values, other.values]))
-
-    def _keep(self, keys: np.ndarray, values: np.ndarray) -> None:
-        lowest = np.argsort(keys, kind="stable")[:self.k]
-        self.keys, self.values = keys[lowest], values[lowest]
-
-    def medians(self) -> np.ndarray:
-        """Each column's median over its present (non-NaN) sampled values (NaN where none)."""
-        with np.errstate(all="ignore"):
-            present = ~np.isnan(self.values)
-            if not present.any():
-                return np.full(self.values.shape[1], np.nan)
-            return np.array([np.median(self.values[present[:, j], j]) if present[:, j].any() else np.nan
-                             for j in range(self.values.shape[1])])
-
-
-# -- the fitting pass ------------------------------------------------------------------------------
-@dataclass
-class Fitted:
-    """What one bounded pass over the training rows found: the blocks counted, the training rows,
-    their labels' counts, the number columns' moments and median sample, each text column's cell
-    counts (by column position). Memory: one block, the sketch, and the distinct values seen."""
-    blocks: list[Block]
-    rows: int
-    labels: Counter
-    moments: Moments
-    sketch: MedianSketch
-    categories: dict[int, Counter]
-
-
-def fitting_pass(path: Path, spec: ReadSpec, blocks: list[Block], seed: int, validation: float,
-                 test: float, sketch_rows: int = 1 << 16) -> Fitted:
-    """One pass over the file's blocks in file order, taking the training rows (`split_codes`)."""
-    found = Fitted([], 0, Counter(), Moments(), MedianSketch(0, seed, sketch_rows), {})
-    for block, table in counted(path, spec, blocks):
-        found.blocks.append(block)
-        positions = np.arange(block.first_row, block.first_row + block.rows)
-        train = split_codes(positions, seed, validation, test) == TRAIN
-        if found.sketch.values.shape[1] != table.raw.x.shape[1]:
-            found.sketch = MedianSketch(table.raw.x.shape[1], seed, sketch_rows)
-        x = table.raw.x[train]
-        found.rows += len(x)
-        found.moments.add(x)
-        found.sketch.add(positions[train], x)
-        if table.y is not None:
-            found.labels.update(_counts(table.y[train]))
-        for j, cells in table.raw.text.items():
-            found.categories.setdefault(j, Counter()).update(_counts(cells[train]))
-    return found
-
-
-def _counts(cells: np.ndarray) -> dict:
-    values, counts = np.unique(cells, return_counts=True)
-    return dict(zip(values.tolist(), counts.tolist()))
