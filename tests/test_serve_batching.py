@@ -93,3 +93,17 @@ def test_the_memory_budget_is_read_once_while_the_process_stays_put(monkeypatch)
     B.host_memory_available()
     assert len(reads) == 3
 
+
+
+def test_multilabel_answers_with_and_without_probabilities_batched_together(capsys, tmp_path):
+    """A multi-label answer without probabilities (the set and a 0/1 column per label) is not a prefix of
+    one with them: each request in a mixed batch gets its own columns."""
+    from conftest import ROOT, train_on
+    run = train_on(tmp_path / "run", ["training.epochs=1"], config=ROOT / "configs" / "digits_multilabel.yaml")
+    names, rows = digits_rows(count=9)
+    parts = [rows[:4], rows[4:]]
+    model = Predictor(run / "model.npz", "cpu")
+    results = answered_together(model, [(records(names, part), proba) for part, proba in zip(parts, (True, False))])
+    for part, proba, (got, exc) in zip(parts, (True, False), results):
+        assert exc is None
+        assert got.tolist() == predicted(capsys, run / "model.npz", tmp_path, names, part, proba=proba)

@@ -190,14 +190,14 @@ class Service:
             self._send(answered, np.concatenate(outputs))
 
     def _send(self, jobs: list[Job], outputs: np.ndarray) -> None:
-        """Each job's output rows as text (the probabilities where one asks for them), formatted at once."""
-        proba = any(job.proba for job in jobs)
-        texts = self.model.rows(outputs, proba)
+        """Each job's output rows as text, formatted at once per setting of `proba` the jobs ask for
+        (a multi-label answer's columns without probabilities are not a prefix of those with them)."""
+        texts = {proba: self.model.rows(outputs, proba) for proba in {job.proba for job in jobs}}
         ends = np.cumsum([len(job.table.x) for job in jobs])  # type: ignore[union-attr]
         for job, end in zip(jobs, ends):
-            rows = texts[end - len(job.table.x):end]  # type: ignore[union-attr]
+            rows = texts[job.proba][end - len(job.table.x):end]  # type: ignore[union-attr]
             self.metrics.rows += len(rows)
-            job.answer(rows if job.proba or not proba else rows[:, :1], None)
+            job.answer(rows, None)
 
     def _answer(self, job: Job) -> None:
         if job.table is None or job.cancelled:

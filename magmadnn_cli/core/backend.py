@@ -225,7 +225,7 @@ def synchronize() -> None:
 
 
 BUDGET_SECONDS = 0.5  # how long a budget read stays good while the process's peak memory stays put
-_budget: list = [-1.0, -1, None]  # when it was read (monotonic), the peak resident memory then, the budget
+_budget: list = [-1.0, -1, []]  # when the bounds were read (monotonic), the peak resident memory then, the bounds
 
 
 def host_memory_available() -> int | None:
@@ -235,13 +235,19 @@ def host_memory_available() -> int | None:
     job's); a bound that cannot be read is left out (None when none can). Read again after
     BUDGET_SECONDS, or at once when this process's peak memory grew (a server asks on every request:
     the ~15 files read cost 0.25 ms each time)."""
+    bounds = _read_bounds()
+    return max(0, min(bounds)[0]) if bounds else None
+
+
+def _read_bounds() -> list[tuple[int, str]]:
+    """`_host_bounds`, read again after BUDGET_SECONDS or when this process's peak memory grew: the
+    budget and the message naming what sets it come from one read."""
     now, peak = time.monotonic(), _peak_memory()
-    when, seen, budget = _budget
-    if now - when < BUDGET_SECONDS and peak == seen and peak >= 0:
-        return budget
-    known = [bound for bound, _ in _host_bounds()]
-    _budget[:] = [now, peak, max(0, min(known)) if known else None]
-    return _budget[2]
+    when, seen, bounds = _budget
+    if not (now - when < BUDGET_SECONDS and peak == seen and peak >= 0):
+        bounds = _host_bounds()
+        _budget[:] = [now, peak, bounds]
+    return bounds
 
 
 def _peak_memory() -> int:
@@ -375,11 +381,7 @@ def gib(n: float) -> str:
 def require_memory(needed: int, what: str, on_host: bool = False, how: str = "") -> None:
     """Refuse up front, naming the amount (and `how` it is counted), what a request would need but
     this process cannot allocate (the budget: `host_memory_available`, or the GPU's free memory)."""
-    host = on_host or current().device == "cpu"
-    available = host_memory_available() if host else memory_available()
-    if host and available is not None and needed > available:  # a refusal reads the bounds afresh
-        _budget[0] = float("-inf")
-        available = host_memory_available()
+    available = host_memory_available() if on_host or current().device == "cpu" else memory_available()
     if available is not None and needed > available:
         raise MagmaError(f"{what} would need {gib(needed)} of memory{f' ({how})' if how else ''}; "
                          f"{budget_text(available, on_host)}. Make it smaller.")
@@ -389,6 +391,6 @@ def budget_text(available: int, on_host: bool = True) -> str:
     """'1.2 GiB available to this process (its address-space limit, ulimit -v)': the budget and what sets it."""
     if not on_host and current().device == "gpu":
         return f"the GPU has {gib(available)} available"
-    least = min(_host_bounds(), default=None)  # read again: the bound within 2% of the budget sets it
+    least = min(_read_bounds(), default=None)  # the bound within 2% of the budget sets it
     binding = f" ({least[1]})" if least and abs(least[0] - available) <= available // 50 + (1 << 20) else ""
     return f"{gib(available)} available to this process{binding}"

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import backend as B
 from ..errors import DataError
 from . import image_decode
 from .columns import RawColumns, is_missing, refuse_duplicate_names
@@ -58,7 +59,12 @@ def image_table(images: list[tuple[str, bytes]], spec: ReadSpec, source: str) ->
     if image_decode.Image is None:
         raise DataError(f"{source}: decoding image files needs Pillow: pip install 'magmadnn-cli[images]'")
     how = image_decode.Decoding((int(settings.size[0]), int(settings.size[1])), settings.color, settings.resize)
-    x = np.zeros((len(images), *how.shape), spec.dtype or np.float32)
+    dtype = np.dtype(spec.dtype or np.float32)
+    need, available = len(images) * int(np.prod(how.shape)) * dtype.itemsize, B.host_memory_available()
+    if available is not None and need > available:  # a few bytes of PNG each may decode to megabytes
+        raise DataError(f"{source}: {len(images):,} images decode to {B.gib(need)} (samples of shape {how.shape}); "
+                        f"{B.budget_text(available)}: send fewer images a request")
+    x = np.zeros((len(images), *how.shape), dtype)
     for i, (name, data) in enumerate(images):  # a file at a time: Pillow decodes one
         try:
             x[i] = image_decode.decode(io.BytesIO(data), how)  # type: ignore[arg-type]  (Pillow opens files)
