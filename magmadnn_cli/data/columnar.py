@@ -41,8 +41,7 @@ SUFFIXES = {kind: config_names.FORMATS[kind].names() for kind in ("parquet", "fe
 
 def columnar_format(path: Path) -> str | None:
     """parquet, feather or jsonl by the file's suffix; None for other files."""
-    name = path.name.lower()
-    return next((kind for kind, suffixes in SUFFIXES.items() if name.endswith(suffixes)), None)
+    return next((kind for kind in SUFFIXES if config_names.FORMATS[kind].matches(path)), None)
 
 
 @dataclass
