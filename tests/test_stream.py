@@ -11,6 +11,7 @@ import pytest
 
 from magmadnn_cli.config.data import DataConfig
 from magmadnn_cli.data import stream
+from magmadnn_cli.data.metrics import Moments
 from magmadnn_cli.data.readers import read_table
 from magmadnn_cli.data.table import ReadSpec
 from magmadnn_cli.errors import DataError
@@ -116,7 +117,7 @@ def test_moments_merged_by_block_are_numpys_on_all_rows(cuts):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1000, 3)) * [1, 1e3, 1e-3] + [0, 1e6, 5]
     x[rng.random((1000, 3)) < 0.1] = np.nan
-    moments = stream.Moments()
+    moments = Moments()
     for part in np.split(x, np.cumsum(cuts)[:-1]):
         moments.add(part)
     np.testing.assert_allclose(moments.mean, np.nanmean(x, axis=0), rtol=1e-12)

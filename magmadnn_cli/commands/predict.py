@@ -23,13 +23,17 @@ from ..errors import DataError, MagmaError
 from ..files import atomic_write, check_output_file, file_sha256
 from ..inference import Predictor, new_tally, read_spec, tally_notes
 from ..inference.encoding import encode, extra_columns, refuse_non_finite_outputs
-from ..training.evaluation import split_report
+from ..data.metrics import report_sums
+from ..data.stream_prepare import over_budget
+from ..training.evaluation import evaluate as evaluate_rows, split_report
 from ..training.modelfile import SavedModel
 from ..training.run_folder import RunFolder
 
 Warn = Callable[[str], None]
 IMAGE_READERS = ("image_folder", "image_file")  # their rows are files: each output row starts with its path
 IMAGE_PATH = ("path",)
+EVALUATE_CHUNK_ROWS = 65536  # rows a streamed evaluation holds at a time
+STREAMED_READERS = ("csv", "parquet", "feather", "jsonl")  # tables read in chunks: evaluate may stream them
 
 
 def evaluate(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,
@@ -55,6 +59,8 @@ def _evaluate(model: Predictor, data_path: Path | None, split: str | None, stric
         spec = replace(read_spec(data_path, saved, True), target_fix=(
             "; evaluate needs the true values to score the model against. To predict without them: "
             f"magmadnn predict {shlex.quote(str(model_path))} {shlex.quote(str(data_path))}"))
+        if streams_evaluation(data_path, saved):
+            return _evaluate_streamed(model, data_path, spec, strict, warn)
         table = reader_for(data_path).read(data_path, spec)
         tally = new_tally()
         x = encode(table, saved, strict, tally)
@@ -72,6 +78,53 @@ def _evaluate(model: Predictor, data_path: Path | None, split: str | None, stric
                               batch_size=saved.config.training.eval_batch_size, targets=saved.targets,
                               check=lambda out: refuse_non_finite_outputs(out, rows, source, model_path, saved))
     return {"model": str(model_path), "data": source, "rows": len(data.x), "task": saved.task, **report}
+
+
+def streams_evaluation(data_path: Path, saved: SavedModel) -> bool:
+    """Whether `evaluate` reads `data_path` in chunks: a table format read in chunks, and the model's
+    data.stream is true or the file is over the memory budget (data.stream: auto's rule)."""
+    if reader_for(data_path).name not in STREAMED_READERS or not data_path.is_file():
+        return False
+    return saved.config.data.stream is True or over_budget(data_path)
+
+
+def _evaluate_streamed(model: Predictor, data_path: Path, spec: Any, strict: bool, warn: Warn | None) -> dict[str, Any]:
+    """`_evaluate` on the file read chunk by chunk: each chunk encoded, run and added to the metrics'
+    sums (`report_sums`), so memory holds one chunk whatever the file's size; the numbers are those
+    of the whole file in memory (the loss up to the float rounding of other batch boundaries)."""
+    saved, chunk_rows = model.saved, EVALUATE_CHUNK_ROWS
+    sums, tally, notes, loss_sum, rows, chunks = report_sums(target_task(saved.task), saved.classes), new_tally(), \
+        {}, 0.0, 0, 0
+    for table in reader_for(data_path).chunks(data_path, spec, chunk_rows):
+        x = encode(table, saved, strict, tally)
+        notes.update(dict.fromkeys(table.notes))
+        loss_sum, rows, chunks = loss_sum + _scored_chunk(model, table, x, sums, data_path), rows + len(x), chunks + 1
+    for note in (*notes, *tally_notes(tally, saved, str(data_path)), training_file_note(saved, model.path, data_path),
+                 f"{data_path}: evaluated in {chunks} chunk(s) of up to {chunk_rows:,} rows (larger than half the "
+                 "memory available, or the model's data.stream: true)") if warn else ():
+        if note:
+            warn(note)
+    return {"model": str(model.path), "data": str(data_path), "rows": rows, "task": saved.task,
+            "loss": loss_sum / max(1, rows), **sums.report()}
+
+
+def _scored_chunk(model: Predictor, table: Table, x: np.ndarray, sums: Any, data_path: Path) -> float:
+    """One chunk's rows run and added to `sums` as `split_report` scores them; returns its loss sum."""
+    saved, rule = model.saved, target_task(model.saved.task)
+    y = saved.targets(rule.encode(map_labels(table.y, saved.config.data.label_map), saved.classes, str(data_path),
+                                  table.raw))
+    with np.errstate(all="ignore"):
+        result = evaluate_rows(model.network, Split(x, y), saved.task, batch_size=saved.config.training.eval_batch_size)
+    rows = lambda i: [table.raw.row(int(r)) for r in i]  # noqa: E731
+    if rule.decl.labels:
+        refuse_non_finite_outputs(np.where(result["finite"], 0.0, np.nan)[:, None], rows, str(data_path), model.path,
+                                  saved)
+        sums.add(rule.truth(y), result["classes"])
+    else:
+        outputs = saved.targets.restore(result["outputs"])
+        refuse_non_finite_outputs(outputs, rows, str(data_path), model.path, saved)
+        sums.add(saved.targets.restore(y), outputs)
+    return result["loss"] * len(x)
 
 
 def training_file_note(saved: SavedModel, model_path: Path, data_path: Path) -> str | None:

@@ -7,8 +7,8 @@ the streamed path is built from, each a function of the file, the seed and the e
   file and the seed (`split_codes`), so no pass is needed to split, and any reader of any block agrees.
 - An epoch's order: the blocks permuted by the seed and the epoch, their rows mixed in a buffer of at
   most `buffer_rows` rows (`epoch_rows`).
-- Bounded statistics: exact counts, means and variances merged block by block (`Moments`, Chan et al.'s
-  pairwise update). The fitting passes that use them are `data/stream_prepare.py`'s.
+The fitting passes (exact moments merged block by block: data/metrics.py's `Moments`) are
+`data/stream_prepare.py`'s.
 `data.stream` wires them to `train` (data/stream_prepare.py, training/stream_trainer.py); the ranks'
 disjoint blocks are still to come.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import codecs
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -184,36 +184,3 @@ def epoch_rows(blocks: list[Block], seed: int, epoch: int, buffer_rows: int,
     if held is not None and len(held[0]):
         mixed = rng.permutation(len(held[0]))
         yield tuple(a[mixed] for a in held)
-
-
-# -- bounded statistics ----------------------------------------------------------------------------
-@dataclass
-class Moments:
-    """Per-column count, mean and sum of squared deviations of the values seen (NaN skipped), merged
-    block by block exactly (Chan, Golub & LeVeque's pairwise update)."""
-    count: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    m2: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-    def add(self, x: np.ndarray) -> None:
-        x = np.asarray(x, np.float64).reshape(len(x), -1)
-        present = ~np.isnan(x)
-        n = present.sum(axis=0).astype(np.float64)
-        mean = np.where(n > 0, np.nansum(x, axis=0) / np.maximum(n, 1), 0.0)
-        m2 = np.nansum((x - mean) ** 2, axis=0)
-        self.merge(Moments(n, mean, m2))
-
-    def merge(self, other: "Moments") -> None:
-        if not len(self.count):
-            self.count, self.mean, self.m2 = other.count.copy(), other.mean.copy(), other.m2.copy()
-            return
-        total = self.count + other.count
-        share = np.where(total > 0, other.count / np.maximum(total, 1), 0.0)
-        delta = other.mean - self.mean
-        self.m2 = self.m2 + other.m2 + delta ** 2 * self.count * share
-        self.mean, self.count = self.mean + delta * share, total
-
-    @property
-    def variance(self) -> np.ndarray:
-        """The population variance (ddof 0), as numpy's var."""
-        return np.where(self.count > 0, self.m2 / np.maximum(self.count, 1), 0.0)

@@ -25,6 +25,7 @@ from ..errors import DataError
 from . import stream
 from .columns import ColumnEncoder, RawColumns, canonical, is_missing
 from .fitting import fit
+from .metrics import Moments
 from .normalize import Normalizer, TargetScaler, normalize_method
 from .prepare import Prepared, Split, encode_features, map_labels
 from .table import ReadSpec, Table, typed_labels
@@ -162,7 +163,7 @@ def widened(encoder: ColumnEncoder, values: dict[int, set]) -> ColumnEncoder:
 def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tuple[Normalizer, dict[int, np.ndarray]]:
     """The second pass: the encoded training rows' exact moments and range give the normalizer (as
     `Normalizer.fit` computes it on all of them); each split's targets are kept, in file order."""
-    moments, low, high = stream.Moments(), np.full(width, np.inf), np.full(width, -np.inf)
+    moments, low, high = Moments(), np.full(width, np.inf), np.full(width, -np.inf)
     targets: dict[int, list[np.ndarray]] = {code: [] for code in SPLIT_CODES.values()}
     dtype = np.dtype(B.current().floatx)
     for block in source.blocks:
@@ -223,15 +224,19 @@ def streaming(config: Any, ranks: int, fold: tuple[int, int] | None) -> bool:
     data = config.data
     wanted = data.stream
     if wanted == "auto":
-        available = B.host_memory_available()
-        wanted = bool(data.train and Path(data.train).is_file() and available is not None
-                      and Path(data.train).stat().st_size > available // 2)
+        wanted = bool(data.train and over_budget(Path(data.train)))
     if not wanted:
         return False
     problem = _unsupported(config, ranks, fold)
     if problem:
         raise DataError(f"data.stream: {data.stream}: {problem}; set data.stream: false to read the data into memory")
     return True
+
+
+def over_budget(path: Path) -> bool:
+    """data.stream: auto's rule: the file is larger than half the memory available."""
+    available = B.host_memory_available()
+    return path.is_file() and available is not None and path.stat().st_size > available // 2
 
 
 def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None) -> str | None:
