@@ -112,14 +112,11 @@ def test_the_epochs_batches_hold_every_training_row_once_in_a_seeded_order(tmp_p
     ({"training": {"class_weight": "balanced"}}, "training.class_weight"),
     ({"data": {"test": "t.csv"}}, "data.validation / data.test"),
     ({"data": {"shape": [2]}}, "image rows"),
-    ({"loss": "mse"}, "classifiers"),
 ])
 def test_unsupported_settings_are_refused_naming_data_stream(tmp_path, capsys, small_blocks, change, named):
     config = yaml.safe_load(open(_config(tmp_path, _write(tmp_path, "csv"))))
     for key, value in change.items():
         config[key] = {**config[key], **value} if isinstance(value, dict) else value
-    if key == "loss":
-        config["model"]["layers"][-1] = {"type": "dense", "units": 1}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
     code, out, err = run_cli(capsys, "train", path, "--out", tmp_path / "bad")
@@ -145,3 +142,53 @@ def test_pieces_regroup_into_full_batches_in_order(pieces, size):
     rows = np.concatenate([x for x, _ in out]) if out else np.zeros(0)
     np.testing.assert_array_equal(rows, np.arange(sum(pieces)))
     assert all(len(x) == size for x, _ in out[:-1]) and all((y == -x).all() for x, y in out)
+
+
+def _target_file(tmp_path, task: str, rows: int = ROWS):
+    """A regression target in the hundreds (so it must be scaled) or `|`-separated label sets."""
+    cols = _columns(rows)
+    rng = np.random.default_rng(8)
+    a = np.nan_to_num(cols["a"], nan=10.0)
+    if task == "regression":
+        target = (500 + 40 * ((a - 10) / 4 + cols["b"]) + rng.standard_normal(rows)).round(3).astype(str)
+    else:
+        up, blue = (a - 10) / 4 + cols["b"] > 0, cols["kind"] == "blue"
+        target = np.array(["|", "up", "blue", "blue|up"])[up + 2 * blue]
+    path = tmp_path / f"{task}.csv"
+    lines = ["a,b,kind,target"] + [f"{'' if np.isnan(x) else f'{x:.6g}'},{b:.6g},{k},{t}"
+                                   for x, b, k, t in zip(cols["a"], cols["b"], cols["kind"], target)]
+    path.write_text("\n".join(lines) + "\n")
+    return path, target
+
+
+@pytest.mark.parametrize("task", ["regression", "multilabel"])
+def test_regression_and_multilabel_targets_stream(tmp_path, capsys, small_blocks, task):
+    from magmadnn_cli.training import modelfile
+    data, target = _target_file(tmp_path, task)
+    config = yaml.safe_load(open(_config(tmp_path, data, target="target")))
+    config["model"]["layers"][-1] = {"type": "dense", "units": 1 if task == "regression" else 2,
+                                     "activation": "linear" if task == "regression" else "sigmoid"}
+    config["loss"] = "mse" if task == "regression" else "binary_cross_entropy"
+    path = tmp_path / f"{task}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run_cli(capsys, "train", path, "--out", tmp_path / "run")
+    assert code == 0, out + err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    saved = modelfile.load(tmp_path / "run" / "model.npz")
+    assert saved.task == task
+    codes = stream.split_codes(np.arange(ROWS), 5, 0.15, 0.15)
+    if task == "regression":  # scaled as the in-memory path scales: mean and std of the training targets
+        train = target[codes == stream.TRAIN].astype(np.float32).astype(np.float64)
+        np.testing.assert_allclose(saved.targets.shift, [train.mean()], rtol=1e-6)
+        np.testing.assert_allclose(saved.targets.spread, [train.std()], rtol=1e-6)
+        assert metrics["test"]["r2"] > 0.8
+    else:
+        assert sorted(saved.classes) == ["blue", "up"] and metrics["test"]["subset_accuracy"] > 0.8
+    held = tmp_path / "test_rows.csv"  # the run's test rows alone, scored in memory by evaluate
+    lines = data.read_text().splitlines()
+    held.write_text("\n".join([lines[0]] + [lines[i + 1] for i in np.flatnonzero(codes == stream.TEST)]) + "\n")
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "run" / "model.npz", held, "--json")
+    assert code == 0, out + err
+    scored = json.loads(out)
+    for key in ("r2", "mse", "mae") if task == "regression" else ("accuracy", "subset_accuracy", "micro_f1"):
+        assert metrics["test"][key] == pytest.approx(scored[key], rel=1e-5), key

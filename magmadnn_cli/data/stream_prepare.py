@@ -29,11 +29,10 @@ from .metrics import Moments
 from .normalize import Normalizer, TargetScaler, normalize_method
 from .prepare import Prepared, Split, encode_features, map_labels
 from .table import ReadSpec, Table, typed_labels
-from .targets import target_task
+from .targets import table_task, target_task
 
 SAMPLE_ROWS = 1 << 16  # training rows the column types and fills are fitted on
 BUFFER_ROWS = 1 << 16  # rows an epoch's shuffle mixes at a time
-STREAMED_TASKS = ("classification", "binary")
 SPLIT_CODES = {"train": stream.TRAIN, "validation": stream.VALIDATION, "test": stream.TEST}
 
 
@@ -50,6 +49,7 @@ class StreamSource:
     classes: list[Any]
     task: str
     buffer_rows: int = BUFFER_ROWS
+    targets: TargetScaler = field(default_factory=TargetScaler)  # regression targets' scaling
 
     def codes(self, block: stream.Block) -> np.ndarray:
         positions = np.arange(block.first_row, block.first_row + block.rows)
@@ -62,7 +62,7 @@ class StreamSource:
         part = Table(table.raw.rows(keep), table.y[keep], table.features, table.source)
         x, _ = encode_features(part, self.encoder)
         y = target_task(self.task).encode(map_labels(part.y, self.cfg.label_map), self.classes, table.source, part.raw)
-        return block.first_row + keep, (self.normalizer(x) if normalized else x), y
+        return block.first_row + keep, (self.normalizer(x) if normalized else x), self.targets(y)
 
     def in_file_order(self, code: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for block in self.blocks:
@@ -112,7 +112,7 @@ class Survey:
     """The first pass: blocks counted, rows per split, the labels, training text values, a sample."""
     blocks: list[stream.Block] = field(default_factory=list)
     rows: np.ndarray = field(default_factory=lambda: np.zeros(3, np.int64))
-    labels: set = field(default_factory=set)
+    labels: set = field(default_factory=set)  # the distinct target cells (labelled tasks only)
     values: dict[int, set] = field(default_factory=dict)
     keys: np.ndarray = field(default_factory=lambda: np.empty(0))
     sample: RawColumns | None = None
@@ -120,9 +120,10 @@ class Survey:
     source: str = ""
 
 
-def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: int,
+def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: int, labelled: bool = True,
            sample_rows: int = SAMPLE_ROWS) -> Survey:
-    """One pass over the blocks in file order (memory: a block, the sample, the distinct values)."""
+    """One pass over the blocks in file order (memory: a block, the sample, the distinct values; the
+    distinct target cells when `labelled`, the loss's targets being labels)."""
     found = Survey()
     for block, table in stream.counted(path, spec, stream.blocks_of(path, spec, block_bytes)):
         found.blocks.append(block)
@@ -132,7 +133,8 @@ def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: 
         found.rows += np.bincount(codes, minlength=3)
         if table.y is None:
             raise DataError(f"{table.source}: no target column {cfg.target!r}")
-        found.labels.update(str(v) for v in np.unique(map_labels(table.y, cfg.label_map).astype(str)))
+        if labelled:
+            found.labels.update(np.unique(map_labels(table.y, cfg.label_map).astype(str)).tolist())
         train = np.flatnonzero(codes == stream.TRAIN)
         for j, cells in table.raw.text.items():
             found.values.setdefault(j, set()).update(np.unique(cells[train]).tolist())
@@ -197,25 +199,29 @@ def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | N
     """`prepare`'s result for a streamed run: the encoder, classes and normalizer fitted in two bounded
     passes; each split a `Split` of `InOrder` rows and its targets."""
     path, spec = Path(cfg.train), ReadSpec.of(cfg)
-    found = survey(path, spec, cfg, seed, block_bytes or stream.BLOCK_BYTES)
+    labelled = target_task(task).decl.labels
+    found = survey(path, spec, cfg, seed, block_bytes or stream.BLOCK_BYTES, labelled)
     if found.sample is None or not len(found.sample.x):
         raise DataError(f"{path}: no training rows left after the validation/test split")
-    rule = target_task(task)
-    classes = rule.labels(typed_labels(np.array(sorted(found.labels))), found.source)
+    cells = typed_labels(np.array(sorted(found.labels)))
+    task = table_task(task, cells) if labelled else task  # label sets make a binary loss's task multi-label
+    classes = target_task(task).labels(cells, found.source)
     encoder, notes = fit(found.sample, found.features, cfg, found.source)
     encoder = widened(encoder, found.values)
     source = StreamSource(path, spec, cfg, found.blocks, seed, encoder, Normalizer(), classes, task, BUFFER_ROWS)
     width = encoder.width or len(found.features)
     source.normalizer, targets = fitted_normalizer(source, cfg, width)
+    if not labelled and cfg.target_normalize != "none":  # as `prepare` scales them: the training targets' moments
+        source.targets = TargetScaler.fit(targets[stream.TRAIN], found.source)
     splits = {name: Split(InOrder(source, code, int(found.rows[code]), width, source.normalizer.shift.dtype),
-                          targets[code]) if found.rows[code] else None
+                          source.targets(targets[code])) if found.rows[code] else None
               for name, code in SPLIT_CODES.items()}
     notes += [f"{found.source}: streamed in {len(found.blocks)} blocks (data.stream): "
               f"{found.rows[0]:,} training, {found.rows[1]:,} validation and {found.rows[2]:,} test rows, held out by a "
               "hash of each row's position and the seed; column types and fills fitted on a sample of "
               f"{min(SAMPLE_ROWS, int(found.rows[0])):,} training rows; no checkpoints are written"]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, found.features, (width,),
-                    source.normalizer, found.source, encoder, TargetScaler(), notes, {}, task)
+                    source.normalizer, found.source, encoder, source.targets, notes, {}, task)
 
 
 def streaming(config: Any, ranks: int, fold: tuple[int, int] | None) -> bool:
@@ -246,11 +252,10 @@ def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None) -> str |
     checks = [
         (data.synthetic is not None or data.train is None, "streaming reads a training file (data.train)"),
         (suffix not in (".csv", ".parquet"), f"streaming reads a plain .csv or .parquet file, not {data.train}"),
-        (ranks > 1, f"streamed epochs run on one process for now ({ranks} ranks)"),
+        (ranks > 1 and config.distributed.strategy == "async", "distributed.strategy async is not streamed yet"),
         (fold is not None, "cross-validation is not streamed yet"),
         (data.validation is not None or data.test is not None, "held-out rows come from data.train by the hash rule; "
                                                                  "separate data.validation / data.test files are not streamed yet"),
-        (config.loss.task not in STREAMED_TASKS, f"streamed runs train classifiers for now (loss {config.loss.type})"),
         (training.class_weight is not None, "training.class_weight is not supported when streaming yet"),
         (data.shape is not None or training.augment is not None, "image rows (data.shape, training.augment) are not "
                                                                   "streamed yet"),
