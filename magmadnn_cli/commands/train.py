@@ -199,7 +199,7 @@ def validate_run(config: Config) -> list[str]:
         check_space(config.model_dump(mode="json"), config.search)
     check_tracking(config.tracking)
     with B.using(select_backend(config, SingleProcess())):
-        with looking_only():  # an image folder: listed and one image decoded, not all
+        with looking_only(check=True):  # an image folder: listed, each file checked, one image decoded
             return build(config, SingleProcess()).data.notes
 
 

@@ -16,7 +16,6 @@ from ..config.data import ImageSettings
 from ..errors import DataError
 from . import image_folder
 from .columns import RawColumns
-from .pixels import settle_eight_bit
 from .table import ReadSpec, Table
 
 
@@ -60,19 +59,13 @@ def with_image_column(table: Table, path: Path, spec: ReadSpec) -> Table:
         read = image_folder.decoded_listing(path, listing, settings, spec)
     except DataError as exc:
         raise _with_row(exc, table, files, names[0]) from None
-    keep, x, notes = read
+    keep, x = read.keep, read.x
     out = Table(RawColumns(x, {}, table.raw.row_ids[keep] if table.raw.row_ids is not None else np.flatnonzero(keep)),
                 table.y[keep] if table.y is not None else None, [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))],
                 table.source,
-                {k: v[keep] for k, v in table.kept.items()}, table.notes + notes, dict(table.settled))
-    out.settled["image"] = read_settings(settings, listing, spec)
-    settle_eight_bit(out.settled, np.uint8, x.ndim, spec.data)
+                {k: v[keep] for k, v in table.kept.items()}, table.notes + read.notes, dict(table.settled))
+    read.settle(out.settled, spec)
     return out
-
-
-def read_settings(settings: ImageSettings, listing: image_folder.Listing, spec: ReadSpec) -> ImageSettings:
-    how = image_folder.decoding(listing, settings)
-    return settings.model_copy(update={"size": list(how.size), "color": how.color})
 
 
 def _resolved(table: Table, path: Path) -> list[str]:

@@ -33,7 +33,7 @@ SKIPPED_SHOWN = 20        # skipped files listed with why
 PROGRESS_EVERY_S = 2.0    # a decode taking longer says how far it is, at most this often
 
 _progress: ContextVar[Callable[[str], None] | None] = ContextVar("image_progress", default=None)
-_looking: ContextVar[bool] = ContextVar("image_looking", default=False)
+_looking: ContextVar[str] = ContextVar("image_looking", default="")  # "look", or "check" (validate)
 
 
 @contextlib.contextmanager
@@ -48,10 +48,11 @@ def decode_progress(say: Callable[[str], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def looking_only() -> Iterator[None]:
+def looking_only(check: bool = False) -> Iterator[None]:
     """Within it (summary, validate), a folder is listed and one image decoded, not all: each sample
-    stands for the first image (same size, colours and count), nothing is cached."""
-    token = _looking.set(True)
+    stands for the first image (same size, colours and count), nothing is cached. With `check`
+    (validate) every file is also checked cheaply (`check_all`), each bad one named."""
+    token = _looking.set("check" if check else "look")
     try:
         yield
     finally:
@@ -184,30 +185,42 @@ def _first_pixels(files: list[str], how: Decoding, skip: bool) -> np.ndarray:
                     "(data.image.on_error: skip)")
 
 
-def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False,
-               progress: Callable[[int], None] = lambda done: None) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order; after the first
-    block, in `workers` processes (default: every core, where decoding here would take longer than
-    PARALLEL_AFTER_S); and the files that failed (position, why): without `skip`, the first one is
-    refused, naming it. The pixels do not depend on the number of processes."""
-    files = listing.files
-    out = np.empty((len(files), *how.shape), np.uint8)
+def in_blocks(task: Callable[..., Any], files: list[str], extra: tuple, workers: int | None) -> Iterator[Any]:
+    """`task(start, paths, *extra)` over the files in blocks of BLOCK, results in order: the first block
+    here (it times a file), the rest here or in `workers` processes (default: every core, where the rest
+    here would take longer than PARALLEL_AFTER_S). Close it (contextlib.closing) to stop the workers."""
     blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
     count = min(workers or len(os.sched_getaffinity(0)), len(blocks))
     started = time.perf_counter()
-    failed = _gathered(out, [decode_block(*blocks[0], how)], files, skip, progress)  # here first: it times a file
+    yield task(*blocks[0], *extra)
     rest = blocks[1:]
     worth = (time.perf_counter() - started) / len(blocks[0][1]) * (len(files) - len(blocks[0][1])) > PARALLEL_AFTER_S
     if count <= 1 or not rest or not (worth or workers):  # workers unset: processes only where they pay
-        decoded = (decode_block(start, paths, how) for start, paths in rest)
-        return out, failed + _gathered(out, decoded, files, skip, progress)
+        yield from (task(start, paths, *extra) for start, paths in rest)
+        return
     context = multiprocessing.get_context("spawn")  # no fork of a process holding threads or MPI
     pool = ProcessPoolExecutor(count, mp_context=context, initializer=image_decode.quiet_worker)
     try:
-        decoded = pool.map(decode_block, *zip(*rest), [how] * len(rest))
-        return out, failed + _gathered(out, decoded, files, skip, progress)
+        yield from pool.map(task, *zip(*rest), *([e] * len(rest) for e in extra))
     finally:
         pool.shutdown(cancel_futures=True)
+
+
+def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False,
+               progress: Callable[[int], None] = lambda done: None) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order (`in_blocks`), and
+    the files that failed (position, why): without `skip`, the first one is refused, naming it. The
+    pixels do not depend on the number of processes."""
+    out = np.empty((len(listing.files), *how.shape), np.uint8)
+    with contextlib.closing(in_blocks(decode_block, listing.files, (how,), workers)) as decoded:
+        return out, _gathered(out, decoded, listing.files, skip, progress)
+
+
+def check_all(listing: Listing, workers: int | None) -> list[tuple[int, str]]:
+    """The listed files that Pillow cannot read (position, why), each checked cheaply
+    (`image_decode.check`: no file decoded whole), in `in_blocks` as decoding runs."""
+    with contextlib.closing(in_blocks(image_decode.check_block, listing.files, (), workers)) as checked:
+        return [bad for _, failed in checked for bad in failed]
 
 
 def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool,
@@ -229,48 +242,81 @@ def _refuse_first(files: list[str], failed: list[tuple[int, str]], skip: bool) -
         raise _unreadable(files[where], message)
 
 
+@dataclass
+class ReadImages:
+    """Listed files read: which were kept, their pixels (N, C, H, W) in the run's float type, the notes
+    on the cache and the files skipped, and data.image resolved (the size and colours decoded)."""
+    keep: np.ndarray
+    x: np.ndarray
+    notes: list[str]
+    settings: ImageSettings
+
+    def settle(self, settled: dict[str, Any], spec: ReadSpec) -> None:
+        """What the model saves of the read (so predict decodes alike): data.image resolved, and the
+        scale 8-bit pixels get by default."""
+        settled["image"] = self.settings
+        settle_eight_bit(settled, np.uint8, self.x.ndim, spec.data)
+
+
 def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     """The images under `root`'s class folders as a table of (N, C, H, W) samples labelled by folder;
     the resolved data.image settled (validation and test folders, and predict, decode alike)."""
     listing = list_classes(root) if spec.need_target else list_images(root)
     settings = (spec.data.image if spec.data is not None else None) or ImageSettings()
-    keep, x, notes = decoded_listing(root, listing, settings, spec)
-    labels = typed_labels(np.array(listing.labels)[keep]) if spec.need_target else None
-    paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[keep]
-    table = Table(RawColumns(x), labels, [f"pixel{i}" for i in range(int(np.prod(x.shape[1:])))], str(root),
-                  kept={"path": paths}, notes=_notes(root, listing, x.shape[1:]) + notes)
-    how = decoding(listing, settings)
-    table.settled["image"] = settings.model_copy(update={"size": list(how.size), "color": how.color})
-    settle_eight_bit(table.settled, np.uint8, x.ndim, spec.data)
+    read = decoded_listing(root, listing, settings, spec)
+    labels = typed_labels(np.array(listing.labels)[read.keep]) if spec.need_target else None
+    paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[read.keep]
+    table = Table(RawColumns(read.x), labels, [f"pixel{i}" for i in range(int(np.prod(read.x.shape[1:])))],
+                  str(root), kept={"path": paths}, notes=_notes(root, listing, read.x.shape[1:]) + read.notes)
+    read.settle(table.settled, spec)
     return table
 
 
-def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec: ReadSpec
-                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The listed files decoded (N, C, H, W) in the run's float type: which files were kept, their
-    pixels, and the notes on the cache and the files skipped (`root`: the folder or table named)."""
+def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec: ReadSpec) -> ReadImages:
+    """The listed files decoded (N, C, H, W) in the run's float type (`root`: the folder or table
+    named). Within `looking_only(check=True)` (validate) every file is checked, none decoded whole."""
     if image_decode.Image is None:
         raise DataError(f"{root}: reading image files needs Pillow: pip install 'magmadnn-cli[images]' (make install "
                         "has it)")
+    skip = settings.on_error == "skip"
+    checked = _checked(root, listing, settings.workers, skip)
     how = decoding(listing, settings)
     dtype = np.dtype(spec.dtype or B.current().floatx)
     B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
                      f"{root}: {len(listing.files):,} decoded images of {how.shape}", on_host=True)
-    pixels, failed, said = _pixels(root, listing, how, settings)
+    pixels, failed, said = _pixels(root, listing, how, settings, checked)
     keep = np.ones(len(pixels), bool)
     keep[[where for where, _ in failed]] = False
-    x = np.broadcast_to(pixels[0].astype(dtype), pixels.shape) if _looking.get() else \
+    x = np.broadcast_to(pixels[0].astype(dtype), (int(keep.sum()), *how.shape)) if _looking.get() else \
         pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
-    return keep, x, [n for n in (said, _skipped(root, listing, failed) if failed else None) if n]
+    resolved = settings.model_copy(update={"size": list(how.size), "color": how.color})
+    return ReadImages(keep, x, [n for n in (said, _skipped(root, listing, failed) if failed else None) if n], resolved)
 
 
-def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings
+def _checked(root: Path, listing: Listing, workers: int | None, skip: bool) -> list[tuple[int, str]]:
+    """Validate's check of every file (`check_all`; nothing elsewhere): the files that fail, every
+    one named in one refusal without `skip`."""
+    if _looking.get() != "check":
+        return []
+    failed = check_all(listing, workers)
+    if failed and not skip:
+        if len(failed) == 1:
+            raise _unreadable(listing.files[failed[0][0]], failed[0][1])
+        raise DataError(f"{root}: {len(failed):,} of {len(listing.files):,} image files cannot be read: "
+                        f"{_listed(root, listing, failed)}. Fix or remove them (or data.image.on_error: skip)")
+    return failed
+
+
+def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings, checked: list[tuple[int, str]]
             ) -> tuple[np.ndarray, list[tuple[int, str]], str | None]:
     """The folder's uint8 pixels (from the cache where it holds them), the files that failed, and the
-    note on the cache; looking only: the first image standing for every sample."""
+    note on the cache; looking only: the first image standing for every sample (`checked`: the
+    files validate found bad)."""
     skip = settings.on_error == "skip"
     if _looking.get():
-        return np.broadcast_to(_first_pixels(listing.files, how, skip), (len(listing.files), *how.shape)), [], None
+        bad = {where for where, _ in checked}
+        first = _first_pixels([f for i, f in enumerate(listing.files) if i not in bad] or listing.files, how, skip)
+        return np.broadcast_to(first, (len(listing.files), *how.shape)), checked, None
     folder = None if is_image_file(root) or not settings.cache else \
         Path(settings.cache_dir).expanduser() if settings.cache_dir else image_cache.default_dir()
     pixels, failed, said = image_cache.decoded(
@@ -285,12 +331,17 @@ def _shown(root: Path, file: str) -> str:
     return str(root) if root.is_file() else os.path.relpath(file, root)
 
 
-def _skipped(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:
-    """The run-log line listing the files data.image.on_error: skip left out."""
+def _listed(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:
+    """The files that failed, each with why (relative to the folder or table; SKIPPED_SHOWN of them)."""
     shown = "; ".join(f"{os.path.relpath(listing.files[where], root if root.is_dir() else root.parent)}: {why}"
                       for where, why in failed[:SKIPPED_SHOWN])
-    more = f"; ... ({len(failed) - SKIPPED_SHOWN} more)" if len(failed) > SKIPPED_SHOWN else ""
-    return f"{root}: {len(failed):,} file(s) that cannot be decoded skipped (data.image.on_error: skip): {shown}{more}"
+    return shown + (f"; ... ({len(failed) - SKIPPED_SHOWN} more)" if len(failed) > SKIPPED_SHOWN else "")
+
+
+def _skipped(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:
+    """The run-log line listing the files data.image.on_error: skip left out."""
+    return (f"{root}: {len(failed):,} file(s) that cannot be decoded skipped (data.image.on_error: skip): "
+            f"{_listed(root, listing, failed)}")
 
 
 def _notes(root: Path, listing: Listing, shape: tuple[int, ...]) -> list[str]:
