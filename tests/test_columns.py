@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_cli
 from magmadnn_cli.config.data import DataConfig
-from magmadnn_cli.data.columns import RawColumns
+from magmadnn_cli.data.cells import RawColumns
 from magmadnn_cli.data.fitting import fit
 from magmadnn_cli.data.prepare import prepare
 from magmadnn_cli.errors import DataError

@@ -175,7 +175,7 @@ def test_a_cell_predict_cannot_read_gives_no_answer_not_a_wrong_one(capsys, tmp_
 
 def test_the_space_class_is_what_str_strip_removes():
     import re
-    from magmadnn_cli.training.onnx_cells import SPACE
+    from magmadnn_cli.data.onnx_cells import SPACE
     python = re.sub(r"\\x\{([0-9A-F]+)\}", lambda m: f"\\U{int(m.group(1), 16):08X}", SPACE)  # RE2's \x{..}
     matched = {i for i in range(0x110000) if re.fullmatch(python, chr(i))}
     assert matched == {i for i in range(0x110000) if chr(i).isspace()}

@@ -34,10 +34,10 @@ def _config(tmp_path, data: str = "", training: str = "epochs: 3, checkpoint: fa
 
 def _legacy_fill(monkeypatch) -> None:
     """The earlier default: auto filled a category's missing cells with its most frequent value."""
-    from magmadnn_cli.data import fitting
-    real = fitting._fill
-    monkeypatch.setattr(fitting, "_fill", lambda column, raw, j, missing, strategy, *rest: real(
-        column, raw, j, missing, "most_frequent" if strategy == "auto" else strategy, *rest))
+    from magmadnn_cli.data.column_kinds import CategoryForm
+    real = CategoryForm.most_frequent
+    monkeypatch.setattr(CategoryForm, "most_frequent", lambda self, column, cells, strategy: real(
+        self, column, cells, "most_frequent" if strategy == "auto" else strategy))
 
 
 def test_missing_cells_are_a_category_of_their_own_and_said_so(tmp_path):

@@ -77,8 +77,8 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
 def _inputs_caption(encoder: ColumnEncoder | None, shown: int = 12) -> str:
     """'inputs: color 3 (category), listed 5 (date); 4 number columns': where the input's width
     comes from, when some column encodes into more (or other) than one number."""
-    columns = [c for c in encoder.columns if c.kind != "constant"] if encoder is not None else []
-    wide = [c for c in columns if c.kind != "number" or c.width != 1]
+    columns = encoder.inputs() if encoder is not None else []
+    wide = [c for c in columns if c.form.declaration.cell != "number" or c.width != 1]
     if not wide:
         return ""
     plain = len(columns) - len(wide)

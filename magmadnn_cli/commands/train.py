@@ -17,7 +17,7 @@ import yaml
 from ..config.loading import seeded
 from ..config.schema import Config
 from ..core import backend as B
-from ..data.fitting import own_missing_category
+from ..data.column_kinds import own_missing_category
 from ..data.image_folder import decode_progress, looking_only
 from ..data.prepare import Prepared
 from ..distributed import Communicator, SingleProcess

@@ -9,8 +9,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from .base import PositiveFloat, Strict, UnitFloat, problem_at
+from .column_kinds import DECLARED, kinds_said
 
-ColumnKind = Literal["number", "category", "boolean", "date", "ignore", "image"]
+ColumnKind = Literal[DECLARED]  # type: ignore[valid-type]  # the declared kinds, config/column_kinds.py
 MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
 
 
@@ -65,10 +66,7 @@ class ImageSettings(Strict):
 
 class ColumnSpec(Strict):
     """One feature column's type and missing-value handling (unset: inferred / data.missing_values)."""
-    type: ColumnKind | None = Field(None, description="number | category (one-hot) | boolean | date (year, month, "
-                                    "day, weekday, day of year, hour) | ignore | image (paths of image files, relative "
-                                    "to the table, decoded by data.image: the samples); default: inferred from the "
-                                    "training rows")
+    type: ColumnKind | None = Field(None, description=f"{kinds_said()}; default: inferred from the training rows")
     missing: MissingStrategy | None = Field(None, description="how missing cells are filled (default: "
                                             "data.missing_values)")
     fill_value: Union[float, str, None] = Field(None, description="the value for missing: constant")
@@ -99,8 +97,8 @@ class DataConfig(Strict):
     names: list[str] | None = Field(None, min_length=1, description="the CSV has no header row: these are its "
                                     "column names, in order (e.g. UCI .data files)")
     columns: dict[str, Union[ColumnKind, ColumnSpec]] = Field(
-        default_factory=dict, description="per column: a type (number, category, boolean, ignore) or "
-                                          "{type, missing, fill_value, indicator}; the rest are inferred")
+        default_factory=dict, description=f"per column: a type ({', '.join(DECLARED)}) or "
+                                          "{type, missing, fill_value, indicator, embedding}; the rest are inferred")
     missing_values: MissingStrategy = Field(
         "auto", description="missing cells (blank, NA, N/A, NaN, null, None, ?): auto = median for numbers, a "
                             "category of their own ('(missing)') for categories, most frequent for booleans; error "

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .. import signals
-from .columns import MISSING
+from .cells import MISSING
 from .csv_reader import CsvFormat
 from .text_source import DECOMPRESSORS, READ_ERRORS, ReadBound, is_stream, stream_bytes
 

@@ -112,6 +112,6 @@ def _shares(codes: np.ndarray, parts: dict[str, np.ndarray], k: int) -> str:
 def unseen_note(unseen: dict[str, Counter], source: str, encoder: ColumnEncoder) -> str | None:
     if not unseen:
         return None
-    known = {c.name: list(c.categories) for c in encoder.columns if c.kind == "category"}
+    known = {c.name: list(c.categories) for c in encoder.columns if c.categories}
     return (f"{source}: categories not seen in training, encoded as all zeros: {unseen_categories(unseen, known)} "
             "(data.unseen_categories: error, or --strict, refuses them)")

@@ -21,7 +21,7 @@ from ..config import names as config_names
 from ..core import backend as B
 from . import dates
 from ..errors import DataError
-from .columns import RawColumns, refuse_duplicate_names
+from .cells import RawColumns, refuse_duplicate_names
 from .text_source import DECOMPRESSORS, READ_ERRORS, check_file
 from .csv_reader import text_too_large
 from .numbers import typed_cells

@@ -18,7 +18,7 @@ from .. import signals
 from ..config.names import FORMATS
 from ..core import backend as B
 from ..errors import DataError
-from .columns import is_missing, is_number, refuse_duplicate_names
+from .cells import is_missing, is_number, refuse_duplicate_names
 from .numbers import OffStyle, detect_style, is_plain, two_way_cells, typed_cells
 from .text_source import READ_ERRORS, ReadBound, binary_error, check_file, is_stream, marked_encoding, open_text
 

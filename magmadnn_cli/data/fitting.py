@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections import Counter
-from typing import Any
 
 import numpy as np
 
+from ..config.column_kinds import kind_named
 from ..config.data import ColumnSpec, DataConfig
 from ..errors import DataError
 from . import dates
 from .classes import category_twins
-from .columns import FALSE, TRUE, Column, ColumnEncoder, RawColumns, booleans_in, canonical, dates_in, is_missing, \
-    is_number, numbers_in, said_as_written, shortest, spellings, stray_cells, UnreadableCells
+from .cells import RawColumns, UnreadableCells, canonical, is_missing, is_number, stray_cells
+from .column_kinds import INFERRED, Training, own_missing_category, present_categories
+from .columns import Column, ColumnEncoder
 
 
 def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tuple[ColumnEncoder, list[str]]:
@@ -34,7 +34,7 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
             unreadable.append(exc)
             continue
         if spec.type is None and column.kind != "number":
-            inferred[name] = _described(column, raw.cells(j) if column.kind == "boolean" else None)
+            inferred[name] = _described(column, raw.cells(j))
             if column.kind == "category":
                 sparse.append(_category_warning(name, present_categories(column), len(raw.x) - missing))
         elif spec.type is None and j not in raw.text and cfg.shape is None:
@@ -56,14 +56,11 @@ def fit(raw: RawColumns, names: list[str], cfg: DataConfig, source: str) -> tupl
 
 def column_strategy(own: str | None, table_wide: str, kind: str) -> str:
     """How a column's missing cells are filled: its own data.columns setting, else data.missing_values
-    (a table-wide mean or median is for the columns of numbers and dates: the others take their most
-    frequent value)."""
-    if own is None and table_wide in ("mean", "median") and kind in ("category", "boolean"):
+    (a table-wide mean or median is for the kinds it averages, numbers and dates: the others take their
+    most frequent value)."""
+    if own is None and table_wide in ("mean", "median") and not kind_named(kind).averaged:
         return "most_frequent"
     return own or table_wide
-
-
-MISSING_CATEGORY = "(missing)"  # auto's fill of a category column with missing training cells
 
 
 def fill_name(strategy: str, column: Column) -> str:
@@ -71,21 +68,9 @@ def fill_name(strategy: str, column: Column) -> str:
     if strategy == "auto" and own_missing_category(column):
         return "a category of its own"
     if strategy in ("auto", "error"):
-        strategy = "median" if column.kind in ("number", "date") else "most_frequent"
-    return {"median": "median date" if column.kind == "date" else "median", "mean": "mean",
+        strategy = "median" if column.form.declaration.averaged else "most_frequent"
+    return {"median": column.form.median_name, "mean": "mean",
             "most_frequent": "most frequent value", "constant": "constant"}[strategy]
-
-
-def present_categories(column: Column) -> list[str]:
-    """A category column's values as the training cells hold them (its missing category left out)."""
-    own = own_missing_category(column)
-    return [c for c in column.categories if not (own and c == column.fill)]
-
-
-def own_missing_category(column: Column) -> bool:
-    """Whether a category column's fill is auto's category for missing cells ('(missing)', or
-    '(missing 2)' where the data holds a '(missing)')."""
-    return column.kind == "category" and re.fullmatch(r"\(missing( \d+)?\)", str(column.fill)) is not None
 
 
 def _filled_with(strategy: str, column: Column) -> str:
@@ -97,14 +82,10 @@ def _filled_with(strategy: str, column: Column) -> str:
     return f"the constant {column.fill!r}" if how == "constant" else f"the training rows' {how}"
 
 
-def _described(column: Column, cells: np.ndarray | None = None) -> str:
+def _described(column: Column, cells: np.ndarray) -> str:
     """'name (kind, what it holds)': an inferred type, for the run log (a boolean's words as its
     training `cells` write them)."""
-    blanks = " and blanks" if own_missing_category(column) else ""
-    held = (f", {len(present_categories(column))} values{blanks}" if column.kind == "category"
-            else f": {said_as_written(cells)}" if cells is not None
-            else f"{_written(column)}: {', '.join(column.values())}" if column.kind == "date" else "")
-    return f"{column.name} ({column.kind}{held})"
+    return f"{column.name} ({column.kind}{column.form.held(column, cells)})"
 
 
 def typed(name: str, kind: str) -> str:
@@ -112,11 +93,6 @@ def typed(name: str, kind: str) -> str:
     spell (empty, or holding dots, colons, quotes or brackets)."""
     plain = name and name == name.strip() and not re.search(r"[.:'\"{}\[\],#]", name)
     return f"data.columns.{name}: {kind}" if plain else f"data.columns: {{{name!r}: {kind}}}"
-
-
-def _written(column: Column) -> str:
-    """', written '%Y/%m/%d'' for a date column read in a format other than ISO 8601."""
-    return f", written {column.date_format!r}" if column.date_format else ""
 
 
 def _notes(inferred: list[str], constant: list[str], imputed: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
@@ -178,37 +154,8 @@ def _fit_column(raw: RawColumns, j: int, name: str, cfg: DataConfig, spec: Colum
     indicator = spec.indicator if spec.indicator is not None else cfg.missing_indicator and missing.any()
     column = Column(name, kind, indicator=bool(indicator), date_format=date_format if kind == "date" else "",
                     embedding=spec.embedding or 0 if kind == "category" else 0)
-    if kind == "date":
-        return _fit_date(column, raw, j, missing, strategy, spec.fill_value, source), int(missing.sum())
-    fast_median = kind == "number" and strategy in ("auto", "median") and j not in raw.text
-    column.fill = median if fast_median else _fill(column, raw, j, missing, strategy, spec.fill_value, source)
-    if kind == "category":
-        present = set(canonical(raw.cells(j)[~missing]).tolist())
-        column.categories = sorted(present | ({str(column.fill)} if missing.any() else set()))
+    column.form.fit(column, Training(raw, j, missing, source, median), strategy, spec.fill_value)
     return column, int(missing.sum())
-
-
-def _fit_date(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
-              source: str) -> Column:
-    """A date column's fill (the training dates' median, mean, most frequent or the constant) and
-    whether its cells hold times of day."""
-    present = dates_in(raw.cells(j)[~missing], raw.rows(np.flatnonzero(~missing)), column, source)
-    column.time_of_day = dates.has_time(present)
-    if strategy == "constant":
-        value = dates.parse(str(constant), column.date_format)
-        if value is None:
-            raise DataError(f"data.columns.{column.name}.fill_value: {constant!r} is not a date (the column holds dates)")
-        column.fill = str(constant)
-    elif strategy == "most_frequent" and present.size:
-        uniques, counts = np.unique(present, return_counts=True)
-        column.fill = dates.iso(float(uniques[counts.argmax()]))
-    elif present.size:
-        column.fill = dates.iso(float(present.mean() if strategy == "mean" else np.median(present)))
-    else:
-        column.fill = dates.iso(0.0)
-    if column.date_format and strategy != "constant":  # the fill is parsed like a cell of the column
-        column.fill = dates.EPOCH.fromisoformat(column.fill).strftime(column.date_format)
-    return column
 
 
 def _medians(x: np.ndarray) -> list[float]:
@@ -242,12 +189,10 @@ def _inferred(raw: RawColumns, j: int, name: str, source: str, date_format: str 
     cells = raw.text[j]
     present = ~is_missing(cells)
     values = np.unique(cells[present])
-    if dates.all_dates(values, date_format):
-        return "date", date_format
-    if not date_format and (found := dates.only_format(values)):
-        return "date", found
-    if len(values) and np.isin(np.char.lower(np.char.strip(values.astype(str))), TRUE + FALSE).all():
-        return "boolean", ""
+    for form in INFERRED:  # dates, then booleans
+        found = form.infers(values, date_format)
+        if found is not None:
+            return form.declaration.name, found
     return _category_unless_numbers(raw, j, name, source, present, values), ""
 
 
@@ -354,35 +299,3 @@ def _thousands_hint(texts: list[str]) -> str:
     decimal = " (and data.decimal: ',' if a comma marks the decimals)" if any("," in t for t in found) else ""
     return (f"they look like numbers with {separator!r} between thousands, e.g. {example!r}: set data.thousands: "
             f"{YAML_SPELLING[separator]}{decimal} to read them as numbers")
-
-
-def _fill(column: Column, raw: RawColumns, j: int, missing: np.ndarray, strategy: str, constant: Any,
-          source: str) -> Any:
-    """The value for missing cells, from the training rows' present ones."""
-    if strategy == "constant":
-        if column.kind == "number" and not is_number(str(constant)):
-            raise DataError(f"data.columns.{column.name}.fill_value: {constant!r} is not a number (the column is "
-                            "typed number)")
-        return float(constant) if column.kind == "number" else shortest(str(constant))
-    if column.kind == "number":
-        values = raw.x[:, j] if j not in raw.text else numbers_in(raw, j, column.name, source)
-        present = values[~np.isnan(values)]
-        if strategy == "mean" and present.size:
-            return float(present.mean())
-        if strategy == "most_frequent" and present.size:
-            uniques, counts = np.unique(present, return_counts=True)
-            return float(uniques[counts.argmax()])
-        return float(np.median(present)) if present.size else 0.0
-    if strategy in ("mean", "median"):
-        raise DataError(f"data.columns.{column.name}: missing: {strategy} needs numbers; the column is a "
-                        f"{column.kind}: use most_frequent or constant")
-    cells = raw.cells(j)
-    if column.kind == "boolean":
-        flags = booleans_in(np.where(missing, "false", cells), raw, column.name, source)[~missing]
-        true, false = spellings(cells)  # the most frequent side, in its most frequent spelling
-        return (true or ["true"])[0] if flags.sum() * 2 >= len(flags) and len(flags) else (false or ["false"])[0]
-    counts = Counter(canonical(cells[~missing]).tolist())
-    if strategy == "auto" and column.kind == "category" and missing.any():
-        return next(name for k in range(1, len(counts) + 2)
-                    if (name := MISSING_CATEGORY if k == 1 else f"(missing {k})") not in counts)
-    return min(counts, key=lambda c: (-counts[c], c)) if counts else "missing"

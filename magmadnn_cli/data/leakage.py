@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config.tasks import task_named
-from .columns import RawColumns
+from .cells import RawColumns
 
 ROWS = 20       # fewer training rows say nothing
 WIDEST = 200    # columns checked at most (image-like tables are not checked)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import signals
-from .columns import is_missing, is_number
+from .cells import is_missing, is_number
 
 
 

@@ -16,7 +16,8 @@ import numpy as np
 from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
-from .columns import ColumnEncoder, RawColumns
+from .cells import RawColumns
+from .columns import ColumnEncoder
 from .fitting import fit
 from .classes import case_variants, rare_classes, unseen_note
 from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies

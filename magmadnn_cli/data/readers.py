@@ -19,7 +19,7 @@ from ..errors import DataError
 from ..files import load_npz
 from .arrow_csv import StreamFailed, read_typed, stream_cells
 from .columnar import SUFFIXES, batch_table, column_names, columnar_chunks, read_columnar, sliced
-from .columns import RawColumns
+from .cells import RawColumns
 from .csv_reader import CsvFormat, csv_header, iter_csv_chunks, parse_cells, parse_rows
 from .text_source import STDIN, check_file, is_stream
 from .image_folder import is_image_file, read_image_folder

@@ -14,7 +14,7 @@ import numpy as np
 from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
-from .columns import MissingTokens, RawColumns, is_missing
+from .cells import MissingTokens, RawColumns, is_missing
 from .csv_reader import CsvFormat, detect, with_number_style
 from .text_source import ReadBound
 

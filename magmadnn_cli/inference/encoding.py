@@ -84,7 +84,7 @@ def _filled_cells(table: Table, saved: SavedModel, strict: bool, tally: dict[str
                         f"cell; {why}")
     for name, mask in masks.items():
         tally["filled"][name] = tally["filled"].get(name, 0) + int(mask.sum())
-    inputs = [c.name for c in saved.encoder.columns if c.kind != "constant"]
+    inputs = [c.name for c in saved.encoder.inputs()]
     if inputs and all(name in masks for name in inputs):  # rows of blanks (a spreadsheet's trailing rows)
         empty = np.flatnonzero(np.logical_and.reduce([masks[name] for name in inputs]))
         tally["empty"] += [raw.row(int(i)) for i in empty[:EMPTY_SHOWN - len(tally["empty"])]]

@@ -14,19 +14,16 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import __version__
-from ..data.columns import Column, MissingTokens
-from ..data import dates
+from ..data.cells import MissingTokens
 from ..errors import MagmaError
 from ..nn.embedding import ColumnEmbeddings
 from ..nn.layers import build_layers
 from ..data.targets import target_task
 from .modelfile import SavedModel
-from .onnx_cells import boolean, number_tokens, one_hot, text_missing
+from ..data.onnx_cells import number_tokens
 
 OPSET = 17  # the lowest opset of any graph
 TEXT_OPSET = 20  # a graph that reads text cells (categories, booleans): RegexFullMatch
-DATE_INPUT = ("a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time as written (a UTC offset or Z "
-              "dropped, not applied, as predict reads it; NaN: missing)")
 OUTPUTS = ("probabilities", "label", "prediction")
 
 
@@ -104,7 +101,7 @@ class Graph:
 
 def required_opset(saved: SavedModel) -> int:
     """The lowest opset the graph of `saved` can be written in."""
-    return TEXT_OPSET if any(c.kind in ("category", "boolean") for c in saved.encoder.columns) else OPSET
+    return TEXT_OPSET if any(c.form.declaration.cell == "text" for c in saved.encoder.columns) else OPSET
 
 
 def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
@@ -112,7 +109,7 @@ def build(saved: SavedModel, file_columns: list[str] | None, opset: int) -> Any:
     `features` input's columns when every used column is a number (`export.input_columns`, from the
     model file alone), None for arrays."""
     g = Graph()
-    g.name_inputs([c.name for c in saved.encoder.columns if c.kind != "constant"])
+    g.name_inputs([c.name for c in saved.encoder.inputs()])
     if opset > g.onnx.defs.onnx_opset_version():
         raise MagmaError(f"--opset {opset}: the onnx package here (version {g.onnx.__version__}) knows opsets up to "
                          f"{g.onnx.defs.onnx_opset_version()}; give one of them (a runtime may know fewer)")
@@ -143,24 +140,23 @@ def _input_columns(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
     """What each input holds: {input: column} for one input per column, {'features': [columns]} for one
     matrix of them (None: arrays or images, as read)."""
     if _per_column(saved):
-        return {g.inputs_of[c.name]: c.name for c in saved.encoder.columns if c.kind != "constant"}
+        return {g.inputs_of[c.name]: c.name for c in saved.encoder.inputs()}
     return {"features": file_columns}
 
 
 def _per_column(saved: SavedModel) -> bool:
     """Whether the graph takes one input per column (text or dates among them), not one matrix."""
-    return not all(c.kind in ("number", "constant") for c in saved.encoder.columns)
+    return any(c.form.declaration.cell not in ("number", "") for c in saved.encoder.columns)
 
 
 # -- inputs and preprocessing -----------------------------------------------------------------------
 def _inputs(g: Graph, saved: SavedModel, file_columns: list[str] | None) -> str:
     """The encoded, normalized feature matrix (N, width) from the graph's inputs."""
-    columns = saved.encoder.columns
     if not _per_column(saved):
         encoded = _number_matrix(g, saved, file_columns)
     else:
         tokens = MissingTokens.of(saved.config.data.missing_tokens)
-        encoded = g.op("Concat", *(_column(g, c, tokens) for c in columns if c.kind != "constant"), axis=1)
+        encoded = g.op("Concat", *(c.form.onnx(g, c, tokens) for c in saved.encoder.inputs()), axis=1)
     return _normalize(g, saved, encoded)
 
 
@@ -179,7 +175,7 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
         used = [where[name] for name in saved.features]
         return "features" if used == list(range(len(file_columns))) else \
             g.op("Gather", "features", g.const(used, "used", np.int64), axis=1)
-    columns = [c for c in saved.encoder.columns if c.kind != "constant"]
+    columns = saved.encoder.inputs()
     picked = g.op("Gather", "features", g.const([where[c.name] for c in columns], "used", np.int64), axis=1)
     picked = number_tokens(g, picked, MissingTokens.of(saved.config.data.missing_tokens))
     fills = g.const([[float(c.fill) for c in columns]], "fill")
@@ -194,74 +190,6 @@ def _number_matrix(g: Graph, saved: SavedModel, file_columns: list[str] | None) 
         if column.indicator:
             parts.append(g.op("Cast", g.op("Gather", missing, index, axis=1), to=float_))
     return g.op("Concat", *parts, axis=1)
-
-
-def _column(g: Graph, column: Column, tokens: MissingTokens) -> str:
-    """One column's encoded block from its own input: float32 numbers (NaN or a number token missing),
-    or the raw text of a category or boolean cell (missing: a reader's token or one of `tokens`)."""
-    tensor = g.onnx.TensorProto
-    if column.kind == "date":
-        return _date(g, column)
-    text = column.kind != "number"
-    cells = g.input(column.name, tensor.STRING if text else tensor.FLOAT,
-                    "the cell's text" if text else "float32 (NaN: missing)")
-    if not text:
-        values = number_tokens(g, cells, tokens)
-        missing = g.op("IsNaN", values)
-        block = g.op("Where", missing, g.const([[float(column.fill)]], "fill"), values)
-    else:
-        missing = text_missing(g, cells, tokens)
-        filled = g.op("Where", missing, g.const([[str(column.fill)]], "fill", None), cells)
-        block = boolean(g, filled) if column.kind == "boolean" else one_hot(g, filled, column.categories)
-        block = _code(g, block, len(column.categories)) if column.embedding else block
-    if not column.indicator:
-        return block
-    return g.op("Concat", block, g.op("Cast", missing, to=tensor.FLOAT), axis=1)
-
-
-def _code(g: Graph, hot: str, categories: int) -> str:
-    """An embedded column's category code from its one-hot row: sum(k * hot_k) + sum(hot) - 1 (-1:
-    unseen, as `predict` encodes it)."""
-    ranks = g.const(np.arange(categories, dtype=np.float32).reshape(-1, 1), "ranks")
-    hits = g.op("ReduceSum", hot, g.const([1], "axis", np.int64), keepdims=1)
-    return g.op("Sub", g.op("Add", g.op("MatMul", hot, ranks), hits), g.const(np.float32(1.0), "one"))
-
-
-def _date(g: Graph, column: Column) -> str:
-    """A date column from a float64 input of seconds since 1970-01-01 (wall-clock time as written, its
-    UTC offset dropped, as `dates.parse` reads a cell; NaN missing):
-    year, month, day, weekday, day of year (and hour), by Hinnant's days-to-civil arithmetic."""
-    cells = g.input(column.name, g.onnx.TensorProto.DOUBLE, DATE_INPUT)
-    c = lambda value: g.const(float(value), "k", np.float64)  # noqa: E731
-    floor_div = lambda a, b: g.op("Floor", g.op("Div", a, c(b)))  # noqa: E731
-    missing = g.op("IsNaN", cells)
-    fill = (dates.seconds(np.array([str(column.fill)]), column.date_format))[0]
-    secs = g.op("Where", missing, c(fill), cells)
-    days = floor_div(secs, dates.DAY)
-    era = floor_div(g.op("Add", days, c(719468)), 146097)
-    doe = g.op("Sub", g.op("Add", days, c(719468)), g.op("Mul", era, c(146097)))
-    yoe = floor_div(g.op("Add", g.op("Sub", g.op("Sub", doe, floor_div(doe, 1460)), floor_div(doe, 146096)),
-                         floor_div(doe, 36524)), 365)
-    doy = g.op("Sub", doe, g.op("Sub", g.op("Add", g.op("Mul", yoe, c(365)), floor_div(yoe, 4)), floor_div(yoe, 100)))
-    mp = floor_div(g.op("Add", g.op("Mul", doy, c(5)), c(2)), 153)
-    day = g.op("Add", g.op("Sub", doy, floor_div(g.op("Add", g.op("Mul", mp, c(153)), c(2)), 5)), c(1))
-    march_on = g.op("Less", mp, c(10))
-    month = g.op("Where", march_on, g.op("Add", mp, c(3)), g.op("Sub", mp, c(9)))
-    year = g.op("Add", g.op("Add", yoe, g.op("Mul", era, c(400))), g.op("Cast", g.op("Not", march_on),
-                                                                          to=g.onnx.TensorProto.DOUBLE))
-    shifted = g.op("Add", days, c(3))
-    weekday = g.op("Sub", shifted, g.op("Mul", floor_div(shifted, 7), c(7)))
-    # day of the year: days since this year's March 1 (doy), from January 1 (59 days before, 60 in a leap year)
-    leap = g.op("Sub", g.op("Add", g.op("Sub", floor_div(year, 4), floor_div(year, 100)), floor_div(year, 400)),
-                g.op("Add", g.op("Sub", floor_div(g.op("Sub", year, c(1)), 4), floor_div(g.op("Sub", year, c(1)), 100)),
-                     floor_div(g.op("Sub", year, c(1)), 400)))
-    yearday = g.op("Where", march_on, g.op("Add", g.op("Add", doy, c(60)), leap), g.op("Sub", doy, c(305)))
-    parts = [year, month, day, weekday, yearday]
-    if column.time_of_day:
-        parts.append(g.op("Div", g.op("Sub", secs, g.op("Mul", days, c(dates.DAY))), c(3600)))
-    if column.indicator:
-        parts.append(g.op("Cast", missing, to=g.onnx.TensorProto.DOUBLE))
-    return g.op("Cast", g.op("Concat", *parts, axis=1), to=g.onnx.TensorProto.FLOAT)
 
 
 def _normalize(g: Graph, saved: SavedModel, encoded: str) -> str:

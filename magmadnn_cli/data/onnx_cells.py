@@ -2,7 +2,7 @@
 (Python's whole str.isspace set), missing words in any case (RE2 `RegexFullMatch`, opset 20), number
 tokens by value, booleans, and categories one-hot (one CategoryMapper lookup unless a cell must be
 stripped); codes compared as numbers within a double's range, written in any script's digits
-('٢', '२', '２' are 2 to float(), so to `predict`). Built on `onnx_graph.Graph`."""
+('٢', '२', '２' are 2 to float(), so to `predict`). Built on `training/onnx_graph.Graph`; each column kind's form (`column_kinds.py`) is made of them."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import math
 import sys
 import unicodedata
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..data.columns import FALSE, MISSING, TRUE, MissingTokens
+from . import dates
+from .cells import FALSE, MISSING, TRUE, MissingTokens
 
-if TYPE_CHECKING:
-    from .onnx_graph import Graph
+Graph = Any  # training/onnx_graph.Graph: the builder every column kind's ONNX form writes into
 
+DATE_INPUT = ("a date: float64 seconds since 1970-01-01 00:00 of its wall-clock time as written (a UTC offset or Z "
+              "dropped, not applied, as predict reads it; NaN: missing)")
 # what Python's str.strip() removes (str.isspace), as an RE2 character class
 SPACE_CHAR = r"[\t-\r\x{1C}-\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
 SPACE = SPACE_CHAR + "*"
@@ -189,3 +191,48 @@ def _as_number(category: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+def category_code(g: Graph, hot: str, categories: int) -> str:
+    """An embedded column's category code from its one-hot row: sum(k * hot_k) + sum(hot) - 1 (-1:
+    unseen, as `predict` encodes it)."""
+    ranks = g.const(np.arange(categories, dtype=np.float32).reshape(-1, 1), "ranks")
+    hits = g.op("ReduceSum", hot, g.const([1], "axis", np.int64), keepdims=1)
+    return g.op("Sub", g.op("Add", g.op("MatMul", hot, ranks), hits), g.const(np.float32(1.0), "one"))
+
+
+def date_parts(g: Graph, column: Any) -> str:
+    """A date column from a float64 input of seconds since 1970-01-01 (wall-clock time as written, its
+    UTC offset dropped, as `dates.parse` reads a cell; NaN missing):
+    year, month, day, weekday, day of year (and hour), by Hinnant's days-to-civil arithmetic."""
+    cells = g.input(column.name, g.onnx.TensorProto.DOUBLE, DATE_INPUT)
+    c = lambda value: g.const(float(value), "k", np.float64)  # noqa: E731
+    floor_div = lambda a, b: g.op("Floor", g.op("Div", a, c(b)))  # noqa: E731
+    missing = g.op("IsNaN", cells)
+    fill = (dates.seconds(np.array([str(column.fill)]), column.date_format))[0]
+    secs = g.op("Where", missing, c(fill), cells)
+    days = floor_div(secs, dates.DAY)
+    era = floor_div(g.op("Add", days, c(719468)), 146097)
+    doe = g.op("Sub", g.op("Add", days, c(719468)), g.op("Mul", era, c(146097)))
+    yoe = floor_div(g.op("Add", g.op("Sub", g.op("Sub", doe, floor_div(doe, 1460)), floor_div(doe, 146096)),
+                         floor_div(doe, 36524)), 365)
+    doy = g.op("Sub", doe, g.op("Sub", g.op("Add", g.op("Mul", yoe, c(365)), floor_div(yoe, 4)), floor_div(yoe, 100)))
+    mp = floor_div(g.op("Add", g.op("Mul", doy, c(5)), c(2)), 153)
+    day = g.op("Add", g.op("Sub", doy, floor_div(g.op("Add", g.op("Mul", mp, c(153)), c(2)), 5)), c(1))
+    march_on = g.op("Less", mp, c(10))
+    month = g.op("Where", march_on, g.op("Add", mp, c(3)), g.op("Sub", mp, c(9)))
+    year = g.op("Add", g.op("Add", yoe, g.op("Mul", era, c(400))), g.op("Cast", g.op("Not", march_on),
+                                                                          to=g.onnx.TensorProto.DOUBLE))
+    shifted = g.op("Add", days, c(3))
+    weekday = g.op("Sub", shifted, g.op("Mul", floor_div(shifted, 7), c(7)))
+    # day of the year: days since this year's March 1 (doy), from January 1 (59 days before, 60 in a leap year)
+    leap = g.op("Sub", g.op("Add", g.op("Sub", floor_div(year, 4), floor_div(year, 100)), floor_div(year, 400)),
+                g.op("Add", g.op("Sub", floor_div(g.op("Sub", year, c(1)), 4), floor_div(g.op("Sub", year, c(1)), 100)),
+                     floor_div(g.op("Sub", year, c(1)), 400)))
+    yearday = g.op("Where", march_on, g.op("Add", g.op("Add", doy, c(60)), leap), g.op("Sub", doy, c(305)))
+    parts = [year, month, day, weekday, yearday]
+    if column.time_of_day:
+        parts.append(g.op("Div", g.op("Sub", secs, g.op("Mul", days, c(dates.DAY))), c(3600)))
+    if column.indicator:
+        parts.append(g.op("Cast", missing, to=g.onnx.TensorProto.DOUBLE))
+    return g.op("Cast", g.op("Concat", *parts, axis=1), to=g.onnx.TensorProto.FLOAT)
