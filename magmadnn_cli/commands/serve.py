@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import parse_qsl
 
 import numpy as np
 
-from ..data.writers import write_rows
+from ..data.writers import Columns, write_rows
 from ..errors import MagmaError
 from ..inference import Predictor
 from ..training.run_folder import RunFolder
@@ -54,7 +55,7 @@ def serve(model_path: Path, host: str = "127.0.0.1", port: int = 8080, max_batch
     service = Service(model, max_batch_rows, max_wait_ms / 1000, metrics)
     sock = _listen(host, port)
     server = _server_class(uvicorn)(uvicorn.Config(app(service, limits), log_level="warning", access_log=False,
-                                                   lifespan="off", timeout_graceful_shutdown=timeout_s + 5))
+                                                   lifespan="off", proxy_headers=False, timeout_graceful_shutdown=timeout_s + 5))
     where = sock.getsockname()
     url = f"http://{'[' + where[0] + ']' if ':' in where[0] else where[0]}:{where[1]}"
     if host not in LOCAL:
@@ -146,17 +147,18 @@ class BodyTooLarge(Exception):
     pass
 
 
+PREDICT = ("/predict", "/invocations")
+
+
 def app(service: Service, limits: Limits) -> Any:
-    """The FastAPI app, inside `Guard` (token, body size, metrics)."""
-    from fastapi import FastAPI, Request
+    """The ASGI app: `Guard` (token, body size, metrics) around `Predictions`, which answers POST
+    /predict and /invocations itself and hands every other path to a FastAPI app (GET /health,
+    /ready, /metadata, /metrics; 404 for the rest)."""
+    from fastapi import FastAPI
     from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
     api = FastAPI(title="magmadnn serve", docs_url=None, redoc_url=None, openapi_url=None, **_no_telemetry(FastAPI))
     described = metadata(service.model)
-
-    @api.exception_handler(BodyTooLarge)
-    async def too_large(request: Request, exc: BodyTooLarge) -> Response:
-        return _error(413, _too_large(limits))
 
     @api.get("/health")
     async def health() -> Response:
@@ -175,10 +177,7 @@ def app(service: Service, limits: Limits) -> Any:
     async def metrics() -> Response:
         return PlainTextResponse(service.metrics.text(), media_type="text/plain; version=0.0.4")
 
-    predict = _predict_endpoint(service, limits)
-    api.post("/predict")(predict)
-    api.post("/invocations")(predict)
-    return Guard(api, service.metrics, limits)
+    return Guard(Predictions(api, service, limits), service.metrics, limits)
 
 
 def _no_telemetry(fastapi: Any) -> dict[str, Any]:
@@ -190,29 +189,57 @@ def _no_telemetry(fastapi: Any) -> dict[str, Any]:
     return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
 
 
-def _predict_endpoint(service: Service, limits: Limits) -> Any:
-    """POST /predict and /invocations: a request's rows answered by the model's thread, within the time
-    limit; every error is an answer (the server goes on)."""
-    from fastapi import Request
-    from fastapi.responses import Response
-    model = service.model
+class Predictions:
+    """POST /predict and /invocations answered at the ASGI layer (a router and its middleware cost
+    more than the model on a single row); any other request goes to `inner` (FastAPI). A request's
+    rows are answered by the model's thread within the time limit; every error is an answer."""
 
-    async def predict(request: Request) -> Response:
-        proba = request.query_params.get("proba", "false").lower() in ("true", "1", "yes")
-        if proba and model.task == "regression":
-            return _error(422, "proba=true gives class probabilities; this is a regression model (leave it out)")
-        body = await request.body()
-        content_type = request.headers.get("content-type", "")
+    def __init__(self, inner: Any, service: Service, limits: Limits) -> None:
+        self.inner, self.service, self.limits = inner, service, limits
+        model = service.model
+        self.columns = {proba: model.columns(proba) for proba in (False, True)}
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] not in PREDICT:
+            await self.inner(scope, receive, send)
+        elif scope["method"] != "POST":
+            await _reply(send, 405, f"{scope['path']} takes POST (a body of rows)", [(b"allow", b"POST")])
+        else:
+            await _reply(send, *await self._answer(scope, receive))
+
+    async def _answer(self, scope: dict, receive: Callable) -> tuple[int, Any, list]:
+        """(status, the answer's bytes or an error message, headers) for one request."""
+        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+        proba = query.get("proba", "false").lower() in ("true", "1", "yes")
+        if proba and self.service.model.task == "regression":
+            return 422, "proba=true gives class probabilities; this is a regression model (leave it out)", []
         try:
-            rows = await asyncio.wait_for(_submitted(service, body, content_type, proba), limits.timeout)
+            body = await _body(receive)
+        except BodyTooLarge:
+            return 413, _too_large(self.limits), []
+        headers = dict(scope["headers"])
+        content_type = headers.get(b"content-type", b"").decode("latin-1")
+        try:
+            rows = await asyncio.wait_for(_submitted(self.service, body, content_type, proba), self.limits.timeout)
         except asyncio.TimeoutError:
-            return _error(504, f"{SOURCE}: not answered within --timeout-s {limits.timeout:g} s; send fewer rows a "
-                               "request, or start the server with a larger --timeout-s")
+            return 504, (f"{SOURCE}: not answered within --timeout-s {self.limits.timeout:g} s; send fewer rows a "
+                         "request, or start the server with a larger --timeout-s"), []
         except Exception as exc:  # noqa: BLE001  every error is an answer; the server goes on
             status = status_of(exc)
-            return _error(status, str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}")
-        return _answer(rows, model, proba, request.headers.get("accept", ""))
-    return predict
+            return status, str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}", []
+        return 200, *_answer(rows, self.columns[proba], headers.get(b"accept", b"").decode("latin-1"))
+
+
+async def _body(receive: Callable) -> bytes:
+    """The request's body, as its chunks arrive (an empty one if the client left)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b""
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 async def _submitted(service: Service, body: bytes, content_type: str, proba: bool) -> np.ndarray:
@@ -232,29 +259,23 @@ async def _submitted(service: Service, body: bytes, content_type: str, proba: bo
         job.cancelled = True  # answered, or given up on (timed out): nothing more to do for it
 
 
-def _answer(rows: np.ndarray, model: Predictor, proba: bool, accept: str) -> Any:
-    """The rows as `predict` writes them: CSV for `Accept: text/csv`, else JSON: {"predictions":
-    [values]} for one output column, [{column: value, ...}] for several (labels typed as in training)."""
-    from fastapi.responses import Response
-    columns = model.columns(proba)
+def _answer(rows: np.ndarray, columns: Columns, accept: str) -> tuple[bytes, list]:
+    """The rows as `predict` writes them, and the headers: CSV for `Accept: text/csv`, else JSON:
+    {"predictions": [values]} for one output column, [{column: value, ...}] for several (labels typed
+    as in training)."""
     if "text/csv" in accept:
         out = io.BytesIO()
         write_rows(out, None, columns, [rows])
-        return Response(out.getvalue(), media_type="text/csv")
+        return out.getvalue(), [(b"content-type", b"text/csv; charset=utf-8")]
     typed = [rows[:, j].astype({"float": float, "int": int}.get(kind, str)).tolist()
              for j, kind in enumerate(columns.kinds)]
     predictions = typed[0] if len(typed) == 1 else [dict(zip(columns.names, values)) for values in zip(*typed)]
-    return Response(json.dumps({"predictions": predictions}), media_type="application/json")
+    return json.dumps({"predictions": predictions}).encode(), [(b"content-type", b"application/json")]
 
 
 def _error_body(status: int, message: str) -> dict[str, Any]:
     """Every error's answer: its message (predict's, for rows that do not fit) and status."""
     return {"error": message, "status": status}
-
-
-def _error(status: int, message: str) -> Any:
-    from fastapi.responses import JSONResponse
-    return JSONResponse(_error_body(status, message), status_code=status)
 
 
 def _too_large(limits: Limits) -> str:
@@ -318,9 +339,11 @@ class Guard:
         return bounded
 
 
-async def _reply(send: Callable, status: int, message: str, headers: list) -> None:
-    body = json.dumps(_error_body(status, message)).encode()
+async def _reply(send: Callable, status: int, answer: str | bytes, headers: list) -> None:
+    """An answer: `answer`'s bytes with `headers` (a 200), or the error message as JSON."""
+    if isinstance(answer, str):
+        answer, headers = json.dumps(_error_body(status, answer)).encode(), [(b"content-type", b"application/json"),
+                                                                              *headers]
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *headers]})
-    await send({"type": "http.response.body", "body": body})
+                "headers": [(b"content-length", str(len(answer)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": answer})
