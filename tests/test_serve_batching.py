@@ -11,11 +11,9 @@ import threading
 import numpy as np
 import pytest
 
-from magmadnn_cli.commands import serving
 from magmadnn_cli.commands.serving import Job, Metrics, Service
 from magmadnn_cli.core import backend as B
 from magmadnn_cli.inference import Predictor
-from magmadnn_cli.inference.encoding import encode
 from serve_helpers import HEART_NAMES, digits_rows, heart_rows, predicted, records, train_models
 
 
@@ -55,7 +53,8 @@ def test_requests_batched_together_answer_as_predict_does_alone(models, name, ca
     ends = np.cumsum(sizes)
     parts = [rows[end - size:end] for size, end in zip(sizes, ends)]
     encodes = []
-    monkeypatch.setattr(serving, "encode", lambda *a: encodes.append(len(a[0].x)) or encode(*a))
+    encoded = Predictor.encoded  # the encoding `predict` runs, shared (not rebuilt in serving)
+    monkeypatch.setattr(Predictor, "encoded", lambda self, *a: encodes.append(len(a[0].x)) or encoded(self, *a))
     model = Predictor(models[name], "cpu")
     results = answered_together(model, [(records(names, part), i % 3 != 1) for i, part in enumerate(parts)])
     assert encodes == [sum(sizes)]  # one encoding for the whole batch

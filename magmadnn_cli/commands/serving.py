@@ -25,7 +25,7 @@ from ..data.readers import Table
 from ..errors import MagmaError
 from ..files import file_sha256, json_object
 from ..inference import Predictor, new_tally, read_spec
-from ..inference.encoding import encode, fill_of
+from ..inference.encoding import fill_of
 from ..training.run_folder import RunFolder
 
 SOURCE = "request"
@@ -169,7 +169,7 @@ class Service:
         tables: list[Table] = [job.table for job in jobs]  # type: ignore[misc]  (parsed: tables)
         table = merged(tables)
         try:
-            x = encode(table, self.model.saved, False, new_tally()) if table is not None else None
+            x = self.model.encoded(table, False, new_tally()) if table is not None else None
         except Exception:  # noqa: BLE001  (answered below, each request alone: its own message)
             x = None
         if x is None:
@@ -181,7 +181,7 @@ class Service:
         for job, part, end in zip(jobs, tables, ends):
             rows = x[end - len(part.x):end].copy(order="K")  # laid out as encoding it alone lays it out
             try:
-                outputs.append(self.model.outputs(rows, part.source, _data_rows(part)))
+                outputs.append(self.model.table_outputs(rows, part))
             except Exception as exc:  # noqa: BLE001  (answered: a bad request never stops the thread)
                 job.answer(None, exc)
                 continue
@@ -220,10 +220,6 @@ def merged(tables: list[Table]) -> Table | None:
         return None
     text = {j: np.concatenate([t.raw.text[j] for t in tables]) for j in first.raw.text}
     return Table(RawColumns(np.concatenate([t.raw.x for t in tables]), text), None, first.features, SOURCE)
-
-
-def _data_rows(table: Table) -> Callable[[np.ndarray], list[int]]:
-    return lambda index: [table.raw.row(int(i)) for i in index]
 
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

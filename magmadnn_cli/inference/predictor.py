@@ -92,13 +92,20 @@ class Predictor:
     def rows(self, outputs: np.ndarray, proba: bool) -> np.ndarray:
         return output_rows(outputs, self.saved, proba)
 
-    def predict_table(self, table: Table, proba: bool, keep: tuple[str, ...], strict: bool,
-                      tally: dict[str, Any]) -> np.ndarray:
-        """One table's output rows as text (kept columns first); counts rows, unseen categories and
-        filled cells into `tally` (`encoding.new_tally`)."""
+    def encoded(self, table: Table, strict: bool, tally: dict[str, Any]) -> np.ndarray:
+        """A table's rows as the network's inputs; counts rows, unseen categories and filled cells
+        into `tally` (`encoding.new_tally`)."""
         with self.using():
             x = encode(table, self.saved, strict, tally)
         tally["rows"] += len(x)
-        outputs = self.outputs(x, table.source, lambda i: [table.raw.row(int(r)) for r in i])
-        rows = self.rows(outputs, proba)
+        return x
+
+    def table_outputs(self, x: np.ndarray, table: Table) -> np.ndarray:
+        """`outputs` for `table`'s encoded rows `x`, a non-finite one named by its data row."""
+        return self.outputs(x, table.source, lambda i: [table.raw.row(int(r)) for r in i])
+
+    def predict_table(self, table: Table, proba: bool, keep: tuple[str, ...], strict: bool,
+                      tally: dict[str, Any]) -> np.ndarray:
+        """One table's output rows as text (kept columns first), counted into `tally`."""
+        rows = self.rows(self.table_outputs(self.encoded(table, strict, tally), table), proba)
         return np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1) if keep else rows
