@@ -219,7 +219,7 @@ def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | N
     notes += [f"{found.source}: streamed in {len(found.blocks)} blocks (data.stream): "
               f"{found.rows[0]:,} training, {found.rows[1]:,} validation and {found.rows[2]:,} test rows, held out by a "
               "hash of each row's position and the seed; column types and fills fitted on a sample of "
-              f"{min(SAMPLE_ROWS, int(found.rows[0])):,} training rows; no checkpoints are written"]
+              f"{min(SAMPLE_ROWS, int(found.rows[0])):,} training rows"]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, found.features, (width,),
                     source.normalizer, found.source, encoder, source.targets, notes, {}, task)
 

@@ -91,8 +91,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
     policy = config.training.checkpoint if checkpoints is not None else None
-    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy and \
-        not streamed else None
+    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
     loop = StreamTrainer if streamed else AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
     trainer = loop(parallel, plan(config, saver, data.task), reporter, saver)
     es = config.training.early_stopping

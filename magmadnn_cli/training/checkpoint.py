@@ -31,6 +31,7 @@ import numpy as np
 from .. import __version__
 from ..config.schema import Checkpointing, Config
 from ..data.prepare import Split
+from ..data.stream_prepare import InOrder
 from ..distributed import Communicator
 from ..errors import MagmaError, ShapeError
 from ..files import atomic_write, load_npz
@@ -58,9 +59,16 @@ class Checkpoint:
 
 
 def rows_digest(train: Split) -> str:
-    """sha256 of the prepared (split, normalized) training arrays: same data, same digest."""
+    """sha256 of the prepared (split, normalized) training arrays: same data, same digest. A streamed
+    split's rows are never held: its blocks' bounds and row counts, the normalizer fitted on all its
+    rows (exact moments) and its targets stand in for them."""
     digest = hashlib.sha256()
-    for a in (train.x, train.y):
+    arrays = (train.x, train.y)
+    if isinstance(train.x, InOrder):
+        source = train.x.source
+        bounds = np.array([(b.lo, b.hi, b.first_row, b.rows) for b in source.blocks], np.int64)
+        arrays = (bounds, source.normalizer.shift, source.normalizer.spread, np.asarray(train.y))
+    for a in arrays:
         digest.update(str((a.dtype.str, a.shape)).encode())
         digest.update(np.ascontiguousarray(a).data)
     return digest.hexdigest()

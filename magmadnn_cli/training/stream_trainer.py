@@ -1,59 +1,158 @@
-"""The training loop over streamed epochs (`data.stream`, issue 48): the same steps as `Trainer`,
-each update's rows taken from the file as `StreamSource.epoch` gives them (blocks in the seed and
-epoch's order, rows mixed in a bounded buffer) instead of from one permutation of rows in memory."""
+"""The training loop over streamed epochs (`data.stream`, issue 48): `Trainer`'s step loop
+(`run_steps`), fed each update's rows as the file gives them instead of from one permutation of rows
+in memory.
+
+An epoch's order is a function of the seed and the epoch only: the blocks in the order
+`stream.epoch_rows` draws, their rows mixed in its bounded buffer. Which rows make each global batch
+follows from the blocks' training-row counts alone, so every rank computes it without reading
+(`EpochPlan`). The k-th block taken belongs to rank k mod N, which reads it when one of its rows is
+first needed (`OwnedRows`); before each step the ranks exchange the rows of each one's share of the
+batch (`distributed/stream_ranks.py`). So the global batches are one process's on any rank count,
+and no rank reads every block. Resuming at step s of an epoch replays its plan and skips s updates:
+blocks whose rows were all used before are not read again.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+import numpy as np
 
 from ..core import backend as B
+from ..data import stream
 from ..data.prepare import Split
 from ..data.stream_prepare import InOrder, StreamSource
+from ..distributed.stream_ranks import exchange_rows
 from .batches import rebatched, split_bounds
 from .early_stopping import EarlyStopper
-from .trainer import Array, History, Trainer
+from .trainer import Array, History, Micro, Trainer, Update
+
+
+class EpochPlan:
+    """An epoch's training rows as (k, row) pairs, in pieces, in the order one process takes them:
+    k counts the blocks as the epoch takes them (`blocks[k]`), row indexes that block's training rows.
+    Computed from the blocks' row positions and the hash rule, without reading them."""
+
+    def __init__(self, source: StreamSource, epoch: int, shuffle: bool) -> None:
+        self.source = source
+        self.blocks: list[stream.Block] = []
+        self.counts: list[int] = []
+        take = source.blocks
+        self.pieces: Iterator[tuple[np.ndarray, ...]] = (
+            stream.epoch_rows(take, source.seed, epoch, source.buffer_rows, self._taken) if shuffle
+            else (self._taken(block) for block in take))
+
+    def _taken(self, block: stream.Block) -> tuple[np.ndarray, np.ndarray]:
+        rows = int(np.count_nonzero(self.source.codes(block) == stream.TRAIN))
+        self.blocks.append(block)
+        self.counts.append(rows)
+        return np.full(rows, len(self.blocks) - 1, np.int64), np.arange(rows, dtype=np.int64)
+
+
+class OwnedRows:
+    """The training rows of this rank's blocks (the k-th taken, for k = rank mod ranks) that are not
+    yet given out: a block is read when one of its rows is first needed, and only its rows still to
+    come are kept (compacted as they go; dropped with the last)."""
+
+    def __init__(self, source: StreamSource, epoch: int, plan: EpochPlan) -> None:
+        self.source, self.epoch, self.blocks, self.counts = source, epoch, plan.blocks, plan.counts
+        self.pending: dict[int, np.ndarray] = {}  # k -> which of its training rows are still to come
+        self.rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # k -> (x, y, row -> index)
+
+    def load(self, k: int) -> None:
+        """Read block k, keeping its rows still to come."""
+        _, x, y = self.source.encoded(self.blocks[k], stream.TRAIN)
+        keep = np.flatnonzero(self._pending(k))
+        where = np.full(len(x), -1, np.int64)
+        where[keep] = np.arange(len(keep))
+        self.rows[k] = (x[keep], y[keep], where)
+
+    def _pending(self, k: int) -> np.ndarray:
+        if k not in self.pending:
+            self.pending[k] = np.ones(self.counts[k], bool)
+        return self.pending[k]
+
+    def take(self, k: np.ndarray, row: np.ndarray, like: tuple[Array, Array]) -> tuple[np.ndarray, np.ndarray]:
+        """The rows (k, row) of this rank's blocks, in order (`like`: arrays of the rows' kind)."""
+        x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
+        y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
+        for block in np.unique(k):
+            if block not in self.rows:
+                self.load(int(block))
+            bx, by, where = self.rows[block]
+            at = k == block
+            x[at], y[at] = bx[where[row[at]]], by[where[row[at]]]
+        return x, y
+
+    def given(self, k: np.ndarray, row: np.ndarray) -> None:
+        """The rows (k, row) of this rank's blocks are used: forget them."""
+        for block in np.unique(k):
+            pending = self._pending(int(block))
+            pending[row[k == block]] = False
+            left = np.flatnonzero(pending)
+            if not len(left):
+                self.pending.pop(block), self.rows.pop(block, None)
+            elif block in self.rows and 2 * len(left) <= len(self.rows[block][0]):
+                bx, by, where = self.rows[block]
+                at = where[left]
+                where[:] = -1
+                where[left] = np.arange(len(left))
+                self.rows[block] = (bx[at], by[at], where)
 
 
 class StreamTrainer(Trainer):
     """`Trainer` whose epochs stream: the training `Split` holds `InOrder` rows (its source is read)."""
 
     source: StreamSource
-    _first = 0  # the epoch position of the current update's first row
-    _rows: tuple[Array, Array] | None = None  # the current update's rows, on the device
+    rows: int = 0
+    like: tuple[Array, Array] = (np.empty((0, 1)), np.empty(0))  # empty rows and targets of the data's kind
 
     def fit(self, train: Split, validation: Split | None, epochs: int, stopper: EarlyStopper | None = None,
             prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
         assert isinstance(train.x, InOrder)
         self.source, self.rows = train.x.source, len(train.x)
+        self.like = (np.empty((0, *train.x.shape[1:]), train.x.dtype), np.asarray(train.y)[:0])
         return super().fit(Split(train.x[:0], train.y[:0]), validation, epochs, stopper, prune)
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
-        """The epoch's updates, read as they come (a streamed epoch is run whole: it is not resumed)."""
-        epoch = self.position.epoch
-        steps, size = self.sizes.steps(self.rows, epoch), self.sizes.update_size(epoch)
-        pieces = ((xb, yb) for _, xb, yb in self.source.epoch(epoch, self.plan.shuffle))
-        self.done, self._first = 0, 0
-        for step, (xb, yb) in enumerate(rebatched(pieces, size), 1):
-            self._rows = (B.to_device(xb), B.to_device(yb))
-            batch = self.sizes.size(epoch)
-            micro = [self.share_of(self._first + lo, self._first + min(lo + batch, len(xb)), x, y, self.shares,
-                                   self.data_comm.rank) for lo in range(0, len(xb), batch)]
-            stats = self.runner.run(micro, len(xb))
-            self.done = step
-            self.log.add(stats, step, len(xb), self.global_step)
-            if self.log.full:
-                self.read_steps(steps)
-            self._first += len(xb)
-            if step < steps:
-                self._checkpoint_if_due(None)  # a signal stops the run here, not at the epoch's end
-        self.read_steps(steps)
-        self._rows = None
-        return self.epoch_metrics()
+        """The rest of the epoch at `self.position`, its updates read as they come."""
+        return self.run_steps(self.updates(self.position.epoch), self.sizes.steps(self.rows, self.position.epoch))
 
-    def share_of(self, lo: int, hi: int, x: Array, y: Array, shares: int, share: int) -> tuple[Array, Array, Array]:
-        """Share `share` of the epoch positions [lo, hi) of the current update (which holds them)."""
-        if self._rows is None:
-            return super().share_of(lo, hi, x, y, shares, share)
-        a, b = split_bounds(lo, hi, shares, share)
-        xb, yb = self._rows
-        return xb[a - self._first:b - self._first], yb[a - self._first:b - self._first], B.current().xp.arange(a, b)
+    def updates(self, epoch: int) -> Iterator[Update]:
+        """The epoch's updates after `position.step`: this rank's micro-batches of each."""
+        plan = EpochPlan(self.source, epoch, self.plan.shuffle)
+        owned = OwnedRows(self.source, epoch, plan)
+        size, ranks, rank = self.sizes.update_size(epoch), self.data_comm.size, self.data_comm.rank
+        for step, (k, row) in enumerate(rebatched(plan.pieces, size), 1):
+            mine = k % ranks == rank
+            if step <= self.position.step:  # done before the checkpoint resumed from
+                owned.given(k[mine], row[mine])
+                continue
+            shares = [self.shares_of(len(k), epoch, d) for d in range(ranks)]
+            wanted = [np.concatenate([np.arange(a, b) for a, b in bounds]) for bounds in shares]
+            outgoing = [owned.take(k[w][mine[w]], row[w][mine[w]], self.like) for w in wanted]
+            owned.given(k[mine], row[mine])
+            rows = self.assembled(k[wanted[rank]] % ranks, exchange_rows(self.data_comm, outgoing))
+            yield step, self.micro(rows, shares[rank], (step - 1) * size), len(k)
+
+    def shares_of(self, count: int, epoch: int, share: int) -> list[tuple[int, int]]:
+        """Share `share`'s rows [a, b) of each batch of an update of `count` rows."""
+        batch = self.sizes.size(epoch)
+        return [split_bounds(lo, min(lo + batch, count), self.shares, share) for lo in range(0, count, batch)]
+
+    def assembled(self, owner: np.ndarray, incoming: list[tuple[np.ndarray, np.ndarray]]) -> tuple[Array, Array]:
+        """This rank's rows of the update, in order, from what each rank sent (`owner`: each row's)."""
+        x = np.empty((len(owner), *self.like[0].shape[1:]), self.like[0].dtype)
+        y = np.empty((len(owner), *self.like[1].shape[1:]), self.like[1].dtype)
+        for sender, (xs, ys) in enumerate(incoming):
+            x[owner == sender], y[owner == sender] = xs, ys
+        return B.to_device(x), B.to_device(y)
+
+    def micro(self, rows: tuple[Array, Array], bounds: list[tuple[int, int]], first: int) -> Micro:
+        """The update's micro-batches of this rank (its rows in order), with their epoch positions."""
+        x, y = rows
+        out, at = [], 0
+        for a, b in bounds:
+            out.append((x[at:at + b - a], y[at:at + b - a], B.current().xp.arange(first + a, first + b)))
+            at += b - a
+        return out

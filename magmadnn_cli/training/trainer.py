@@ -18,7 +18,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -42,6 +42,8 @@ from . import advice
 
 Array = Any
 Augment = Callable[[Array, np.ndarray, int], Array]  # (batch, rows' global positions, epoch key) -> batch
+Micro = list[tuple[Array, Array, Array]]  # this rank's (rows, targets, epoch positions) of each batch of an update
+Update = tuple[int, Micro, int]  # (step, this rank's micro-batches, the update's global rows)
 
 
 @dataclass
@@ -174,7 +176,7 @@ class Trainer:
         """Correct predictions in the batch just run, from the logits (no extra forward pass)."""
         return self.target.correct(self.net.logits.value, y, self.net.fused)
 
-    def step(self, micro: list[tuple[Array, Array, Array]], global_count: int) -> tuple[float, float]:
+    def step(self, micro: Micro, global_count: int) -> tuple[float, float]:
         """`train_step`, its global (loss sum, correct) read back at once (a sweep's step, not the loop's)."""
         stats = self.train_step(micro, global_count, derive_key(self.seed, self.position.epoch),
                                 bool(self.signals.received))
@@ -182,7 +184,7 @@ class Trainer:
         self.stop_requested = bool(values[2] > 0)
         return float(values[0]), float(values[1])
 
-    def train_step(self, micro: list[tuple[Array, Array, Array]], global_count: int, key: Any, stop: Any,
+    def train_step(self, micro: Micro, global_count: int, key: Any, stop: Any,
                    begun: bool = False) -> Array:
         """The training step, what a CUDA graph captures: forward and backward on each batch accumulated
         into this update (gradients summed, each seeded with its rows' share of the update's
@@ -240,20 +242,27 @@ class Trainer:
         return self.opt.t
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
-        """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch). Each step's
-        statistics stay on the device until `self.log` is read: when full, at the epoch's end and before
-        a checkpoint."""
+        """The rest of the epoch at `self.position` (all of it, unless resumed mid-epoch)."""
         batches = self.batches(len(train.x), self.position.epoch)
+        updates = ((step, self.micro_batches(batches, step, x, y), len(batches[step - 1]))
+                   for step in range(self.position.step + 1, len(batches) + 1))
+        return self.run_steps(updates, len(batches))
+
+    def run_steps(self, updates: Iterator[Update], steps: int) -> dict[str, float]:
+        """Run each (step, this rank's micro-batches, global rows) update of an epoch of `steps`, in
+        order: the one step loop, whatever feeds it (rows in memory, or streamed). Each step's
+        statistics stay on the device until `self.log` is read: when full, at the epoch's end and
+        before a checkpoint; a signal or a due checkpoint is acted on after the step."""
         self.done = self.position.step
-        for step in range(self.position.step + 1, len(batches) + 1):
-            stats = self.runner.run(self.micro_batches(batches, step, x, y), len(batches[step - 1]))
+        for step, micro, count in updates:
+            stats = self.runner.run(micro, count)
             self.done = step
-            self.log.add(stats, step, len(batches[step - 1]), self.global_step)
-            checkpoint = step < len(batches) and self.checkpointer is not None and \
+            self.log.add(stats, step, count, self.global_step)
+            checkpoint = step < steps and self.checkpointer is not None and \
                 self.checkpointer.due(self.global_step, None)
-            if self.log.full or step == len(batches) or checkpoint:
-                self.read_steps(len(batches))
-            if step < len(batches):
+            if self.log.full or step == steps or checkpoint:
+                self.read_steps(steps)
+            if step < steps:
                 self._checkpoint_if_due(None)
         return self.epoch_metrics()
 
@@ -263,8 +272,7 @@ class Trainer:
             self.stop_requested = record.stop
             self.record_step(record.step, steps, record.count, record.loss_sum, record.correct, record.global_step)
 
-    def micro_batches(self, batches: list[np.ndarray], step: int, x: Array, y: Array) -> list[tuple[Array, Array,
-                                                                                                   Array]]:
+    def micro_batches(self, batches: list[np.ndarray], step: int, x: Array, y: Array) -> Micro:
         """This rank's share of each batch of the step's update, in order."""
         batch, size = batches[step - 1], self.sizes.size(self.position.epoch)
         first = (step - 1) * len(batches[0])
