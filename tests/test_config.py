@@ -63,9 +63,11 @@ def _replace(old: str, new: str) -> str:
     # a section's key at the top level (an indentation slip)
     ("loss: cross_entropy\n", "loss: cross_entropy\nbatch_size: 8\n",
      ["batch_size: unknown key 'batch_size'", "did you mean training.batch_size? (indent it under training:)"]),
-    # several targets
+    # several 0/1 target columns are a multi-label target, which only a binary loss trains
     ("  target: label", "  target: [label, f1]",
-     ["c.yaml:6: data.target: a table's target is one column; received a list of 2: train a model per column"]),
+     ["loss: data.target lists 2 0/1 columns, one per label (multi-label), which loss cross_entropy does not train: "
+      "use loss: binary_cross_entropy"]),
+    ("  target: label", "  target: [label, label]", ["data.target: the target lists 'label' twice"]),
     # a YAML word in missing_tokens
     ("  normalize: standard", "  normalize: standard\n  missing_tokens: [-999, yes]",
      ["c.yaml:9: data.missing_tokens: YAML reads yes, no, on, off, true, false and null as other things"]),

@@ -61,7 +61,7 @@ def input_columns(saved: SavedModel) -> list[str] | None:
     and images (NPZ, IDX, CIFAR, image folders, synthetic data)."""
     cfg = saved.config.data
     if cfg.names:
-        return [n for n in cfg.names if n != cfg.target]
+        return [n for n in cfg.names if n not in cfg.target_columns]
     if cfg.synthetic is not None or not cfg.train:
         return None
     path = Path(cfg.train)

@@ -91,7 +91,9 @@ class ColumnSpec(Strict):
 class DataConfig(Strict):
     train: Path | None = Field(None, description="CSV (with header), NPZ (arrays x, y), ... or a folder of class "
                                "folders of images (train/<class>/*.png); relative to the config file")
-    target: str | None = Field(None, description="CSV column holding the class or value")
+    target: Union[str, list[str], None] = Field(
+        None, description="the column holding the class or value; or a list of 0/1 columns, one per label, for a "
+                          "multi-label target (loss: binary_cross_entropy)")
     features: list[str] | None = Field(None, description="CSV feature columns (default: all but the target "
                                        "and the columns typed ignore)")
     names: list[str] | None = Field(None, min_length=1, description="the CSV has no header row: these are its "
@@ -168,14 +170,6 @@ class DataConfig(Strict):
                              f"codes, e.g. '%d/%m/%Y' for 31/12/2024 or '%Y/%m/%d %H:%M' (the codes: {CODES_SAID})")
         return value
 
-    @field_validator("target", mode="before")
-    @classmethod
-    def _one_target(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            raise ValueError(f"a table's target is one column; received a list of {len(value)}: train "
-                             "a model per column, or give several regression targets as an NPZ file's 2-D y")
-        return value
-
     @field_validator("encoding")
     @classmethod
     def _known_encoding(cls, value: str) -> str:
@@ -197,10 +191,35 @@ class DataConfig(Strict):
                 raise ValueError(f"duplicate column names: {', '.join(sorted(seen))}")
         return value
 
+    @field_validator("target")
+    @classmethod
+    def _one_column_or_labels(cls, value: str | list[str] | None) -> str | list[str] | None:
+        """A list of one column is that column; an empty one, or one naming a column twice, is refused."""
+        if not isinstance(value, list):
+            return value
+        if not value:
+            raise ValueError("an empty list names no target column: give the column, or the 0/1 columns of a "
+                             "multi-label target")
+        twice = sorted({n for n in value if value.count(n) > 1})
+        if twice:
+            raise ValueError(f"the target lists {', '.join(map(repr, twice))} twice: name each label column once")
+        return value[0] if len(value) == 1 else value
+
+    @property
+    def target_columns(self) -> list[str]:
+        """The target's columns: one, or a multi-label target's 0/1 columns (none for arrays)."""
+        return [] if self.target is None else [self.target] if isinstance(self.target, str) else list(self.target)
+
+    @property
+    def label_columns(self) -> tuple[str, ...]:
+        """A multi-label target's 0/1 columns, one per label (empty for a target of one column)."""
+        return tuple(self.target) if isinstance(self.target, list) else ()
+
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
-        if self.features and self.target in self.features:
-            raise problem_at(self, ("features",), f"{self.target!r} is the target; list only the input columns")
+        both = [n for n in self.target_columns if n in (self.features or [])]
+        if both:
+            raise problem_at(self, ("features",), f"{both[0]!r} is the target; list only the input columns")
         if (self.train is None) == (self.synthetic is None):
             raise ValueError("give exactly one of data.train (a file) or data.synthetic")
         if self.validation_split + self.test_split >= 1.0:
@@ -211,9 +230,13 @@ class DataConfig(Strict):
         if self.decimal is not None and self.decimal == self.thousands:
             raise problem_at(self, ("thousands",), f"decimal and thousands are both {self.decimal!r}; one mark "
                              "cannot be both")
-        if self.target is not None and self.target in self.columns:
-            raise problem_at(self, ("columns", self.target), f"{self.target!r} is the target; column types are for "
+        typed = [n for n in self.target_columns if n in self.columns]
+        if typed:
+            raise problem_at(self, ("columns", typed[0]), f"{typed[0]!r} is the target; column types are for "
                              "features")
+        if self.label_columns and self.stream is True:
+            raise problem_at(self, ("stream",), "a target of several 0/1 columns is not streamed yet: set data.stream: "
+                             "false, or write the labels as one column of '|'-separated labels")
         return self
 
     def column_spec(self, name: str) -> ColumnSpec:

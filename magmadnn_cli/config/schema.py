@@ -14,7 +14,7 @@ from .layers import SAFE_NAME, Layer, ModelConfig  # noqa: F401  (Layer re-expor
 from .losses import Loss
 from .optimizers import Optimizer, Schedule  # noqa: F401  (Schedule re-exported: the optimizer section)
 from .rules import head_problem, layer_names
-from .tasks import task_named
+from .tasks import resolved_task, task_named
 
 # -- training ------------------------------------------------------------------------------------
 class EarlyStopping(Strict):
@@ -223,6 +223,10 @@ class Config(Strict):
         if self.training.class_weight is not None and not task_named(self.loss.task).labels:
             problems.append((("training", "class_weight"), f"class_weight weighs classes; loss {self.loss.type} is a "
                              "regression loss: remove class_weight"))
+        if self.data.label_columns and not resolved_task(self.loss.task, len(self.data.label_columns)).label_sets:
+            problems.append((("loss",), f"data.target lists {len(self.data.label_columns)} 0/1 columns, one per label "
+                             f"(multi-label), which loss {self.loss.type} does not train: use loss: "
+                             "binary_cross_entropy"))
         if problems:
             raise problems_at(self, problems)
         return self

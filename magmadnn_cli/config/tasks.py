@@ -16,6 +16,7 @@ class TaskDecl:
     name: str
     labels: bool     # targets are class labels: accuracy, stratified splits, class weights, saved labels
     summary: str
+    label_sets: bool = False  # any set of labels per row: several 0/1 target columns, or '|'-separated cells
 
     def tag(self) -> str:
         """The name its runtime class registers under (`core/registry.py`)."""
@@ -30,7 +31,7 @@ class TaskDecl:
 DECLARATIONS: dict[str, TaskDecl] = {d.name: d for d in (
     TaskDecl("classification", True, "one class of several per row (softmax over one output per class)"),
     TaskDecl("binary", True, "one of two classes per row (one sigmoid output)"),
-    TaskDecl("multilabel", True, "any set of labels per row (one sigmoid output per label)"),
+    TaskDecl("multilabel", True, "any set of labels per row (one sigmoid output per label)", label_sets=True),
     TaskDecl("regression", False, "one or more numbers per row (linear outputs)"),
 )}
 

@@ -209,7 +209,7 @@ def _wanted(names: list[str], spec: ReadSpec, source: str) -> list[str]:
     model does not know is refused (a misspelt name would otherwise be a missing cell, filled)."""
     refuse_duplicate_names(source, names, "the request", "give each column once")
     wanted = checked_columns(source, names, spec)  # type: ignore[arg-type]  (a name, not a path)
-    known = set(wanted) | {_target(spec)}
+    known = set(wanted) | set(spec.data.target_columns if spec.data is not None else [spec.target])
     unknown = [n for n in names if n not in known]
     if unknown:
         raise DataError(f"{source}: unknown column(s) {', '.join(map(repr, unknown[:10]))}"

@@ -14,7 +14,8 @@ import numpy as np
 from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
-from .cells import MissingTokens, RawColumns, is_missing
+from ..config.tasks import LABEL_SEPARATOR
+from .cells import FALSE, TRUE, MissingTokens, RawColumns, is_missing
 from .csv_reader import CsvFormat, detect, with_number_style
 from .text_source import ReadBound
 
@@ -48,16 +49,22 @@ class ReadSpec:
     keep: tuple[str, ...] = ()             # columns to carry through as text (predict --keep)
     target_fix: str = ""                   # the fix where the target column is absent (default: data.target)
     features_from: str = ""                # who wants `features` where the config does not: "the model"
+    labels: tuple[str, ...] = ()           # a multi-label target's 0/1 columns (read as kept text, then one target)
 
     @classmethod
-    def of(cls, cfg: DataConfig, need_target: bool = True, features: list[str] | None = None) -> "ReadSpec":
-        return cls(cfg.target, features or cfg.features, need_target, cfg, B.current().floatx,
-                   tuple(cfg.names) if cfg.names else None)
+    def of(cls, cfg: DataConfig, need_target: bool = True, features: list[str] | None = None,
+           keep: tuple[str, ...] = (), features_from: str = "") -> "ReadSpec":
+        """How to read a file of this data section (its target only if `need_target`)."""
+        labels = cfg.label_columns if need_target else ()
+        target = cfg.target if need_target and not labels else None
+        return cls(target, features or cfg.features, need_target, cfg, B.current().floatx,
+                   tuple(cfg.names) if cfg.names else None, tuple(dict.fromkeys(keep + labels)),
+                   features_from=features_from, labels=labels)
 
     def csv_format(self, path: Path) -> CsvFormat:
         data = self.data
-        fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header,
-                     None if self.need_target or not data else data.target)
+        optional = None if self.need_target or not data or data.label_columns else data.target
+        fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header, optional)
         return with_number_style(path, fmt, data.decimal if data else None, data.thousands if data else None)
 
     def blanked(self, table: "Table") -> "Table":
@@ -76,7 +83,7 @@ class ReadSpec:
         if self.features:
             return list(self.features)
         ignored = {n for n in self._declared() if self.data.column_spec(n).type == "ignore"}
-        return [n for n in names if n != self.target and n not in ignored]
+        return [n for n in names if n != self.target and n not in self.labels and n not in ignored]
 
     def text_columns(self, wanted: list[str]) -> set[int]:
         """Positions of the columns declared category or boolean: read as text from the start."""
@@ -103,7 +110,12 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
     their count against the memory budget)."""
     _check_width(path, names, spec)
     target = spec.target
-    if spec.need_target:
+    if spec.labels:
+        absent = [n for n in spec.labels if n not in names]
+        if absent:
+            raise DataError(f"{path}: no target column {absent[0]!r} (data.target lists the 0/1 label columns); "
+                            f"columns are {', '.join(names[:20])}{_closest(absent[0], names)}")
+    elif spec.need_target:
         if target is None:
             raise DataError(f"{path}: data.target must name the target column; columns are {', '.join(names)}")
         if target not in names:
@@ -123,7 +135,7 @@ def checked_columns(path: Path, names: list[str], spec: ReadSpec) -> list[str]:
                         + f"{wanted_by}; the file has {', '.join(names[:20])}"
                         + (_case_twins(missing, names) or _closest(missing[0], names) + fix))
     if not wanted:
-        raise DataError(f"{path}: no feature columns besides the target {target!r}")
+        raise DataError(f"{path}: no feature columns besides the target {target or list(spec.labels)!r}")
     unknown = [c for c in (spec.data.columns if spec.data is not None else {}) if c not in present]
     if unknown and not spec.features:
         raise DataError(f"{path}: data.columns names {unknown[0]!r}, which is not a column of the file"
@@ -170,6 +182,8 @@ TARGET_BYTES = 16  # a short label, as text then typed
 def labelled(table: Table, spec: ReadSpec) -> Table:
     """The table without the rows whose target cell is missing (blank, NA, ?, ..., or one of
     data.missing_tokens: as in feature columns), a note naming them; targets typed."""
+    if spec.labels:
+        table = label_sets(table, spec.labels)
     if table.y is None:
         return table
     missing = is_missing(table.y)
@@ -186,6 +200,30 @@ def labelled(table: Table, spec: ReadSpec) -> Table:
         table.raw, table.y = table.raw.rows(kept), table.y[kept]
         table.kept = {k: v[kept] for k, v in table.kept.items()}
     table.y = typed_labels(table.y)
+    return table
+
+
+def label_sets(table: Table, labels: tuple[str, ...]) -> Table:
+    """A multi-label target of 0/1 columns (read as kept text) as one target cell per row: the names
+    of its columns holding 1 (or true, yes), '|'-joined and ended by '|' (a set, though of one label
+    or none); blank where a column's cell is missing (the row has no target). Other cells are refused."""
+    flags, missing = [], np.zeros(len(table.raw.x), bool)
+    for name in labels:
+        cells = np.char.lower(np.char.strip(table.kept.pop(name).astype(str)))
+        blank = is_missing(cells)
+        true, false = np.isin(cells, TRUE), np.isin(cells, FALSE)
+        bad = ~(true | false | blank)
+        if bad.any():
+            row = table.raw.first(bad)
+            raise DataError(f"{table.source}: column {name!r}, data row {table.raw.row(row)}: "
+                            f"{str(cells[row])!r} is not 0 or 1; data.target lists the 0/1 label columns, each 1 "
+                            "where its row has that label (true/false and yes/no read too): fix the cell")
+        flags.append(true)
+        missing |= blank
+    sets, inverse = np.unique(np.stack(flags, axis=1), axis=0, return_inverse=True)
+    cells = np.array([LABEL_SEPARATOR.join(n for n, on in zip(labels, s) if on) + LABEL_SEPARATOR for s in sets],
+                     dtype=object)[inverse.reshape(-1)] if len(missing) else np.array([], dtype=object)
+    table.y = np.where(missing, "", cells).astype(str)
     return table
 
 
@@ -221,5 +259,6 @@ def joined(parts: list[Table], spec: ReadSpec, source: Path) -> Table:
         raw.x[:, j] = np.nan
     y = np.concatenate([p.y for p in parts]) if parts[0].y is not None and spec.need_target else None
     check_finite(raw.x, source, parts[0].features)
-    table = Table(raw, y, parts[0].features, str(source), notes=list(parts[0].notes))
+    kept = {k: np.concatenate([p.kept[k] for p in parts]) for k in parts[0].kept}
+    table = Table(raw, y, parts[0].features, str(source), kept, notes=list(parts[0].notes))
     return labelled(table, spec)

@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core import backend as B
 from ..data.classes import add_unseen, unseen_note
 from ..data.fitting import column_strategy, fill_name
 from ..data.prepare import encode_features
@@ -22,16 +21,14 @@ from ..training.modelfile import SavedModel
 def read_spec(path: Path, saved: SavedModel, need_target: bool, keep: tuple[str, ...] = ()) -> ReadSpec:
     """How to read `path` for this model: its feature columns, the training file's encoding and
     column names (data.names: a file with or without that header row)."""
-    cfg = saved.config.data
-    return ReadSpec(cfg.target if need_target else None, saved.features, need_target, cfg, B.current().floatx,
-                    tuple(cfg.names) if cfg.names else None, keep, features_from="the model")
+    return ReadSpec.of(saved.config.data, need_target, saved.features, keep, features_from="the model")
 
 
 def extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
     names = reader_for(path).columns
     if names is None:
         return []
-    known = set(saved.features) | {saved.config.data.target} | set(spec.keep)
+    known = set(saved.features) | set(saved.config.data.target_columns) | set(spec.keep)
     return [n for n in names(path, spec) if n not in known]
 
 

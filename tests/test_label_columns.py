@@ -1,0 +1,116 @@
+"""A multi-label target given as 0/1 columns (`data.target: [north, east, far]`, one column per label):
+it trains the model that the same labels written as one column of `|`-separated cells train (bit for
+bit), predict and evaluate read it, and bad label cells, absent label columns and a loss that is not
+binary are refused with the fix."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_cli, saved_weights, train_on, write_csv
+
+LABELS = ("north", "east", "far")
+
+
+def _points(n: int = 160, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    r = np.random.default_rng(seed)
+    p = np.round(r.normal(size=(n, 2)), 4)
+    flags = np.stack([p[:, 1] > 0, p[:, 0] > 0, np.hypot(p[:, 0], p[:, 1]) > 1.2], axis=1)
+    return p, flags
+
+
+def _write(folder, p, flags, as_columns: bool, truth=("1", "0")) -> None:
+    if as_columns:
+        rows = [[x, y, *(truth[0] if f else truth[1] for f in row)] for (x, y), row in zip(p, flags)]
+        write_csv(folder / "tags.csv", ["x", "y", *LABELS], rows)
+    else:
+        cells = ["|".join(n for n, f in zip(LABELS, row) if f) or "|" for row in flags]
+        write_csv(folder / "tags.csv", ["x", "y", "tags"], [[x, y, c] for (x, y), c in zip(p, cells)])
+
+
+CONFIG = """\
+seed: 3
+device: cpu
+data: {{train: tags.csv, target: {target}, validation_split: 0.2, test_split: 0.2, normalize: standard}}
+model: {{layers: [{{type: dense, units: 16, activation: tanh}}, {{type: dense, units: 3, activation: sigmoid}}]}}
+loss: {loss}
+optimizer: {{type: adam, learning_rate: 0.02}}
+training: {{epochs: 6, batch_size: 16}}
+"""
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """The same labels as 0/1 columns (True) and as label cells (False), each trained."""
+    root, results = tmp_path_factory.mktemp("labels"), {}
+    p, flags = _points()
+    for as_columns in (True, False):
+        folder = root / ("columns" if as_columns else "cells")
+        folder.mkdir()
+        _write(folder, p, flags, as_columns)
+        target = f"[{', '.join(LABELS)}]" if as_columns else "tags"
+        (folder / "c.yaml").write_text(CONFIG.format(target=target, loss="binary_cross_entropy"))
+        results[as_columns] = folder
+        train_on(folder / "run", [], config=folder / "c.yaml")
+    return results
+
+
+def test_label_columns_train_the_model_label_cells_train(both):
+    columns, cells = saved_weights(both[True] / "run"), saved_weights(both[False] / "run")
+    assert columns.keys() == cells.keys() and columns
+    for key in cells:
+        np.testing.assert_array_equal(columns[key], cells[key], err_msg=key)
+    metrics = json.loads((both[True] / "run" / "metrics.json").read_text())
+    assert sorted(metrics["test"]["per_label"]) == sorted(LABELS)
+    assert metrics["test"]["subset_accuracy"] == json.loads((both[False] / "run" / "metrics.json").read_text())[
+        "test"]["subset_accuracy"]
+
+
+def test_predict_and_evaluate_read_a_model_of_label_columns(both, capsys):
+    folder = both[True]
+    code, out, err = run_cli(capsys, "predict", folder / "run" / "model.npz", folder / "tags.csv",
+                             "--output", folder / "pred.csv")
+    assert code == 0, err
+    header = (folder / "pred.csv").read_text().splitlines()[0].split(",")
+    assert header[:1] == ["prediction"] and sorted(header[1:4]) == sorted(LABELS)
+    code, out, err = run_cli(capsys, "evaluate", folder / "run" / "model.npz", folder / "tags.csv")
+    assert code == 0, err
+    assert "subset" in (out + err).lower()
+
+
+def test_true_false_cells_read_as_labels_and_a_blank_cell_leaves_its_row_out(tmp_path, capsys):
+    p, flags = _points()
+    _write(tmp_path, p, flags, True, truth=("yes", "no"))
+    text = (tmp_path / "tags.csv").read_text().splitlines()
+    text[5] = text[5].rsplit(",", 1)[0] + ","  # row 4's `far` blank
+    (tmp_path / "tags.csv").write_text("\n".join(text) + "\n")
+    (tmp_path / "c.yaml").write_text(CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="binary_cross_entropy"))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run")
+    assert code == 0, err
+    assert "1 row(s) without a target" in out + err
+
+
+def test_a_cell_that_is_not_0_or_1_is_named(tmp_path, capsys):
+    p, flags = _points()
+    _write(tmp_path, p, flags, True)
+    text = (tmp_path / "tags.csv").read_text().splitlines()
+    text[3] = text[3].rsplit(",", 1)[0] + ",2"
+    (tmp_path / "tags.csv").write_text("\n".join(text) + "\n")
+    (tmp_path / "c.yaml").write_text(CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="binary_cross_entropy"))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run")
+    assert code == 2 and "Traceback" not in err
+    assert "column 'far', data row 3: '2' is not 0 or 1" in err
+
+
+def test_an_absent_label_column_and_a_loss_that_is_not_binary_are_refused(tmp_path, capsys):
+    p, flags = _points()
+    _write(tmp_path, p, flags, True)
+    (tmp_path / "c.yaml").write_text(CONFIG.format(target="[north, east, farr]", loss="binary_cross_entropy"))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run")
+    assert code == 2 and "no target column 'farr'" in err and "did you mean 'far'?" in err
+    (tmp_path / "c.yaml").write_text(CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="cross_entropy"))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run2")
+    assert code == 2 and "use loss: binary_cross_entropy" in err
