@@ -4,6 +4,9 @@ the seed and epoch only with a bounded buffer, and bounded statistics against nu
 
 from __future__ import annotations
 
+import json
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,6 +14,7 @@ import pytest
 
 from magmadnn_cli.config.data import DataConfig
 from magmadnn_cli.data import stream
+from magmadnn_cli.data.cells import canonical
 from magmadnn_cli.data.metrics import Moments
 from magmadnn_cli.data.readers import read_table
 from magmadnn_cli.data.table import ReadSpec
@@ -35,20 +39,23 @@ def files(tmp_path):
     csv.write_text("\n".join(lines) + "\n")
     parquet = tmp_path / "t.parquet"
     pq.write_table(pa.table(cols), parquet, row_group_size=100)
-    return csv, parquet
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("".join(json.dumps({"a": None if np.isnan(a) else float(a), "b": b, "kind": k, "label": y}) + "\n"
+                             for a, b, k, y in zip(cols["a"], cols["b"], cols["kind"], cols["label"])))
+    return csv, parquet, jsonl
 
 
 def _spec(path) -> ReadSpec:
     return ReadSpec.of(DataConfig(train=path, target="label"))
 
 
-@pytest.mark.parametrize("kind", ["csv", "parquet"])
+@pytest.mark.parametrize("kind", ["csv", "parquet", "jsonl"])
 @pytest.mark.parametrize("block_bytes", [1, 700, 5000, 1 << 20])
 def test_blocks_cover_every_row_once_in_order(files, kind, block_bytes):
-    path = files[0] if kind == "csv" else files[1]
+    path = files[["csv", "parquet", "jsonl"].index(kind)]
     whole = read_table(path, _spec(path))
     spec = _spec(path)
-    read = list(stream.counted(path, spec, stream.blocks_of(path, spec, block_bytes)))
+    read = list(stream.counted(stream.BlockFile.of(path, spec), stream.blocks_of(path, spec, block_bytes)))
     assert len(read) > 1 or block_bytes > path.stat().st_size
     x = np.concatenate([t.raw.x for _, t in read])
     np.testing.assert_array_equal(x, whole.raw.x)
@@ -72,14 +79,14 @@ def test_a_quoted_line_break_is_named_wherever_the_blocks_fall(tmp_path, block_b
     path.write_text("a,label\n" + "1,x\n" * 50 + '2,"two\nlines"\n' + "3,y\n" * 50)
     spec = _spec(path)
     with pytest.raises(DataError, match="quoted cell with a line break.*Parquet"):
-        list(stream.counted(path, spec, stream.blocks_of(path, spec, block_bytes)))
+        list(stream.counted(stream.BlockFile.of(path, spec), stream.blocks_of(path, spec, block_bytes)))
 
 
 def test_blank_lines_and_a_missing_last_line_break_are_read(tmp_path):
     path = tmp_path / "b.csv"
     path.write_text("a,label\r\n1,x\r\n\r\n2,y\n\n3,x")
     spec = _spec(path)
-    read = list(stream.counted(path, spec, stream.blocks_of(path, spec)))
+    read = list(stream.counted(stream.BlockFile.of(path, spec), stream.blocks_of(path, spec)))
     assert read[0][1].raw.x[:, 0].tolist() == [1, 2, 3] and read[0][0].rows == 3
 
 
@@ -123,3 +130,91 @@ def test_moments_merged_by_block_are_numpys_on_all_rows(cuts):
     np.testing.assert_allclose(moments.mean, np.nanmean(x, axis=0), rtol=1e-12)
     np.testing.assert_allclose(moments.variance, np.nanvar(x, axis=0), rtol=1e-9)
     np.testing.assert_array_equal(moments.count, (~np.isnan(x)).sum(axis=0))
+
+
+def test_a_json_lines_block_whose_values_change_type_is_read_as_text_cells(tmp_path):
+    """pyarrow types a block by the file's first MiB; a block where a number column holds text is
+    read record by record, as the in-memory reader goes on."""
+    path = tmp_path / "m.jsonl"
+    records = [{"a": i * 0.5, "kind": "x", "label": "p" if i % 3 else "q"} for i in range(300)]
+    records[250]["a"] = "abc"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    spec = _spec(path)
+    whole = read_table(path, spec)
+    read = list(stream.counted(stream.BlockFile.of(path, spec), stream.blocks_of(path, spec, 2000)))
+    assert len(read) > 3
+    cells = canonical(np.concatenate([t.raw.cells(0) for _, t in read]))  # as categories spell them
+    assert cells.tolist() == canonical(whole.raw.cells(0)).tolist() and "abc" in cells.tolist()
+    assert np.concatenate([t.y for _, t in read]).tolist() == whole.y.tolist()
+
+
+def test_a_csv_is_sniffed_once_and_a_parquet_file_opened_once_a_pass(files, monkeypatch):
+    from magmadnn_cli.data.stream_prepare import prepare_streamed
+    sniffs, opens = [], []
+    csv_format, parquet_file = ReadSpec.csv_format, pq.ParquetFile
+    monkeypatch.setattr(ReadSpec, "csv_format", lambda self, path: sniffs.append(path) or csv_format(self, path))
+    monkeypatch.setattr(stream.pq, "ParquetFile", lambda *a, **k: opens.append(a) or parquet_file(*a, **k))
+    data = prepare_streamed(DataConfig(train=files[0], target="label"), "classification", 1, block_bytes=700)
+    source = data.train.x.source
+    assert len(source.blocks) > 20 and len(sniffs) <= 2, len(sniffs)
+    list(source.epoch(1, True))
+    assert len(sniffs) <= 2
+    data = prepare_streamed(DataConfig(train=files[1], target="label"), "classification", 1)
+    source, opens[:] = data.train.x.source, []
+    assert len(list(source.epoch(1, True))) and len(source.blocks) == 10 and len(opens) == 1
+
+
+def _work(log: list, gate: dict[int, threading.Event], fail: int = -1):
+    def work(block):
+        log.append(block.lo)
+        gate.setdefault(block.lo, threading.Event()).set()
+        if block.lo == fail:
+            raise ValueError(f"block {fail}")
+        return block.lo * 10
+    return work
+
+
+def test_read_ahead_is_bounded_ordered_and_gives_each_result_to_its_block():
+    blocks = [stream.Block(i, i + 1) for i in range(8)]
+    log, gate = [], {i: threading.Event() for i in range(8)}
+    ahead = stream.Prefetcher(_work(log, gate), blocks, depth=2)
+    assert gate[2].wait(10)  # read ahead before anything is asked: two queued, a third waiting to be
+    assert not gate[3].is_set() and log == [0, 1, 2]
+    assert ahead.get(blocks[0]) == 0 and ahead.get(blocks[3]) == 30  # 1 and 2 never asked: dropped
+    assert ahead.get(blocks[1]) is None  # passed over: the caller reads it itself
+    assert ahead.get(stream.Block(99, 100)) is None
+    assert [ahead.get(b) for b in blocks[4:]] == [40, 50, 60, 70] and log == list(range(8))
+    ahead.close()
+    assert not ahead.thread.is_alive()
+
+
+def test_an_error_ahead_is_raised_for_its_block_in_the_callers_thread():
+    blocks = [stream.Block(i, i + 1) for i in range(5)]
+    ahead = stream.Prefetcher(_work([], {}, fail=2), blocks)
+    assert ahead.get(blocks[0]) == 0 and ahead.get(blocks[1]) == 10
+    with pytest.raises(ValueError, match="block 2"):
+        ahead.get(blocks[2])
+    assert ahead.get(blocks[3]) is None  # the thread stopped at the error: the caller reads the rest
+    ahead.close()
+    assert not ahead.thread.is_alive()
+    skipped = stream.Prefetcher(_work([], {}, fail=1), blocks)
+    assert skipped.get(blocks[3]) is None  # an error of a block never asked for is not raised
+    skipped.close()
+
+
+def test_closing_stops_a_thread_waiting_on_a_full_queue():
+    blocks = [stream.Block(i, i + 1) for i in range(100)]
+    log, gate = [], {}
+    ahead = stream.Prefetcher(_work(log, gate), blocks, depth=1)
+    assert gate.setdefault(1, threading.Event()).wait(10)
+    ahead.close()
+    assert not ahead.thread.is_alive() and len(log) < 10
+
+
+def test_prefetched_gives_works_results_in_order_and_stops_when_the_loop_does():
+    blocks = [stream.Block(i, i + 1) for i in range(6)]
+    assert list(stream.prefetched(lambda b: b.lo * 2, blocks)) == [0, 2, 4, 6, 8, 10]
+    pieces = stream.prefetched(lambda b: b.lo, blocks)
+    assert next(pieces) == 0
+    pieces.close()  # a loop left early: the thread ends
+    assert all(t.name != "magmadnn-read-ahead" for t in threading.enumerate())

@@ -31,6 +31,11 @@ def _columns(rows: int = ROWS, seed: int = 3) -> dict[str, np.ndarray]:
 
 def _write(tmp_path, kind: str):
     cols = _columns()
+    if kind == "jsonl":
+        path = tmp_path / "t.jsonl"
+        path.write_text("".join(json.dumps({"a": None if np.isnan(a) else round(float(a), 6), "b": round(float(b), 6),
+                                            "kind": str(k), "label": str(y)}) + "\n" for a, b, k, y in zip(*cols.values())))
+        return path
     if kind == "parquet":
         path = tmp_path / "t.parquet"
         pq.write_table(pa.table(cols), path, row_group_size=97)
@@ -67,7 +72,7 @@ def _weights(run_dir) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files if k.startswith("param") or "weight" in k or "kernel" in k or "bias" in k}
 
 
-@pytest.mark.parametrize("kind", ["csv", "parquet"])
+@pytest.mark.parametrize("kind", ["csv", "parquet", "jsonl"])
 def test_streamed_training_learns_repeats_and_predicts(tmp_path, capsys, small_blocks, kind):
     data = _write(tmp_path, kind)
     config = _config(tmp_path, data)
@@ -192,3 +197,42 @@ def test_regression_and_multilabel_targets_stream(tmp_path, capsys, small_blocks
     scored = json.loads(out)
     for key in ("r2", "mse", "mae") if task == "regression" else ("accuracy", "subset_accuracy", "micro_f1"):
         assert metrics["test"][key] == pytest.approx(scored[key], rel=1e-5), key
+
+
+def test_a_normalization_that_overflows_is_refused_as_in_memory(tmp_path, capsys, small_blocks):
+    """data.normalize: minmax of a column reaching +-3e38 does not fit float32: the streamed fit makes
+    Normalizer.fit's check (the same message as the in-memory run's)."""
+    data = _write(tmp_path, "csv")
+    rows = data.read_text().splitlines()
+    rows[0] = "big," + rows[0]
+    rows[1:] = [f"{3e38 if i % 2 else -3e38}," + r for i, r in enumerate(rows[1:])]
+    data.write_text("\n".join(rows) + "\n")
+    errors = []
+    for stream_it in (False, True):
+        code, out, err = run_cli(capsys, "train", _config(tmp_path, data, stream=stream_it, normalize="minmax"),
+                                 "--out", tmp_path / f"run{stream_it}")
+        assert code == 2 and "Traceback" not in err, out + err
+        errors.append(err)
+    assert "cannot scale column 'big'" in errors[1] and "float32" in errors[1], errors[1]
+    assert errors[0].split(":", 1)[1] == errors[1].split(":", 1)[1]
+
+
+def test_category_values_of_blocks_read_as_numbers_are_categories(tmp_path, monkeypatch, small_blocks):
+    """A code column whose early blocks hold numbers only and later ones text: every training value is
+    a category, not only the sample's; too many distinct numbers to collect are refused, named."""
+    from magmadnn_cli.config.data import DataConfig
+    from magmadnn_cli.data import stream_prepare
+    from magmadnn_cli.errors import DataError
+    monkeypatch.setattr(stream_prepare, "SAMPLE_ROWS", 40)  # a sample that misses most codes
+    rows = 1000
+    codes = np.concatenate([(np.arange(700) % 150 + 1000).astype(str), np.array(["A7", "B8", "C9"])[np.arange(300) % 3]])
+    path = tmp_path / "codes.csv"
+    path.write_text("code,x,label\n" + "".join(f"{c},{i % 7},{'yes' if i % 2 else 'no'}\n" for i, c in enumerate(codes)))
+    cfg = DataConfig(train=path, target="label", validation_split=0.2)
+    data = stream_prepare.prepare_streamed(cfg, "classification", 3)
+    column = next(c for c in data.encoder.columns if c.name == "code")
+    train = stream.split_codes(np.arange(rows), 3, 0.2, 0.0) == stream.TRAIN
+    assert column.kind == "category" and set(codes[train]) <= set(column.categories)
+    monkeypatch.setattr(stream_prepare, "DISTINCT_NUMBERS", 100)
+    with pytest.raises(DataError, match="'code'.*over 100 distinct.*data.columns.code.*data.stream: false"):
+        stream_prepare.prepare_streamed(cfg, "classification", 3)

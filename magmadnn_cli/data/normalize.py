@@ -5,6 +5,7 @@ type; statistics that overflow are refused, naming the column."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -34,10 +35,19 @@ class Normalizer:
             step = max(1, STATS_BLOCK // max(1, len(flat)))
             for j in range(0, width, step):
                 shift[j:j + step], spread[j:j + step] = _statistics(flat[:, j:j + step], s, method)
+        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
+        largest = lambda j: float(np.abs(flat[:, j]).max())  # noqa: E731  (for the message only)
+        return cls.of(shift, spread, s, method, numbers, dtype, names or [], source, largest)
+
+    @classmethod
+    def of(cls, shift: np.ndarray, spread: np.ndarray, s: float, method: str, numbers: np.ndarray | None,
+           dtype: np.dtype, names: list[str], source: str, largest: Callable[[int], float]) -> "Normalizer":
+        """From float64 statistics (as `fit` computes them, or merged block by block): columns other
+        than numbers left as they are; a statistic that overflows refused (`largest(j)`: column j's
+        largest magnitude, for the message)."""
         if numbers is not None and not numbers.all():  # other columns: (x * s - 0) / s = x
             shift, spread = np.where(numbers, shift, 0.0), np.where(numbers, spread, s)
-        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
-        _check_statistics(flat, shift, spread, method, dtype, names or [], source)
+        _check_statistics(shift, spread, method, dtype, names, source, largest)
         return cls(s, shift.astype(dtype), spread.astype(dtype))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -65,8 +75,8 @@ def _statistics(block: np.ndarray, s: float, method: str) -> tuple[np.ndarray, n
         return values.mean(axis=0), np.where(std > 0, std, 1.0)
 
 
-def _check_statistics(flat: np.ndarray, shift: np.ndarray, spread: np.ndarray, method: str, dtype: np.dtype,
-                      names: list[str], source: str) -> None:
+def _check_statistics(shift: np.ndarray, spread: np.ndarray, method: str, dtype: np.dtype, names: list[str],
+                      source: str, largest_of: Callable[[int], float]) -> None:
     """Refuse statistics that overflowed in float64, or that do not fit the run's float type, naming
     the first such column, its largest value and the fix."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -75,7 +85,7 @@ def _check_statistics(flat: np.ndarray, shift: np.ndarray, spread: np.ndarray, m
         return
     j = int(np.flatnonzero(bad)[0])
     name = names[j] if j < len(names) else f"input {j + 1}"
-    largest = float(np.abs(flat[:, j]).max())
+    largest = largest_of(j)
     what = "range (maximum - minimum)" if method == "minmax" else "standard deviation"
     where = "overflows float64" if not (np.isfinite(shift[j]) and np.isfinite(spread[j])) else \
         f"does not fit {dtype.name} (precision: {dtype.name}; precision: float64 would hold it)"

@@ -16,19 +16,30 @@ disjoint blocks are still to come.
 from __future__ import annotations
 
 import codecs
+import queue
+import threading
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import DataError
 from .arrow_csv import NULLS
-from .columnar import batch_table, columnar_format, open_source
-from .csv_reader import csv_header
+from .columnar import BLOCK_BYTES as JSON_BLOCK_BYTES, _records as json_records, _text as json_text, batch_table, \
+    columnar_format, open_source
+from .csv_reader import CsvFormat, csv_header
 from .table import ReadSpec, Table, checked_columns
 from .text_source import DECOMPRESSORS, is_stream
+
+try:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+except ImportError:  # a dependency; BlockFile.of refuses through open_source / the CSV reader's message
+    pa = None
 
 BLOCK_BYTES = 1 << 26  # a CSV block's size (64 MiB of text)
 TRAIN, VALIDATION, TEST = 0, 1, 2
@@ -45,27 +56,112 @@ class Block:
 
 
 # -- blocks --------------------------------------------------------------------------------------
-def blocks_of(path: Path, spec: ReadSpec, block_bytes: int = BLOCK_BYTES) -> list[Block]:
-    """The file's blocks: Parquet row groups (counted), or CSV byte ranges (counted when read)."""
-    if columnar_format(path) == "parquet":
-        open_source(path)  # checks the file and its column names
-        import pyarrow.parquet as pq  # lazily: pyarrow is needed for these formats only
-        f = pq.ParquetFile(str(path))
-        counts = [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)]
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-        return [Block(i, i + 1, int(s), n) for i, (s, n) in enumerate(zip(starts, counts))]
-    if is_stream(path) or path.suffix.lower() in DECOMPRESSORS or columnar_format(path) is not None:
-        raise DataError(f"{path}: streamed epochs read a plain CSV or a Parquet file in blocks; this one cannot be "
-                        "cut into blocks. Decompress it, or convert it to Parquet, or set data.stream: false")
-    return _csv_ranges(path, spec, block_bytes)
+@dataclass
+class BlockFile:
+    """A file read in blocks, with what every block's read needs worked out once (not per block): the
+    CSV dialect and header (sniffed once), the column names, a JSON Lines file's types (inferred once
+    from its first MiB, as its in-memory reader does). `reader()` opens the file once for a pass."""
+    path: Path
+    spec: ReadSpec
+    kind: str  # csv | parquet | jsonl
+    names: list[str]
+    wanted: list[str]
+    target: str | None
+    fmt: CsvFormat | None = None
+    schema: Any = None  # a JSON Lines file's pyarrow schema of the columns read
+
+    @classmethod
+    def of(cls, path: Path, spec: ReadSpec) -> "BlockFile":
+        kind = columnar_format(path) or "csv"
+        if is_stream(path) or path.suffix.lower() in DECOMPRESSORS or kind not in ("csv", "parquet", "jsonl"):
+            raise DataError(f"{path}: streamed epochs read a plain CSV, JSON Lines or Parquet file in blocks; this "
+                            "one cannot be cut into blocks. Decompress it, or convert it to Parquet, or set "
+                            "data.stream: false")
+        fmt = spec.csv_format(path) if kind == "csv" else None
+        names = (list(fmt.names) if fmt.names else csv_header(path, fmt)) if fmt else open_source(path).names
+        wanted = checked_columns(path, names, spec)
+        found = cls(path, spec, kind, names, wanted, spec.target if spec.target in names else None, fmt)
+        found.schema = _json_schema(path, found.columns) if kind == "jsonl" else None
+        return found
+
+    @property
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys(self.wanted + ([self.target] if self.target else [])))
+
+    def blocks(self, block_bytes: int = BLOCK_BYTES) -> list[Block]:
+        """Parquet row groups (counted), or byte ranges of lines (counted when read)."""
+        if self.kind == "parquet":
+            meta = pq.ParquetFile(str(self.path)).metadata
+            counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
+            return [Block(i, i + 1, int(s), n) for i, (s, n) in enumerate(zip(starts, counts))]
+        return _line_ranges(self.path, bool(self.fmt and self.fmt.header), block_bytes)
+
+    def reader(self) -> Callable[[Block, int], Table]:
+        """`read(block, first_row)` for one pass: a Parquet file opened once for all its blocks."""
+        if self.kind == "parquet":
+            opened = pq.ParquetFile(str(self.path))
+            return lambda block, first: self._table(opened.read_row_group(block.lo, columns=self.columns), first)
+        return self._lines
+
+    def _table(self, table: Any, first_row: int) -> Table:
+        fmt = self.fmt
+        return batch_table(table, self.path, self.spec, self.wanted, self.target, first_row,
+                           *((fmt.decimal, fmt.thousands) if fmt else ()))
+
+    def _lines(self, block: Block, first_row: int) -> Table:
+        with open(self.path, "rb") as f:
+            f.seek(block.lo)
+            data = f.read(block.hi - block.lo)
+        try:
+            table = self._csv(data) if self.fmt else self._json(data)
+        except pa.ArrowInvalid as exc:
+            raise DataError(_unsplittable(self.path, block, first_row, str(exc).strip())) from None
+        if table.num_rows != _lines(data):  # a line break inside a quoted cell: a cut may fall in one
+            raise DataError(_unsplittable(self.path, block, first_row, "a quoted cell holds a line break"))
+        return self._table(table, first_row)
+
+    def _csv(self, data: bytes) -> Any:
+        fmt, columns = self.fmt, self.columns
+        return pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=pacsv.ReadOptions(encoding=codecs.lookup(fmt.encoding).name, column_names=self.names),
+            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(include_columns=columns, null_values=NULLS, strings_can_be_null=True,
+                                                 column_types={c: pa.string() for c in columns}))
+
+    def _json(self, data: bytes) -> Any:
+        """The block's records typed as the file's first MiB types them; a block where a value changes
+        type is read as text cells, record by record (as the in-memory reader goes on)."""
+        try:
+            if self.schema is None:
+                raise pa.ArrowInvalid("no types")
+            return pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1, len(data))),
+                                    parse_options=pajson.ParseOptions(explicit_schema=self.schema,
+                                                                      unexpected_field_behavior="ignore"))
+        except pa.ArrowInvalid:
+            records = [record for _, record in json_records(io.BytesIO(data), self.path)]
+            where = f"{self.path} (a block)"
+            return pa.table({c: pa.array([json_text(r.get(c), c, where) for r in records], pa.string())
+                             for c in self.columns})
 
 
-def _csv_ranges(path: Path, spec: ReadSpec, block_bytes: int) -> list[Block]:
+def _json_schema(path: Path, columns: list[str]) -> Any:
+    """The columns' types as pyarrow infers them from the file's first MiB (text where absent; None
+    where pyarrow cannot type it)."""
+    try:
+        with open(path, "rb") as f:
+            inferred = pajson.open_json(f, read_options=pajson.ReadOptions(block_size=JSON_BLOCK_BYTES)).schema
+    except pa.ArrowInvalid:
+        return None  # types that change within the first MiB: every block read as text cells
+    return pa.schema([inferred.field(c) if c in inferred.names else pa.field(c, pa.string()) for c in columns])
+
+
+def _line_ranges(path: Path, header: bool, block_bytes: int) -> list[Block]:
     """Byte ranges of about `block_bytes` after the header line, each ending at a line's end."""
-    fmt = spec.csv_format(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
-        if fmt.header:
+        if header:
             f.readline()
         cuts = [f.tell()]
         while cuts[-1] < size:
@@ -75,42 +171,14 @@ def _csv_ranges(path: Path, spec: ReadSpec, block_bytes: int) -> list[Block]:
     return [Block(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
+def blocks_of(path: Path, spec: ReadSpec, block_bytes: int = BLOCK_BYTES) -> list[Block]:
+    """The file's blocks (`BlockFile.blocks`)."""
+    return BlockFile.of(path, spec).blocks(block_bytes)
+
+
 def read_block(path: Path, spec: ReadSpec, block: Block, first_row: int) -> Table:
     """The block's rows as a Table, numbered from `first_row` (their positions in the file)."""
-    if columnar_format(path) == "parquet":
-        import pyarrow.parquet as pq
-        source = open_source(path)
-        wanted = checked_columns(path, source.names, spec)
-        target = spec.target if spec.target in source.names else None
-        columns = list(dict.fromkeys(wanted + ([target] if target else [])))
-        group = pq.ParquetFile(str(path)).read_row_group(block.lo, columns=columns)
-        return batch_table(group, path, spec, wanted, target, first_row)
-    return _csv_block(path, spec, block, first_row)
-
-
-def _csv_block(path: Path, spec: ReadSpec, block: Block, first_row: int) -> Table:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    fmt = spec.csv_format(path)
-    names = list(fmt.names) if fmt.names else csv_header(path, fmt)
-    wanted = checked_columns(path, names, spec)
-    target = spec.target if spec.target in names else None
-    with open(path, "rb") as f:
-        f.seek(block.lo)
-        data = f.read(block.hi - block.lo)
-    columns = list(dict.fromkeys(wanted + ([target] if target else [])))
-    try:
-        table = pacsv.read_csv(
-            io.BytesIO(data),
-            read_options=pacsv.ReadOptions(encoding=codecs.lookup(fmt.encoding).name, column_names=names),
-            parse_options=pacsv.ParseOptions(delimiter=fmt.delimiter, newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(include_columns=columns, null_values=NULLS, strings_can_be_null=True,
-                                                 column_types={c: pa.string() for c in columns}))
-    except pa.ArrowInvalid as exc:
-        raise DataError(_unsplittable(path, block, first_row, str(exc))) from None
-    if table.num_rows != _lines(data):  # a line break inside a quoted cell: a cut may fall in one
-        raise DataError(_unsplittable(path, block, first_row, "a quoted cell holds a line break"))
-    return batch_table(table, path, spec, wanted, target, first_row, fmt.decimal, fmt.thousands)
+    return BlockFile.of(path, spec).reader()(block, first_row)
 
 
 def _unsplittable(path: Path, block: Block, first_row: int, why: str) -> str:
@@ -129,11 +197,11 @@ def _lines(data: bytes) -> int:
     return int(len(ends) - blank.sum()) + bool(tail)
 
 
-def counted(path: Path, spec: ReadSpec, blocks: list[Block]) -> Iterator[tuple[Block, Table]]:
+def counted(file: BlockFile, blocks: list[Block]) -> Iterator[tuple[Block, Table]]:
     """Each block read in file order, with its first row and row count filled in."""
-    at = 0
+    at, read = 0, file.reader()
     for block in blocks:
-        table = read_block(path, spec, block, at)
+        table = read(block, at)
         rows = len(table.raw.x)
         yield Block(block.lo, block.hi, at, rows), table
         at += rows
@@ -184,3 +252,82 @@ def epoch_rows(blocks: list[Block], seed: int, epoch: int, buffer_rows: int,
     if held is not None and len(held[0]):
         mixed = rng.permutation(len(held[0]))
         yield tuple(a[mixed] for a in held)
+
+
+def block_order(blocks: list[Block], seed: int, epoch: int) -> list[Block]:
+    """The blocks in the order `epoch_rows` takes them in this epoch (so they can be read ahead)."""
+    return [blocks[i] for i in np.random.default_rng([seed, epoch, 0x5EED]).permutation(len(blocks))]
+
+
+# -- reading ahead ---------------------------------------------------------------------------------
+PREFETCH_BLOCKS = 2  # blocks read and encoded ahead of the steps (each a block's rows in memory)
+_END = object()
+
+
+class Prefetcher:
+    """`work(block)` done for the blocks of `order`, in order, by a background thread while the caller
+    computes; at most `depth` results wait in a bounded queue. `get(block)` gives a block's result (its
+    error raised in the caller's thread, as if done there); blocks before it that were never asked for
+    are dropped (a resumed epoch skips some); a block not ahead gives None (the caller does it itself).
+    Results are `work`'s alone, whatever the timing. `close()` stops the thread and waits for it."""
+
+    def __init__(self, work: Callable[[Block], Any], order: list[Block], depth: int = PREFETCH_BLOCKS) -> None:
+        self.ahead = {block: i for i, block in enumerate(order)}
+        self.done = -1  # the position in `order` of the last result taken
+        self.queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(work, order), name="magmadnn-read-ahead", daemon=True)
+        self.thread.start()
+
+    def _run(self, work: Callable[[Block], Any], order: list[Block]) -> None:
+        for block in order:
+            if self.stopping.is_set():
+                return
+            try:
+                item = (block, work(block), None)
+            except BaseException as exc:  # raised where the block is asked for
+                item = (block, None, exc)
+            self.queue.put(item)
+            if item[2] is not None:
+                break
+        self.queue.put((_END, None, None))
+
+    def get(self, block: Block) -> Any:
+        at = self.ahead.get(block, -1)
+        if at <= self.done:
+            return None
+        while True:
+            found, value, error = self.queue.get()
+            if found is _END:
+                self.done = len(self.ahead)
+                return None
+            self.done = self.ahead[found]
+            if found == block:
+                if error is not None:
+                    raise error
+                return value
+            if error is not None:  # a block passed over failed, and the thread stopped there
+                self.done = len(self.ahead)
+                return None
+
+    def close(self) -> None:
+        """Stop reading ahead: the thread ends after its current block (its queue emptied so it can)."""
+        self.stopping.set()
+        while self.thread.is_alive():
+            try:
+                self.queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self.thread.join()
+
+
+def prefetched(work: Callable[[Block], Any], order: list[Block], depth: int = PREFETCH_BLOCKS) -> Iterator[Any]:
+    """`work(block)` for each block of `order`, done ahead in a background thread; stopped when the
+    loop ends, early or on an error."""
+    ahead = Prefetcher(work, order, depth)
+    try:
+        for block in order:
+            found = ahead.get(block)
+            yield found if found is not None else work(block)
+    finally:
+        ahead.close()

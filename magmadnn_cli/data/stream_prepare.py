@@ -32,13 +32,16 @@ from .table import ReadSpec, Table, typed_labels
 from .targets import table_task, target_task
 
 SAMPLE_ROWS = 1 << 16  # training rows the column types and fills are fitted on
+DISTINCT_NUMBERS = 1 << 16  # distinct number cells a column's survey collects (for a column text elsewhere)
 BUFFER_ROWS = 1 << 16  # rows an epoch's shuffle mixes at a time
 SPLIT_CODES = {"train": stream.TRAIN, "validation": stream.VALIDATION, "test": stream.TEST}
 
 
 @dataclass
 class StreamSource:
-    """The training file read block by block, with what was fitted on its training rows."""
+    """The training file read block by block, with what was fitted on its training rows. A pass over
+    the blocks (an epoch, an evaluation) reads the next blocks ahead in a background thread (`ahead`);
+    the file is opened once per pass (`stream.BlockFile.reader`)."""
     path: Path
     spec: ReadSpec
     cfg: DataConfig
@@ -50,32 +53,67 @@ class StreamSource:
     task: str
     buffer_rows: int = BUFFER_ROWS
     targets: TargetScaler = field(default_factory=TargetScaler)  # regression targets' scaling
+    file: stream.BlockFile | None = None  # None: worked out from path and spec
+    _read: Any = field(default=None, repr=False)  # this pass's reader (the caller's thread)
+    _ahead: tuple[int, stream.Prefetcher] | None = field(default=None, repr=False)  # (split code, reader ahead)
+
+    def __post_init__(self) -> None:
+        self.file = self.file or stream.BlockFile.of(self.path, self.spec)
 
     def codes(self, block: stream.Block) -> np.ndarray:
         positions = np.arange(block.first_row, block.first_row + block.rows)
         return stream.split_codes(positions, self.seed, self.cfg.validation_split, self.cfg.test_split)
 
-    def encoded(self, block: stream.Block, code: int, normalized: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The block's rows of one split: (their positions in the file, encoded features, targets)."""
-        table = stream.read_block(self.path, self.spec, block, block.first_row)
+    def encoded(self, block: stream.Block, code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The block's rows of one split: (their positions in the file, encoded features, targets);
+        taken from the reader ahead when it reads this split's blocks."""
+        if self._ahead is not None and self._ahead[0] == code:
+            found = self._ahead[1].get(block)
+            if found is not None:
+                return found
+        self._read = self._read or self.file.reader()
+        return self._encoded(self._read, block, code)
+
+    def _encoded(self, read: Any, block: stream.Block, code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        table = read(block, block.first_row)
         keep = np.flatnonzero(self.codes(block) == code)
         part = Table(table.raw.rows(keep), table.y[keep], table.features, table.source)
         x, _ = encode_features(part, self.encoder)
         y = target_task(self.task).encode(map_labels(part.y, self.cfg.label_map), self.classes, table.source, part.raw)
-        return block.first_row + keep, (self.normalizer(x) if normalized else x), self.targets(y)
+        return block.first_row + keep, self.normalizer(x), self.targets(y)
+
+    def ahead(self, order: list[stream.Block], code: int) -> None:
+        """A new pass: the file reopened, and `order`'s blocks (those this process reads next, in the
+        order it reads them) read and encoded for split `code` in a background thread."""
+        self.close()
+        read = self.file.reader()
+        self._ahead = (code, stream.Prefetcher(lambda block: self._encoded(read, block, code), order))
+
+    def close(self) -> None:
+        """End the pass: the reader ahead stopped, the file closed."""
+        if self._ahead is not None:
+            self._ahead[1].close()
+        self._ahead, self._read = None, None
 
     def in_file_order(self, code: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for block in self.blocks:
-            _, x, y = self.encoded(block, code)
-            yield x, y
+        self.ahead(self.blocks, code)
+        try:
+            for block in self.blocks:
+                _, x, y = self.encoded(block, code)
+                yield x, y
+        finally:
+            self.close()
 
     def epoch(self, epoch: int, shuffle: bool) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The epoch's training rows (positions, x, y) in pieces: blocks permuted by (seed, epoch) and
         rows mixed in a buffer (`stream.epoch_rows`); in file order with training.shuffle false."""
+        self.ahead(stream.block_order(self.blocks, self.seed, epoch) if shuffle else self.blocks, stream.TRAIN)
         read = lambda block: self.encoded(block, stream.TRAIN)  # noqa: E731
-        if not shuffle:
-            return (read(block) for block in self.blocks)
-        return stream.epoch_rows(self.blocks, self.seed, epoch, self.buffer_rows, read)
+        try:
+            yield from (stream.epoch_rows(self.blocks, self.seed, epoch, self.buffer_rows, read) if shuffle
+                        else (read(block) for block in self.blocks))
+        finally:
+            self.close()
 
 
 class InOrder:
@@ -113,19 +151,22 @@ class Survey:
     blocks: list[stream.Block] = field(default_factory=list)
     rows: np.ndarray = field(default_factory=lambda: np.zeros(3, np.int64))
     labels: set = field(default_factory=set)  # the distinct target cells (labelled tasks only)
-    values: dict[int, set] = field(default_factory=dict)
+    values: dict[int, set] = field(default_factory=dict)  # text columns' training values
+    numbers: dict[int, set | None] = field(default_factory=dict)  # number-typed cells' (None: too many)
     keys: np.ndarray = field(default_factory=lambda: np.empty(0))
     sample: RawColumns | None = None
     features: list[str] = field(default_factory=list)
     source: str = ""
+    file: stream.BlockFile | None = None
 
 
 def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: int, labelled: bool = True,
            sample_rows: int = SAMPLE_ROWS) -> Survey:
     """One pass over the blocks in file order (memory: a block, the sample, the distinct values; the
     distinct target cells when `labelled`, the loss's targets being labels)."""
-    found = Survey()
-    for block, table in stream.counted(path, spec, stream.blocks_of(path, spec, block_bytes)):
+    found = Survey()  # (the file's dialect sniffed, its header read, once)
+    found.file = stream.BlockFile.of(path, spec)
+    for block, table in stream.counted(found.file, found.file.blocks(block_bytes)):
         found.blocks.append(block)
         found.features, found.source = table.features, table.source
         positions = np.arange(block.first_row, block.first_row + block.rows)
@@ -138,6 +179,7 @@ def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: 
         train = np.flatnonzero(codes == stream.TRAIN)
         for j, cells in table.raw.text.items():
             found.values.setdefault(j, set()).update(np.unique(cells[train]).tolist())
+        _numbers_seen(found, table.raw, train)
         _sampled(found, table.raw.rows(train), stream.row_hash(positions[train], seed, salt=1), sample_rows)
     return found
 
@@ -153,45 +195,70 @@ def _sampled(found: Survey, raw: RawColumns, keys: np.ndarray, k: int) -> None:
     found.keys, found.sample = keys[lowest], both.rows(lowest)
 
 
-def widened(encoder: ColumnEncoder, values: dict[int, set]) -> ColumnEncoder:
-    """The sample's category columns given every value the training rows hold."""
+def _numbers_seen(found: Survey, raw: RawColumns, rows: np.ndarray) -> None:
+    """Each column's distinct training values in the blocks that read it as numbers, up to
+    DISTINCT_NUMBERS (then None): a column text in other blocks is a category holding them too."""
+    for j in range(raw.x.shape[1]):
+        if j in raw.text or found.numbers.get(j, set()) is None:
+            continue
+        column = raw.x[rows, j]
+        seen = found.numbers.setdefault(j, set())
+        seen.update(np.unique(column[~np.isnan(column)]).tolist())
+        if len(seen) > DISTINCT_NUMBERS:
+            found.numbers[j] = None
+
+
+def widened(encoder: ColumnEncoder, found: Survey) -> ColumnEncoder:
+    """The sample's category columns given every value the training rows hold (number cells written
+    as text is, `RawColumns.cells`); a category whose number cells are too many to collect is refused."""
     for j, column in enumerate(encoder.columns):
-        if column.kind == "category" and j in values:
-            cells = np.array(sorted(values[j]), dtype=object).astype(str)
-            column.categories = sorted(set(column.categories) | set(canonical(cells[~is_missing(cells)]).tolist()))
+        if column.kind != "category":
+            continue
+        if j in found.numbers and found.numbers[j] is None:
+            raise DataError(f"{found.source}: column {column.name!r} is read as categories, but in blocks where its "
+                            f"cells are all numbers they hold over {DISTINCT_NUMBERS:,} distinct values, more than a "
+                            "streamed run collects in its bounded pass. Declare the column (data.columns."
+                            f"{column.name}: number, or ignore), or set data.stream: false")
+        numbers = [np.format_float_positional(v, trim="-") for v in sorted(found.numbers.get(j) or ())]
+        cells = np.array(sorted(found.values.get(j, set())) + numbers, dtype=object).astype(str)
+        column.categories = sorted(set(column.categories) | set(canonical(cells[~is_missing(cells)]).tolist()))
     return encoder
 
 
 def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tuple[Normalizer, dict[int, np.ndarray]]:
     """The second pass: the encoded training rows' exact moments and range give the normalizer (as
-    `Normalizer.fit` computes it on all of them); each split's targets are kept, in file order."""
+    `Normalizer.fit` gives it on all of them, with its checks); each split's targets are kept, in file
+    order. The next blocks are read and encoded ahead, in a background thread."""
     moments, low, high = Moments(), np.full(width, np.inf), np.full(width, -np.inf)
     targets: dict[int, list[np.ndarray]] = {code: [] for code in SPLIT_CODES.values()}
+    read, rule = source.file.reader(), target_task(source.task)
+
+    def work(block: stream.Block) -> tuple[np.ndarray, np.ndarray]:
+        table = read(block, block.first_row)
+        y = rule.encode(map_labels(table.y, cfg.label_map), source.classes, table.source, table.raw)
+        return encode_features(table, source.encoder)[0], y
+
     dtype = np.dtype(B.current().floatx)
-    for block in source.blocks:
-        table = stream.read_block(source.path, source.spec, block, block.first_row)
-        codes = source.codes(block)
-        x, _ = encode_features(table, source.encoder)
-        dtype = x.dtype
-        y = target_task(source.task).encode(map_labels(table.y, cfg.label_map), source.classes, table.source, table.raw)
+    for block, (x, y) in zip(source.blocks, stream.prefetched(work, source.blocks)):
+        codes, dtype = source.codes(block), x.dtype
         for code in targets:
             targets[code].append(y[codes == code])
         train = x[codes == stream.TRAIN].astype(np.float64)
         moments.add(train)
         if len(train):
             low, high = np.minimum(low, train.min(axis=0)), np.maximum(high, train.max(axis=0))
-    s = float(cfg.scale or 1.0)
-    method = normalize_method(cfg, np.empty((0, width)))
+    s, method = float(cfg.scale or 1.0), normalize_method(cfg, np.empty((0, width)))
     shift, spread = np.zeros(width), np.ones(width)
-    if method == "standard":
-        std = np.sqrt(moments.variance) * s
-        shift, spread = moments.mean * s, np.where(std > 0, std, 1.0)
-    elif method == "minmax":
-        shift, spread = low * s, np.where(high > low, (high - low) * s, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by Normalizer.of, named
+        if method == "standard":
+            std = np.sqrt(moments.variance) * s
+            shift, spread = moments.mean * s, np.where(std > 0, std, 1.0)
+        elif method == "minmax":
+            shift, spread = low * s, np.where(high > low, (high - low) * s, 1.0)
     numbers = source.encoder.number_mask() if source.encoder.columns else None
-    if numbers is not None and not numbers.all():
-        shift, spread = np.where(numbers, shift, 0.0), np.where(numbers, spread, s)
-    normalizer = Normalizer(s, shift.astype(dtype), spread.astype(dtype))
+    largest = lambda j: float(max(abs(low[j]), abs(high[j])))  # noqa: E731  (for the message only)
+    normalizer = Normalizer.of(shift, spread, s, method, numbers, dtype, source.encoder.output_names(),
+                               str(source.path), largest)
     return normalizer, {code: np.concatenate(parts) for code, parts in targets.items()}
 
 
@@ -207,8 +274,9 @@ def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | N
     task = table_task(task, cells) if labelled else task  # label sets make a binary loss's task multi-label
     classes = target_task(task).labels(cells, found.source)
     encoder, notes = fit(found.sample, found.features, cfg, found.source)
-    encoder = widened(encoder, found.values)
-    source = StreamSource(path, spec, cfg, found.blocks, seed, encoder, Normalizer(), classes, task, BUFFER_ROWS)
+    encoder = widened(encoder, found)
+    source = StreamSource(path, spec, cfg, found.blocks, seed, encoder, Normalizer(), classes, task, BUFFER_ROWS,
+                          file=found.file)
     width = encoder.width or len(found.features)
     source.normalizer, targets = fitted_normalizer(source, cfg, width)
     if not labelled and cfg.target_normalize != "none":  # as `prepare` scales them: the training targets' moments
@@ -251,7 +319,8 @@ def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None) -> str |
     suffix = "".join(Path(data.train).suffixes[-1:]).lower() if data.train else ""
     checks = [
         (data.synthetic is not None or data.train is None, "streaming reads a training file (data.train)"),
-        (suffix not in (".csv", ".parquet"), f"streaming reads a plain .csv or .parquet file, not {data.train}"),
+        (suffix not in (".csv", ".parquet", ".jsonl", ".ndjson"), "streaming reads a plain .csv, .jsonl or .parquet "
+                                                                  f"file, not {data.train}"),
         (ranks > 1 and config.distributed.strategy == "async", "distributed.strategy async is not streamed yet"),
         (fold is not None, "cross-validation is not streamed yet"),
         (data.validation is not None or data.test is not None, "held-out rows come from data.train by the hash rule; "
