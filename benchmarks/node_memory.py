@@ -79,12 +79,11 @@ def worker(config: str, mode: str) -> None:
     from magmadnn_cli.distributed.comm import on_every_rank
     from magmadnn_cli.distributed.mpi import MPICommunicator
     from magmadnn_cli.distributed.shared import once_per_node
-    from magmadnn_cli.training.builder import task_of
 
     comm = MPICommunicator()
     cfg = load_config(config)
     base = comm.allgather(own_memory()["pss"])  # the per-rank constant: interpreter, numpy, MPI
-    make = lambda: prepare(cfg.data, task_of(cfg), 0)  # noqa: E731
+    make = lambda: prepare(cfg.data, cfg.loss.task, 0)  # noqa: E731
     data = once_per_node(comm, make) if mode == "node" and comm.size > 1 else on_every_rank(comm, make)
     touched = float(data.train.x.sum()) + float(data.validation.x.sum())  # every rank reads all its data
     comm.barrier()

@@ -26,7 +26,7 @@ from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..core import backend as B
 from ..data.prepare import Prepared
-from ..training.builder import select_backend, task_of
+from ..training.builder import select_backend
 from ..distributed.comm import on_root
 from ..training.run_folder import FolderLock, RunFolder, locked, say_replacing
 from .train import SPLITS, build, final_metrics
@@ -110,7 +110,7 @@ def cross_validate(config: Config, folds: int, out_dir: Path, reporter: Reporter
         raise MagmaError("--folds splits data.train into folds; data.validation / data.test files are not used by "
                          "cross-validation: remove them (or train without --folds)")
     started = time.perf_counter()
-    how = "stratified" if config.data.stratify and task_named(task_of(config)).labels else "shuffled"
+    how = "stratified" if config.data.stratify and task_named(config.loss.task).labels else "shuffled"
     reporter.info(f"{config.name}: {folds}-fold cross-validation ({how}, seed {config.seed}), {comm.size} process(es)"
                   + ("; data.test_split is not used: each fold holds out 1/K of the rows" if config.data.test_split else ""))
     with locked(comm, out_dir, "run", {"folds": folds}, replace) as lock:

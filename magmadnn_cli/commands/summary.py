@@ -19,7 +19,7 @@ from ..core.graph.convolution import candidates, rule
 from ..nn.embedding import ColumnEmbeddings
 from ..nn.layers import Conv2D, all_layers, build_layers
 from ..reporting import grid
-from ..training.builder import output_width_problem, task_of
+from ..training.run_checks import output_width_problem
 
 
 def is_saved_model(path: Path) -> bool:
@@ -45,7 +45,7 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
     the output does not fit the data's classes or targets (None: it does, or they are not known)."""
     known = inputs is not None
     with looking_only():  # an image folder: listed and one image decoded, not all
-        inputs = inputs or sample_inputs(config.data, task_of(config), config.seed or 0)
+        inputs = inputs or sample_inputs(config.data, config.loss.task, config.seed or 0)
     shape, encoder = inputs.shape, inputs.encoder
     title = f"{config.name}: each sample's input is {_values(shape)}"
     if not known and config.seed is None and not (config.data.shape or config.data.synthetic):

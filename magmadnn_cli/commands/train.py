@@ -25,7 +25,8 @@ from ..errors import ConfigError, MagmaError
 from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.advice import last_checkpoint_note
-from ..training.builder import Run, bias_warnings, build_optimizer, build_run, pin_conv_algorithms, select_backend
+from ..training.builder import Run, build_optimizer, build_run, pin_conv_algorithms, select_backend
+from ..training.run_checks import bias_warnings
 from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, load_for_resume, restore
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model

@@ -1,6 +1,6 @@
-"""From a validated config to the runtime objects of a run, and every check a run makes before its
-first step: each component's declaration goes to the implementation registered for it; `build_run`
-assembles data, network, optimizer, the strategy's wrapper and the trainer (the commands orchestrate)."""
+"""From a validated config to the runtime objects of a run: each component's declaration goes to the
+implementation registered for it; `build_run` assembles data, network, optimizer, the strategy's
+wrapper and the trainer (the commands orchestrate; `run_checks.py` holds the checks it calls)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
-from ..config.rules import output_head
-from ..config.activations import DECLARATIONS as ACTIVATION_DECLARATIONS
 from ..config.schema import Config
-from ..config.tasks import task_named
 from ..core import backend as B
 from ..data.augment import augment
 from ..data.prepare import Prepared, class_weights, prepare
 from ..data.columns import Embedded
 from ..data.stream_prepare import prepare_streamed, streaming
-from ..data.targets import target_task
 from ..distributed import Communicator, strategies
 from ..distributed.async_sgd import AsyncParallel
 from ..distributed.comm import on_every_rank
 from ..distributed.model_parallel import ModelGroups, model_groups
-from ..errors import DataError, MagmaError
+from ..errors import MagmaError
 from ..nn.embedding import ColumnEmbeddings
 from ..nn.layers import build_layers
 from ..nn.losses import LOSSES, Loss
@@ -38,6 +33,7 @@ from .checkpoint import Saver, starting_weights
 from .convolutions import choose_convolutions
 from .early_stopping import EarlyStopper
 from .stream_trainer import StreamTrainer
+from .run_checks import check_memory, check_run
 from .trainer import History, Plan, Trainer
 
 
@@ -83,8 +79,8 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     seed = config.seed if config.seed is not None else 0
     strategy = strategies.checked_strategy(config)
     streamed = streaming(config, comm.size, fold)  # data.stream: epochs read from the file (issue 48)
-    data = prepared_data(comm, lambda: prepare_streamed(config.data, task_of(config), seed) if streamed else
-                         prepare(config.data, task_of(config), seed, fold))
+    data = prepared_data(comm, lambda: prepare_streamed(config.data, config.loss.task, seed) if streamed else
+                         prepare(config.data, config.loss.task, seed, fold))
     if data.settled:  # what the data file said (its number style): saved, so new files are read alike
         config = config.model_copy(update={"data": config.data.model_copy(update=data.settled)})
     groups = parallel_layout(config, comm, reporter, strategy)
@@ -133,7 +129,7 @@ def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: Mod
             said = str(exc).removeprefix(f"{init_from}: ")
             raise MagmaError(f"--init-from {init_from}: {said}") from exc
     optimizer = build_optimizer(config, batch_schedule(config).steps(len(data.train.x), 1), network, len(data.train.x))
-    check_memory(config, network, len(optimizer.slots), len(data.train.x))
+    check_memory(config, network, len(optimizer.slots), len(data.train.x), batch_schedule(config).largest())
     return network, optimizer
 
 
@@ -148,78 +144,6 @@ def parallel_layout(config: Config, comm: Communicator, reporter: Reporter,
         reporter.warn(f"distributed.model_parallel: {split} needs {split} ranks or a multiple; this run has 1 "
                       "process, so the layers stay whole")
     return model_groups(comm, split)
-
-
-def check_run(config: Config, network: Network, data: Prepared) -> None:
-    """The checks that need the data as well as the config."""
-    targets = int(data.train.y.shape[1]) if data.train.y.ndim == 2 else 1
-    check_output_width(config, network, data.classes, data.source, targets, data.task)
-    if config.training.augment is not None and len(data.sample_shape) != 3:
-        raise MagmaError(f"training.augment is for (channels, height, width) images; the samples have shape "
-                         f"{data.sample_shape} (set data.shape)")
-    unreachable = unreachable_targets(config, data)
-    if unreachable:
-        raise DataError(unreachable)
-    if problem := _unmeasured_monitor(config, data):
-        raise MagmaError(problem)
-
-
-def _unmeasured_monitor(config: Config, data: Prepared) -> str | None:
-    """Early stopping on a metric the run never reports (it would never fire), at its key."""
-    es = config.training.early_stopping
-    if es is None:
-        return None
-    key = f"{config.where('training', 'early_stopping', 'monitor') or ''}: training.early_stopping.monitor".lstrip(": ")
-    if "accuracy" in es.monitor and not task_named(config.loss.task).labels:
-        return (f"{key}: {es.monitor} is measured for a classification loss; loss {config.loss.type} reports "
-                "val_loss and loss (monitor: val_loss)")
-    if es.monitor.startswith("val_") and data.validation is None:
-        return f"{key}: {es.monitor} needs validation data (data.validation_split > 0 or data.validation)"
-    return None
-
-
-UNREACHABLE_SHARE = 0.01  # a few outliers out of reach are the data's; more are the head's
-
-
-def unreachable_targets(config: Config, data: Prepared) -> str | None:
-    """A regression output bounded by its activation (sigmoid, tanh, relu, elu, gelu) that more than 1%
-    of the training targets, as scaled, lie outside of: the model could never fit them (a sigmoid on
-    standardized targets reaches only [mean, mean + 1 sd])."""
-    head = output_head(config.model.layers, config.loss.type)
-    after = config.model.layers[head.index + 1:]
-    if task_named(task_of(config)).labels or not all(layer.keeps_range for layer in after):  # a batchnorm unbinds it
-        return None
-    low, high = ACTIVATION_DECLARATIONS[head.activation].output_range(getattr(config.model.layers[head.index], "alpha", None))
-    y = data.train.y
-    share = float(np.mean((y < low) | (y > high))) if y.size else 0.0
-    if share <= UNREACHABLE_SHARE:
-        return None
-    key = ("model", "layers", head.index, "activation")
-    place = config.where(*key) or config.where(*key[:3])
-    scaled = f"standardized (data.target_normalize: {config.data.target_normalize})" if data.targets.active else \
-        "as they are (data.target_normalize: none)"
-    raw = y * data.targets.spread.astype(np.float64) + data.targets.shift if data.targets.active else y
-    slack = 1e-6 * float(np.max(data.targets.spread)) if data.targets.active else 0.0  # float32 rounding of 0 and 1
-    keep = data.targets.active and bool(((raw >= low - slack) & (raw <= high + slack)).all())
-    fix = (f"your targets lie in [{low:g}, {high:g}]: keep the {head.activation} with data.target_normalize: none, "
-           "or make the output linear" if keep else "make the output linear (activation: linear, the usual "
-           "regression head)")
-    return (f"{place + ': ' if place else ''}model.layers.{head.index}.activation: {head.activation} outputs lie in "
-            f"[{low:g}, {high:g}], but {share:.0%} of the training targets, {scaled}, lie outside it, so the model "
-            f"cannot fit them: {fix}")
-
-
-def check_memory(config: Config, network: Network, slots: int, rows: int) -> None:
-    """Training's memory (its largest batch) fits, before the training buffers are allocated."""
-    batch, scored = min(batch_schedule(config).largest(), rows), min(config.training.eval_batch_size, rows)
-    B.require_memory(network.training_bytes(batch, slots, scored),
-                     f"training with batch {batch} and evaluation batch {scored} (training.batch_size, batch_schedule "
-                     "and eval_batch_size; weights, gradients, optimizer state, activations)")
-
-
-def task_of(config: Config) -> str:
-    """The loss's task (label-set targets make a binary one multi-label: `Prepared.task`)."""
-    return config.loss.task
 
 
 def build_loss(config: Config) -> Loss:
@@ -252,50 +176,6 @@ def build_optimizer(config: Config, steps_per_epoch: int, network: Network | Non
     if rows is not None and config.training.batch_schedule:
         optimizer.epoch_of_step = partial(batch_schedule(config).epochs_done, rows)
     return optimizer
-
-
-def check_output_width(config: Config, network: Network, classes: list[Any], source: str, targets: int = 1,
-                       task: str | None = None) -> None:
-    units = network.output_shape[-1] if network.output_shape else 1
-    problem = output_width_problem(config, units, classes, source, targets, task)
-    if problem:
-        raise DataError(problem)
-
-
-def output_width_problem(config: Config, units: int, classes: list[Any], source: str, targets: int = 1,
-                         task: str | None = None) -> str | None:
-    """Why the output's `units` do not fit the data (None when they do): one unit per class
-    (cross-entropy), one unit (binary), one per label (multi-label) or one per target column
-    (regression); `task`: the loss's as the data make it (default: the loss's own)."""
-    task = task or task_of(config)
-    rule = target_task(task)
-    expected = rule.width(classes, targets)
-    if units == expected:
-        return None
-    head = output_head(config.model.layers, config.loss.type)
-    layers = config.model.layers
-    index = max((i for i, layer in enumerate(layers) if layer.width_field), default=head.index)
-    field = layers[index].width_field
-    where = f"model.layers.{index}.{field}" if field else f"model.layers.{index} ({layers[index].type})"
-    place = config.where("model", "layers", index, *([field] if field else []))
-    return (f"{place + ': ' if place else ''}{where}: the output layer has {units} unit{'s' * (units != 1)}; expected {expected} "
-            + rule.width_reason(classes, source, targets))
-
-
-def bias_warnings(layers: list[Any], prefix: str = "model.layers") -> list[str]:
-    """A bias right before batchnorm is cancelled by it: its gradient is zero up to rounding, which
-    adaptive optimizers (Adam, RMSprop) scale up into full-size random steps."""
-    notes = []
-    for i, layer in enumerate(layers):
-        if getattr(layer, "layers", None):
-            notes += bias_warnings(layer.layers, f"{prefix}.{i}.layers")
-        following = layers[i + 1] if i + 1 < len(layers) else None
-        if (following is not None and following.cancels_bias and getattr(layer, "use_bias", False)
-                and layer.activation == "linear"):
-            notes.append(f"{prefix}.{i}.use_bias: this bias feeds the batchnorm {prefix}.{i + 1}, which subtracts it "
-                         "again, so it only learns rounding noise (and runs on different rank counts drift apart); "
-                         "set use_bias: false")
-    return notes
 
 
 def pin_conv_algorithms(config: Config, network: Network) -> Config:
