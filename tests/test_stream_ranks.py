@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from conftest import assert_same_weights, find_mpiexec, run_train
-from magmadnn_cli.training.batches import rebatched
 from magmadnn_cli.training.stream_trainer import EpochPlan, OwnedRows
 from test_stream_train import _write, small_blocks  # noqa: F401  (a fixture)
 
@@ -67,26 +66,30 @@ def _reads(log, ranks: int) -> list[dict[int, set[int]]]:
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
-def test_the_plan_gives_the_rows_one_process_reads(tmp_path, small_blocks, shuffle):
+@pytest.mark.usefixtures("small_blocks")
+def test_the_plan_gives_the_rows_one_process_reads(tmp_path, shuffle):
     """`EpochPlan` (computed without reading) and `OwnedRows` (blocks read as needed, rows forgotten
-    as used) give the epoch's rows in `StreamSource.epoch`'s order, holding far fewer than all."""
+    as used) give the epoch's rows in `StreamSource.epoch`'s order, holding far fewer than all; from
+    a resumed position, the rest of them, without reading the blocks used up before it."""
     from magmadnn_cli.config.data import DataConfig
     from magmadnn_cli.data.stream_prepare import prepare_streamed
     data = prepare_streamed(DataConfig(train=_write(tmp_path, "csv"), target="label", validation_split=0.2),
                             "classification", 4)
     source, like = data.train.x.source, (np.empty((0, data.sample_shape[0]), data.train.x.dtype), data.train.y[:0])
-    for epoch in (1, 2):
-        plan = EpochPlan(source, epoch, shuffle)
-        owned, got, held = OwnedRows(source, epoch, plan), [], []
-        for k, row in rebatched(plan.pieces, 37):
-            got.append(owned.take(k, row, like))
-            owned.given(k, row)
-            held.append(sum(len(x) for x, _, _ in owned.rows.values()))
+    for epoch, skip in ((1, 0), (2, 0), (2, 500)):
         _, x, y = (np.concatenate(parts) for parts in zip(*source.epoch(epoch, shuffle)))
-        np.testing.assert_array_equal(np.concatenate([x for x, _ in got]), x)
-        np.testing.assert_array_equal(np.concatenate([y for _, y in got]), y)
+        plan = EpochPlan(source, epoch, shuffle)
+        owned, got, held, loaded = OwnedRows(source, plan), [], [], []
+        real = owned.load
+        owned.load = lambda k: loaded.append(k) or real(k)
+        for _, xp, yp in owned.pieces(plan.pieces, skip, like):
+            got.append((xp, yp))
+            held.append(sum(len(r[0]) for r in owned.rows.values()))
+        np.testing.assert_array_equal(np.concatenate([a for a, _ in got]), x[skip:])
+        np.testing.assert_array_equal(np.concatenate([b for _, b in got]), y[skip:])
         assert not owned.rows and not owned.pending  # every row given out, nothing left
-        assert max(held) < len(x) / 3
+        assert max(held) < len(x) / 3 and len(loaded) == len(set(loaded))
+        assert (len(loaded) < len(plan.blocks)) == (skip > 0)  # blocks used up before the position: not read
 
 
 @pytest.mark.parametrize("kind, ranks, sets", [

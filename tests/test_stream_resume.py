@@ -10,6 +10,7 @@ import os
 import signal
 
 import numpy as np
+import pytest
 import yaml
 
 from conftest import run_cli
@@ -46,7 +47,8 @@ def _sigterm_at(monkeypatch, epoch: int, step: int) -> None:
     monkeypatch.setattr(Trainer, "record_step", counted)
 
 
-def test_a_streamed_run_stopped_mid_epoch_resumes_bitwise(tmp_path, capsys, monkeypatch, small_blocks):
+@pytest.mark.usefixtures("small_blocks")
+def test_a_streamed_run_stopped_mid_epoch_resumes_bitwise(tmp_path, capsys, monkeypatch):
     config = _config(tmp_path, _write(tmp_path, "csv"))
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "whole", "--set", "training.checkpoint=null")
     assert code == 0, out + err
@@ -67,7 +69,8 @@ def test_a_streamed_run_stopped_mid_epoch_resumes_bitwise(tmp_path, capsys, monk
     assert "no checkpoints" not in out + err
 
 
-def test_every_step_checkpoint_resumes_to_the_same_weights(tmp_path, capsys, small_blocks):
+@pytest.mark.usefixtures("small_blocks")
+def test_every_step_checkpoint_resumes_to_the_same_weights(tmp_path, capsys):
     """Resumed from each of several step checkpoints (an accumulating run with a short last update),
     the run ends where the uninterrupted one did."""
     config = _config(tmp_path, _write(tmp_path, "parquet"), gradient_accumulation_steps=2,
@@ -82,7 +85,8 @@ def test_every_step_checkpoint_resumes_to_the_same_weights(tmp_path, capsys, sma
             np.testing.assert_array_equal(value, whole[name], err_msg=f"{ckpt.name}: {name}")
 
 
-def test_a_checkpoint_of_other_data_is_refused(tmp_path, capsys, small_blocks):
+@pytest.mark.usefixtures("small_blocks")
+def test_a_checkpoint_of_other_data_is_refused(tmp_path, capsys):
     config = _config(tmp_path, _write(tmp_path, "csv"), checkpoint={"every_steps": 5})
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "run")
     assert code == 0, out + err

@@ -34,7 +34,7 @@ class EpochPlan:
     Computed from the blocks' row positions and the hash rule, without reading them."""
 
     def __init__(self, source: StreamSource, epoch: int, shuffle: bool) -> None:
-        self.source = source
+        self.source, self.epoch = source, epoch
         self.blocks: list[stream.Block] = []
         self.counts: list[int] = []
         take = source.blocks
@@ -54,10 +54,28 @@ class OwnedRows:
     yet given out: a block is read when one of its rows is first needed, and only its rows still to
     come are kept (compacted as they go; dropped with the last)."""
 
-    def __init__(self, source: StreamSource, epoch: int, plan: EpochPlan) -> None:
-        self.source, self.epoch, self.blocks, self.counts = source, epoch, plan.blocks, plan.counts
+    def __init__(self, source: StreamSource, plan: EpochPlan, rank: int = 0, ranks: int = 1) -> None:
+        self.source, self.epoch, self.blocks, self.counts = source, plan.epoch, plan.blocks, plan.counts
+        self.rank, self.ranks = rank, ranks
         self.pending: dict[int, np.ndarray] = {}  # k -> which of its training rows are still to come
         self.rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # k -> (x, y, row -> index)
+
+    def pieces(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int,
+               like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The plan's pieces after its first `skip` rows (a resumed epoch's), as (k, x, y): x and y hold
+        the rows of this rank's blocks (the others' are left unset: they come in the exchange)."""
+        for k, row in plan:
+            mine = k % self.ranks == self.rank
+            cut = min(skip, len(k))
+            self.given(k[:cut][mine[:cut]], row[:cut][mine[:cut]])
+            skip -= cut
+            k, row, mine = k[cut:], row[cut:], mine[cut:]
+            if len(k):
+                x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
+                y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
+                self.take(k, row, mine, x, y)
+                self.given(k[mine], row[mine])
+                yield k, x, y
 
     def load(self, k: int) -> None:
         """Read block k, keeping its rows still to come."""
@@ -72,22 +90,19 @@ class OwnedRows:
             self.pending[k] = np.ones(self.counts[k], bool)
         return self.pending[k]
 
-    def take(self, k: np.ndarray, row: np.ndarray, like: tuple[Array, Array]) -> tuple[np.ndarray, np.ndarray]:
-        """The rows (k, row) of this rank's blocks, in order (`like`: arrays of the rows' kind)."""
-        x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
-        y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
-        for block in np.unique(k):
+    def take(self, k: np.ndarray, row: np.ndarray, mine: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        """Fill x and y where `mine` with the rows (k, row) of this rank's blocks."""
+        for block in np.unique(k[mine]).tolist():
             if block not in self.rows:
-                self.load(int(block))
+                self.load(block)
             bx, by, where = self.rows[block]
-            at = k == block
+            at = mine & (k == block)
             x[at], y[at] = bx[where[row[at]]], by[where[row[at]]]
-        return x, y
 
     def given(self, k: np.ndarray, row: np.ndarray) -> None:
         """The rows (k, row) of this rank's blocks are used: forget them."""
-        for block in np.unique(k):
-            pending = self._pending(int(block))
+        for block in np.unique(k).tolist():
+            pending = self._pending(block)
             pending[row[k == block]] = False
             left = np.flatnonzero(pending)
             if not len(left):
@@ -121,19 +136,20 @@ class StreamTrainer(Trainer):
     def updates(self, epoch: int) -> Iterator[Update]:
         """The epoch's updates after `position.step`: this rank's micro-batches of each."""
         plan = EpochPlan(self.source, epoch, self.plan.shuffle)
-        owned = OwnedRows(self.source, epoch, plan)
-        size, ranks, rank = self.sizes.update_size(epoch), self.data_comm.size, self.data_comm.rank
-        for step, (k, row) in enumerate(rebatched(plan.pieces, size), 1):
-            mine = k % ranks == rank
-            if step <= self.position.step:  # done before the checkpoint resumed from
-                owned.given(k[mine], row[mine])
-                continue
-            shares = [self.shares_of(len(k), epoch, d) for d in range(ranks)]
-            wanted = [np.concatenate([np.arange(a, b) for a, b in bounds]) for bounds in shares]
-            outgoing = [owned.take(k[w][mine[w]], row[w][mine[w]], self.like) for w in wanted]
-            owned.given(k[mine], row[mine])
-            rows = self.assembled(k[wanted[rank]] % ranks, exchange_rows(self.data_comm, outgoing))
-            yield step, self.micro(rows, shares[rank], (step - 1) * size), len(k)
+        size, done = self.sizes.update_size(epoch), self.position.step
+        owned = OwnedRows(self.source, plan, self.data_comm.rank, self.data_comm.size)
+        for step, (k, x, y) in enumerate(rebatched(owned.pieces(plan.pieces, done * size, self.like), size), done + 1):
+            yield step, self.exchanged(k, x, y, epoch, (step - 1) * size), len(k)
+
+    def exchanged(self, k: np.ndarray, x: np.ndarray, y: np.ndarray, epoch: int, first: int) -> Micro:
+        """This rank's micro-batches of the update of blocks `k` (x, y: the rows of this rank's blocks),
+        each rank sent the rows it holds of the others' shares."""
+        ranks, rank = self.data_comm.size, self.data_comm.rank
+        shares = [self.shares_of(len(k), epoch, d) for d in range(ranks)]
+        wanted = [np.concatenate([np.arange(a, b) for a, b in bounds]) for bounds in shares]
+        held = [w[k[w] % ranks == rank] for w in wanted]
+        incoming = exchange_rows(self.data_comm, [(x[h], y[h]) for h in held])
+        return self.micro(self.assembled(k[wanted[rank]] % ranks, incoming), shares[rank], first)
 
     def shares_of(self, count: int, epoch: int, share: int) -> list[tuple[int, int]]:
         """Share `share`'s rows [a, b) of each batch of an update of `count` rows."""
