@@ -5,6 +5,7 @@ order and the ranks exchange the rows of each global batch, so N ranks train one
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import pytest
@@ -122,3 +123,19 @@ def test_asynchronous_sgd_is_refused_naming_data_stream(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "distributed.strategy async" in done.stderr and "data.stream: false" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_two_ranks_resume_one_process_checkpoint_mid_epoch(tmp_path):
+    """A streamed checkpoint holds no rank count: 2 ranks go on from one process's, mid-epoch, to its weights."""
+    config, launch = _project(tmp_path, "csv")
+    one = run_train(tmp_path / "one", ["training.checkpoint.every_steps=13", "training.checkpoint.keep=100"],
+                    config=config, launcher=launch)
+    assert one.returncode == 0, one.stderr
+    mid = sorted((tmp_path / "one" / "checkpoints").glob("step*.npz"))[3]  # step 52: in epoch 2 of 3
+    position = json.loads(str(np.load(mid)["meta"]))["state"]["trainer"]["position"]
+    assert position["epoch"] == 2 and position["step"] > 0
+    many = run_train(tmp_path / "many", [], 2, config=config, launcher=launch, extra=("--resume", str(mid)))
+    assert many.returncode == 0, many.stderr
+    assert_same_weights(tmp_path / "many", tmp_path / "one", 1e-12)
