@@ -24,13 +24,14 @@ class Network:
     (non-trainable state, e.g. running statistics); `state_dict` / `load_state_dict` carry all of them."""
 
     def __init__(self, layers: Sequence[Layer], input_shape: Shape, loss: Loss | None = None,
-                 seed: int = 0, group: Any = None) -> None:
+                 seed: int = 0, group: Any = None, class_weights: Array | None = None) -> None:
         """`group`: the model-parallel ranks (a communicator) that split the dense layers' units;
-        each rank then holds its part of their weights (None or one rank: every layer whole)."""
+        each rank then holds its part of their weights (None or one rank: every layer whole);
+        `class_weights`: per-class loss weights while training (training.class_weight), on the device."""
         self.layers = list(layers)
         self.input_shape = tuple(input_shape)
         self.loss = loss
-        self.class_weights: Array | None = None  # per-class loss weights while training (training.class_weight)
+        self.class_weights = class_weights
         self.mode = nn.Mode()
         shape = self.input_shape
         self.activation_size = 0  # floats of layer outputs per sample (for memory estimates)

@@ -31,14 +31,15 @@ class Optimizer(Registered):
     weight_decay: float
     clip_norm: float | None
 
-    def __init__(self, declared: decl.OptimizerBase, steps_per_epoch: int = 1, epochs: int = 1) -> None:
+    def __init__(self, declared: decl.OptimizerBase, steps_per_epoch: int = 1, epochs: int = 1,
+                 epoch_of_step: Callable[[int], float] | None = None) -> None:
         self.spec, self.name = declared, declared.type
         for field in type(declared).model_fields:
             if field not in ("type", "schedule"):
                 setattr(self, field, getattr(declared, field))
         self.epochs = epochs
         self.steps_per_epoch = max(1, steps_per_epoch)
-        self.epoch_of_step: Callable[[int], float] | None = None  # epochs done after t steps, when not t / steps_per_epoch
+        self.epoch_of_step = epoch_of_step  # epochs done after t steps, when not t / steps_per_epoch (a batch schedule)
         self.t = 0  # steps taken
         self.state: dict[str, Array] = {}
         self._scratch: Array | None = None  # a chunk-sized buffer for temporaries

@@ -27,8 +27,9 @@ class SGD(Optimizer):
     momentum: float
     nesterov: bool
 
-    def __init__(self, declared: decl.SGDOptimizer, steps_per_epoch: int = 1, epochs: int = 1) -> None:
-        super().__init__(declared, steps_per_epoch, epochs)
+    def __init__(self, declared: decl.SGDOptimizer, steps_per_epoch: int = 1, epochs: int = 1,
+                 epoch_of_step: Callable[[int], float] | None = None) -> None:
+        super().__init__(declared, steps_per_epoch, epochs, epoch_of_step)
         self.slots = ("velocity",) if self.momentum else ()
 
     def decay(self, params: Array, grads: Array, lr: float) -> None:
@@ -159,8 +160,8 @@ class LayerWise(Optimizer):
     exclude_bias_and_norm: bool
 
     def __init__(self, declared: decl.LARSOptimizer | decl.LAMBOptimizer, steps_per_epoch: int = 1,
-                 epochs: int = 1) -> None:
-        super().__init__(declared, steps_per_epoch, epochs)
+                 epochs: int = 1, epoch_of_step: Callable[[int], float] | None = None) -> None:
+        super().__init__(declared, steps_per_epoch, epochs, epoch_of_step)
         self._pieces: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
         self._on_device: dict[tuple, tuple[Array, Array, Array]] = {}  # _device_ratios' constants
 
@@ -249,8 +250,9 @@ class LARS(LayerWise):
     trust_coefficient: float
     epsilon: float
 
-    def __init__(self, declared: decl.LARSOptimizer, steps_per_epoch: int = 1, epochs: int = 1) -> None:
-        super().__init__(declared, steps_per_epoch, epochs)
+    def __init__(self, declared: decl.LARSOptimizer, steps_per_epoch: int = 1, epochs: int = 1,
+                 epoch_of_step: Callable[[int], float] | None = None) -> None:
+        super().__init__(declared, steps_per_epoch, epochs, epoch_of_step)
         self.slots = ("velocity",) if self.momentum else ()
 
     def measure(self, p: Array, g: Array, state: dict[str, Array], decay: float) -> tuple[Array, Array]:

@@ -117,11 +117,10 @@ def plan(config: Config, saver: Saver | None, task: str) -> Plan:
 def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,
                           init_from: Path | None) -> tuple[Network, Optimizer]:
     """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
-    network = build_network(config, data.sample_shape, seed, groups.model, data.encoder.embedded())
-    check_run(config, network, data)
     weights = class_weights(config.training.class_weight, data.classes, data.train.y, data.task)
-    if weights is not None:
-        network.class_weights = B.to_device(weights.astype(B.current().floatx))
+    network = build_network(config, data.sample_shape, seed, groups.model, data.encoder.embedded(),
+                            None if weights is None else B.to_device(weights.astype(B.current().floatx)))
+    check_run(config, network, data)
     if init_from is not None:
         try:
             network.load_state_dict(starting_weights(init_from))
@@ -156,12 +155,13 @@ def batch_schedule(config: Config) -> BatchSchedule:
 
 
 def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | None = None, group: Any = None,
-                  embedded: Sequence[Embedded] = ()) -> Network:
+                  embedded: Sequence[Embedded] = (), class_weights: Any = None) -> Network:
     """`group`: the model-parallel ranks that split the dense layers (see `Network`); `embedded`: the
-    encoder's embedded category columns (`ColumnEncoder.embedded`), a first stage before the layers."""
+    encoder's embedded category columns (`ColumnEncoder.embedded`), a first stage before the layers;
+    `class_weights`: per-class loss weights on the device (training.class_weight)."""
     first = [ColumnEmbeddings(embedded)] if embedded else []
     return Network(first + build_layers(config.model.layers), sample_shape, build_loss(config),
-                   seed=config.seed if seed is None else seed, group=group)
+                   seed=config.seed if seed is None else seed, group=group, class_weights=class_weights)
 
 
 def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None,
@@ -170,11 +170,11 @@ def build_optimizer(config: Config, steps_per_epoch: int, network: Network | Non
     it also learns the parameter tensors' shapes in the flat buffers (layer-wise rules, LARS and LAMB,
     take norms per tensor); given the training rows, a growing batch schedule's epochs (the
     learning-rate schedule is in epochs)."""
-    optimizer = OPTIMIZERS[config.optimizer.type](config.optimizer, steps_per_epoch, config.training.epochs)
+    scheduled = rows is not None and config.training.batch_schedule
+    optimizer = OPTIMIZERS[config.optimizer.type](config.optimizer, steps_per_epoch, config.training.epochs,
+                                                  partial(batch_schedule(config).epochs_done, rows) if scheduled else None)
     if network is not None:
         optimizer.set_segments(network.parameter_shapes)
-    if rows is not None and config.training.batch_schedule:
-        optimizer.epoch_of_step = partial(batch_schedule(config).epochs_done, rows)
     return optimizer
 
 
