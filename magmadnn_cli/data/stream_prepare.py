@@ -238,21 +238,22 @@ def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tupl
         y = rule.encode(map_labels(table.y, cfg.label_map), source.classes, table.source, table.raw)
         return encode_features(table, source.encoder)[0], y
 
-    dtype = np.dtype(B.current().floatx)
+    dtype, numbers = np.dtype(B.current().floatx), number_columns(source.encoder, width)
     for block, (x, y) in zip(source.blocks, stream.prefetched(work, source.blocks)):
         codes, dtype = source.codes(block), x.dtype
         for code in targets:
             targets[code].append(y[codes == code])
-        train = x[codes == stream.TRAIN].astype(np.float64)
+        train = x[np.flatnonzero(codes == stream.TRAIN)[:, None], numbers].astype(np.float64)  # (number columns only)
         moments.add(train)
         if len(train):
-            low, high = np.minimum(low, train.min(axis=0)), np.maximum(high, train.max(axis=0))
+            low[numbers], high[numbers] = np.minimum(low[numbers], train.min(axis=0)), np.maximum(high[numbers],
+                                                                                              train.max(axis=0))
     s, method = float(cfg.scale or 1.0), normalize_method(cfg, np.empty((0, width)))
     shift, spread = np.zeros(width), np.ones(width)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by Normalizer.of, named
-        if method == "standard":
+        if method == "standard" and len(moments.count):
             std = np.sqrt(moments.variance) * s
-            shift, spread = moments.mean * s, np.where(std > 0, std, 1.0)
+            shift[numbers], spread[numbers] = moments.mean * s, np.where(std > 0, std, 1.0)
         elif method == "minmax":
             shift, spread = low * s, np.where(high > low, (high - low) * s, 1.0)
     numbers = source.encoder.number_mask() if source.encoder.columns else None
@@ -260,6 +261,11 @@ def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tupl
     normalizer = Normalizer.of(shift, spread, s, method, numbers, dtype, source.encoder.output_names(),
                                str(source.path), largest)
     return normalizer, {code: np.concatenate(parts) for code, parts in targets.items()}
+
+
+def number_columns(encoder: ColumnEncoder, width: int) -> np.ndarray:
+    """The encoded columns the normalizer scales (every one for arrays without an encoder)."""
+    return np.flatnonzero(encoder.number_mask()) if encoder.columns else np.arange(width)
 
 
 def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | None = None) -> Prepared:
