@@ -19,7 +19,7 @@ from rich.text import Text
 
 from . import signals
 from .errors import DataError, Interrupted, MagmaError
-from .commands.ranks import load_checked
+from .commands.launch.ranks import load_checked
 from .reporting import QuietOnClosedPipe, SafeConsole
 
 app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -80,8 +80,8 @@ def _reporter(quiet: bool, comm):
 
 
 def _config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple, strategy: bool = True):
-    """The config and this rank's communicator, or the launched job's exit (`commands/ranks.py`)."""
-    from .commands.ranks import config_on_ranks
+    """The config and this rank's communicator, or the launched job's exit (`commands/launch/ranks.py`)."""
+    from .commands.launch.ranks import config_on_ranks
     cfg, comm, code = config_on_ranks(config, overrides, layout, strategy)
     if code is not None:
         raise typer.Exit(code)

@@ -230,7 +230,7 @@ def _killed_while_replacing(out: Path) -> None:
 
 
 def test_the_launcher_puts_back_the_run_a_killed_job_was_replacing(capsys, earlier):
-    from magmadnn_cli.commands.job_end import killed_job_message
+    from magmadnn_cli.commands.launch.job_end import killed_job_message
     _, out, before = earlier
     _killed_while_replacing(out)
     said = _flat(killed_job_message(signal.SIGKILL, out))

@@ -6,7 +6,7 @@ they are deleted; if it fails, is stopped or finds the disk full, what it wrote 
 are put back as they were. A person's own files stay where they are throughout.
 
 A stash left by a replacing run that was killed (SIGKILL, an MPI abort) holds the earlier run still:
-the launcher of --processes puts it back (`commands/job_end`), a later --overwrite keeps it as the run
+the launcher of --processes puts it back (`commands/launch/job_end`), a later --overwrite keeps it as the run
 to put back (the killed run's files are what it replaces), and a --resume of the killed run deletes it
 once the resumed run writes its model."""
 

@@ -8,10 +8,10 @@ import shlex
 import signal
 from pathlib import Path
 
-from ..distributed.launcher import FORCE_AFTER, KILLING, JobEnded, JobForced
-from ..distributed.leftovers import take_run_folder
-from ..errors import MagmaError
-from ..training.run_folder import RunFolder, holder_alive, put_back
+from ...distributed.launcher import FORCE_AFTER, KILLING, JobEnded, JobForced
+from ...distributed.leftovers import take_run_folder
+from ...errors import MagmaError
+from ...training.run_folder import RunFolder, holder_alive, put_back
 
 CAUSES = {signal.SIGKILL: "killed (SIGKILL: the out-of-memory killer, a scheduler, or kill -9)",
           signal.SIGSEGV: "ended by SIGSEGV (a crash)", signal.SIGBUS: "ended by SIGBUS (a crash, or /dev/shm full)",
@@ -41,7 +41,7 @@ def killed_job_message(signum: int, folder: Path | None) -> str:
 
 def _going_on(head: str, folder: Path | None) -> str:
     """`head`, and how to go on from what the run folder holds (None: the job claimed none)."""
-    from .tune.trial_log import resume_command as search_resume  # only after a killed job
+    from ..tune.trial_log import resume_command as search_resume  # only after a killed job
     if folder is None:
         return f"{head}, before it claimed its folder: nothing was written; run the command again"
     run = RunFolder(folder)

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the CLI imports this module at start: pydantic's models load when a command runs
-    from ..config.schema import Config
+    from ...config.schema import Config
 
 
 def load_checked(config: Path, overrides: list[str] | None, draw_seed: bool = True) -> Config:
     """The config, validated, and checked against what its distributed strategy supports."""
-    from ..config.loading import load_config
-    from ..distributed.strategies import config_problems
+    from ...config.loading import load_config
+    from ...distributed.strategies import config_problems
     return load_config(config, overrides or [], draw_seed, checks=(config_problems,))
 
 
@@ -24,10 +24,10 @@ def config_on_ranks(config: Path, overrides: list[str] | None, layout: tuple,
     (`layout`: --processes, --hostfile, --hosts, --oversubscribe; a job a killed rank ended, or one
     killed after a second stop signal, raises what says how to go on). Tune's ranks share out trials:
     `strategy` False, plain MPI. A missing seed stays missing: the command draws one for all ranks."""
-    from ..data.text_source import refuse_streams
-    from ..distributed import get_communicator
-    from ..distributed.environment import check_srun_step
-    from ..distributed.launcher import JobForced, processes_origin, ranks_asked, relaunch
+    from ...data.text_source import refuse_streams
+    from ...distributed import get_communicator
+    from ...distributed.environment import check_srun_step
+    from ...distributed.launcher import JobForced, processes_origin, ranks_asked, relaunch
     from .job_end import forced_job, killed_job
     check_srun_step()
     cfg = load_checked(config, overrides, draw_seed=False)
