@@ -139,3 +139,37 @@ def test_two_ranks_resume_one_process_checkpoint_mid_epoch(tmp_path):
     many = run_train(tmp_path / "many", [], 2, config=config, launcher=launch, extra=("--resume", str(mid)))
     assert many.returncode == 0, many.stderr
     assert_same_weights(tmp_path / "many", tmp_path / "one", 1e-12)
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_a_ranks_blocks_are_read_ahead_of_the_steps(tmp_path, capsys, monkeypatch):
+    """Each epoch, the blocks this rank reads are read and encoded in the background, in the order
+    it takes them (`StreamSource.ahead`); a resumed epoch reads ahead only those it still needs."""
+    from conftest import run_cli
+    from magmadnn_cli.data import stream
+    from magmadnn_cli.data.stream_prepare import StreamSource
+    asked, served = [], []
+    real_ahead, real_get = StreamSource.ahead, stream.Prefetcher.get
+
+    def ahead(self, order, code):
+        asked.append((code, len(order)))
+        return real_ahead(self, order, code)
+
+    def get(self, block):
+        found = real_get(self, block)
+        served.append(found is not None)
+        return found
+    monkeypatch.setattr(StreamSource, "ahead", ahead)
+    monkeypatch.setattr(stream.Prefetcher, "get", get)
+    config, _ = _project(tmp_path, "csv")
+    code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "run", "--set", "training.epochs=2",
+                             "--set", "training.checkpoint.every_steps=25", "--set", "training.checkpoint.keep=10")
+    assert code == 0, out + err
+    epochs = [n for c, n in asked if c == stream.TRAIN]
+    assert len(epochs) == 3 and epochs[0] == epochs[1] == epochs[2] > 6  # every block, each epoch (and the report)
+    assert sum(served) >= 0.9 * len(served)  # read ahead, not where the step waits
+    asked.clear()
+    mid = tmp_path / "run" / "checkpoints" / "step00000050.npz"  # in the middle of epoch 2
+    code, out, err = run_cli(capsys, "train", config, "--resume", mid, "--out", tmp_path / "resumed")
+    assert code == 0, out + err
+    assert 0 < [n for c, n in asked if c == stream.TRAIN][0] < epochs[0]

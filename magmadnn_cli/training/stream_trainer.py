@@ -35,7 +35,8 @@ class EpochPlan:
 
     def __init__(self, source: StreamSource, epoch: int, shuffle: bool) -> None:
         self.source, self.epoch = source, epoch
-        self.blocks: list[stream.Block] = []
+        self.order = stream.block_order(source.blocks, source.seed, epoch) if shuffle else list(source.blocks)
+        self.blocks: list[stream.Block] = []  # those taken so far (`order`'s first)
         self.counts: list[int] = []
         take = source.blocks
         self.pieces: Iterator[tuple[np.ndarray, ...]] = (
@@ -56,7 +57,8 @@ class OwnedRows:
 
     def __init__(self, source: StreamSource, plan: EpochPlan, rank: int = 0, ranks: int = 1) -> None:
         self.source, self.epoch, self.blocks, self.counts = source, plan.epoch, plan.blocks, plan.counts
-        self.rank, self.ranks = rank, ranks
+        self.order, self.rank, self.ranks = plan.order, rank, ranks
+        self.finished: set[int] = set()  # blocks whose rows were all given out
         self.pending: dict[int, np.ndarray] = {}  # k -> which of its training rows are still to come
         self.rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # k -> (x, y, row -> index)
 
@@ -64,18 +66,26 @@ class OwnedRows:
                like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The plan's pieces after its first `skip` rows (a resumed epoch's), as (k, x, y): x and y hold
         the rows of this rank's blocks (the others' are left unset: they come in the exchange)."""
+        reading = False
         for k, row in plan:
             mine = k % self.ranks == self.rank
             cut = min(skip, len(k))
             self.given(k[:cut][mine[:cut]], row[:cut][mine[:cut]])
             skip -= cut
             k, row, mine = k[cut:], row[cut:], mine[cut:]
+            if len(k) and not reading:  # this rank's blocks still to come, read ahead in the background
+                self.source.ahead(self.to_read(), stream.TRAIN)
+                reading = True
             if len(k):
                 x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
                 y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
                 self.take(k, row, mine, x, y)
                 self.given(k[mine], row[mine])
                 yield k, x, y
+
+    def to_read(self) -> list[stream.Block]:
+        """This rank's blocks with rows still to come, in the order the epoch takes them."""
+        return [self.order[k] for k in range(self.rank, len(self.order), self.ranks) if k not in self.finished]
 
     def load(self, k: int) -> None:
         """Read block k, keeping its rows still to come."""
@@ -107,6 +117,7 @@ class OwnedRows:
             left = np.flatnonzero(pending)
             if not len(left):
                 self.pending.pop(block), self.rows.pop(block, None)
+                self.finished.add(block)
             elif block in self.rows and 2 * len(left) <= len(self.rows[block][0]):
                 bx, by, where = self.rows[block]
                 at = where[left]
@@ -131,15 +142,23 @@ class StreamTrainer(Trainer):
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
         """The rest of the epoch at `self.position`, its updates read as they come."""
-        return self.run_steps(self.updates(self.position.epoch), self.sizes.steps(self.rows, self.position.epoch))
+        updates = self.updates(self.position.epoch)
+        try:
+            return self.run_steps(updates, self.sizes.steps(self.rows, self.position.epoch))
+        finally:
+            updates.close()
 
     def updates(self, epoch: int) -> Iterator[Update]:
         """The epoch's updates after `position.step`: this rank's micro-batches of each."""
         plan = EpochPlan(self.source, epoch, self.plan.shuffle)
         size, done = self.sizes.update_size(epoch), self.position.step
         owned = OwnedRows(self.source, plan, self.data_comm.rank, self.data_comm.size)
-        for step, (k, x, y) in enumerate(rebatched(owned.pieces(plan.pieces, done * size, self.like), size), done + 1):
-            yield step, self.exchanged(k, x, y, epoch, (step - 1) * size), len(k)
+        try:
+            for step, (k, x, y) in enumerate(rebatched(owned.pieces(plan.pieces, done * size, self.like), size),
+                                             done + 1):
+                yield step, self.exchanged(k, x, y, epoch, (step - 1) * size), len(k)
+        finally:
+            self.source.close()  # the reader ahead stopped
 
     def exchanged(self, k: np.ndarray, x: np.ndarray, y: np.ndarray, epoch: int, first: int) -> Micro:
         """This rank's micro-batches of the update of blocks `k` (x, y: the rows of this rank's blocks),
