@@ -1,9 +1,9 @@
 """`magmadnn serve` under load, on loopback only: 16 concurrent clients sending single-row requests
-(requests per second, p50 and p99 latency), and 256-row requests, JSON records and CSV (rows per second) against
-`predict`'s in-process rate on the same rows; for digits_mlp (64 number columns) and heart_raw
-(categories, missing cells). Bounded: each phase stops after --requests requests or --seconds, and
-the server runs on 127.0.0.1 with a free port. Models are trained first (a few epochs) into a temp
-folder unless given. Run as one process:
+(requests per second, p50 and p99 latency), and 256-row requests in each body form (JSON records,
+dataframe_split, dataframe_records, CSV: rows per second) against `predict`'s in-process rate on the
+same rows; for digits_mlp (64 number columns) and heart_raw (categories, missing cells). Bounded: each
+phase stops after --requests requests or --seconds, and the server runs on 127.0.0.1 with a free
+port. Models are trained first (a few epochs) into a temp folder. Run as one process:
 
     python benchmarks/serve_load.py [--clients 16] [--requests 4000] [--seconds 20] [--rows 256]
 """
@@ -125,25 +125,38 @@ def in_process_rate(model: Path, names: list[str], rows: list[list[str]], folder
     return best
 
 
+FORMATS = ("records", "split", "df_records", "csv")  # the body forms /predict takes, as the table names them
+
+
+def bodies(names: list[str], rows: list[list[str]], form: str) -> bytes:
+    """The rows as one request body of this form: JSON records, {"dataframe_split": ...},
+    {"dataframe_records": ...} or CSV text (the form predict reads)."""
+    if form == "csv":
+        return "\n".join([",".join(names)] + [",".join(r) for r in rows]).encode()
+    body = [record(names, r) for r in rows]
+    if form == "split":
+        return json.dumps({"dataframe_split": {"columns": names, "data": [list(r.values()) for r in body]}}).encode()
+    return json.dumps({"dataframe_records": body} if form == "df_records" else body).encode()
+
+
 def bench(name: str, model: Path, args: argparse.Namespace, folder: Path) -> dict:
     names, rows = rows_of(name)
     singles = [json.dumps([record(names, r)]).encode() for r in rows]
-    chunks = [json.dumps([record(names, r) for r in (rows * (args.rows // len(rows) + 2))[i:i + args.rows]]).encode()
-              for i in range(0, len(rows), args.rows)]
-    texts = ["\n".join([",".join(names)] + [",".join(r) for r in (rows * (args.rows // len(rows) + 2))[i:i + args.rows]])
-             .encode() for i in range(0, len(rows), args.rows)]  # the rows as predict reads them: CSV
+    cycled = rows * (args.rows // len(rows) + 2)
+    chunks = {form: [bodies(names, cycled[i:i + args.rows], form) for i in range(0, len(rows), args.rows)]
+              for form in FORMATS}
     process, port = start(model)
     try:
         load(port, singles, args.clients, 200, args.seconds)  # warm the connections
         single = load(port, singles, args.clients, args.requests, args.seconds)
-        batch = load(port, chunks, args.clients, max(20, args.requests // 20), args.seconds)
-        csv_batch = load(port, texts, args.clients, max(20, args.requests // 20), args.seconds)
+        batches = {form: load(port, chunks[form], args.clients, max(20, args.requests // 20), args.seconds)
+                   for form in FORMATS}
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     many = (rows * (20000 // len(rows) + 1))[:20000]
-    return {"model": name, "single": single, "batch_rows_per_s": batch["per_s"] * args.rows,
-            "csv_rows_per_s": csv_batch["per_s"] * args.rows, "batch_p50_ms": batch["p50_ms"],
+    return {"model": name, "single": single, "rows_per_s": {f: b["per_s"] * args.rows for f, b in batches.items()},
+            "failed": single["failed"] + sum(b["failed"] for b in batches.values()),
             "predict_rows_per_s": in_process_rate(model, names, many, folder)}
 
 
@@ -162,13 +175,15 @@ def main() -> None:
                             "--out", str(folder / name), "-q", "--set", f"training.epochs={epochs}"], env=ENV,
                            check=True, capture_output=True)
             results.append(bench(name, folder / name / "model.npz", args, folder))
-    print(f"{'model':<11} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'failed':>6} {'JSON rows/s':>12} "
-          f"{'CSV rows/s':>11} {'predict rows/s':>15} {'JSON':>5} {'CSV':>5}   ({args.rows}-row requests)")
+    print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"{'model':<11} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'failed':>6} {'predict rows/s':>15}   "
+          + " ".join(f"{f:>10}" for f in FORMATS) + f"   ({args.rows}-row requests: rows/s, x predict)")
     for r in results:
         s, base = r["single"], r["predict_rows_per_s"]
-        print(f"{r['model']:<11} {s['per_s']:>7.0f} {s['p50_ms']:>7.1f} {s['p99_ms']:>7.1f} {s['failed']:>6} "
-              f"{r['batch_rows_per_s']:>12.0f} {r['csv_rows_per_s']:>11.0f} {base:>15.0f} "
-              f"{r['batch_rows_per_s'] / base:>5.2f} {r['csv_rows_per_s'] / base:>5.2f}")
+        print(f"{r['model']:<11} {s['per_s']:>7.0f} {s['p50_ms']:>7.1f} {s['p99_ms']:>7.1f} {r['failed']:>6} "
+              f"{base:>15.0f}   " + " ".join(f"{r['rows_per_s'][f]:>10.0f}" for f in FORMATS))
+        print(f"{'':<11} {'':>7} {'':>7} {'':>7} {'':>6} {'':>15}   "
+              + " ".join(f"{r['rows_per_s'][f] / base:>9.2f}x" for f in FORMATS))
 
 
 if __name__ == "__main__":

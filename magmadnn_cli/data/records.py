@@ -19,7 +19,7 @@ import numpy as np
 from ..core import backend as B
 from ..errors import DataError
 from . import image_decode
-from .columns import RawColumns, is_missing, refuse_duplicate_names
+from .columns import RawColumns, refuse_duplicate_names
 from .csv_reader import STYLE_LINES, CsvFormat, declared_style, parse_cells, sniff_delimiter
 from .numbers import detect_style, typed_cells
 from .table import ReadSpec, Table, _closest, checked_columns
@@ -144,29 +144,20 @@ def values_table(names: list[str], rows: list[list[Any]] | list[dict[str, Any]],
         x[:, numeric] = numbers.T
     texts = {j: [_cell(v, wanted[j], source, i) for i, v in enumerate(column)]  # in column order: the first
              for j, column in enumerate(columns) if j not in numeric or numbers is None}  # bad cell named
-    strings = _text_cells({j: c for j, c in texts.items() if j in text}, len(rows))
-    _typed_cells({j: c for j, c in texts.items() if j not in text}, len(rows), x, strings)
-    return spec.blanked(Table(RawColumns(x, strings), None, wanted, source))
+    return spec.blanked(Table(RawColumns(x, _typed_cells(texts, len(rows), x, text)), None, wanted, source))
 
 
-def _text_cells(texts: dict[int, list[str]], rows: int) -> dict[int, np.ndarray]:
-    """The declared text columns' cells, all at once, as `typed_cells` reads a text column:
-    stripped, the missing-value words blank."""
+def _typed_cells(texts: dict[int, list[str]], rows: int, x: np.ndarray, text: set[int]) -> dict[int, np.ndarray]:
+    """Columns of cells as text (declared text, or holding strings or booleans): the declared ones
+    as text, the others numbers where every present cell is one, as a CSV file's cells are typed
+    (numbers into x; the text columns returned)."""
     if not texts:
         return {}
-    stripped = np.char.strip(np.array(list(texts.values()), dtype=str).reshape(len(texts), rows))
-    return dict(zip(texts, np.where(is_missing(stripped), "", stripped)))
-
-
-def _typed_cells(texts: dict[int, list[str]], rows: int, x: np.ndarray, strings: dict[int, np.ndarray]) -> None:
-    """Columns holding strings or booleans (not declared text; or numbers, one beyond float64): numbers
-    where every present cell is one, else text, as a CSV file's cells are typed (into x and strings)."""
-    if not texts:
-        return
     positions = list(texts)
-    typed, found = typed_cells(np.array(list(texts.values()), dtype=str).reshape(len(texts), rows).T, x.dtype)
+    typed, found = typed_cells(np.array(list(texts.values()), dtype=str).reshape(len(texts), rows).T, x.dtype,
+                               {k for k, j in enumerate(positions) if j in text})
     x[:, positions] = typed
-    strings.update({positions[k]: column for k, column in found.items()})
+    return {positions[k]: column for k, column in found.items()}
 
 
 def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
@@ -194,12 +185,15 @@ def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
 
 def _csv_format(lines: list[str], spec: ReadSpec) -> CsvFormat:
     """The body's delimiter (data.delimiter, else sniffed as a file's) and number style (data.decimal /
-    data.thousands, else detected from its first lines as a file's)."""
+    data.thousands, else detected from its first lines as a file's: comma-separated lines without a
+    quote hold no cell with a comma, so their style is plain, as `detect_style` finds)."""
     data = spec.data
     delimiter = (data.delimiter if data is not None else None) or sniff_delimiter(lines[:20])
     decimal, thousands = (data.decimal, data.thousands) if data is not None else (None, None)
     if decimal is None and thousands is None:
-        decimal, thousands = detect_style(lines[:STYLE_LINES], delimiter) or (".", "")
+        sample = lines[:STYLE_LINES]
+        plain = delimiter == "," and not any('"' in line for line in sample)
+        decimal, thousands = (None if plain else detect_style(sample, delimiter)) or (".", "")
     decimal, thousands = declared_style(decimal, thousands)
     return CsvFormat(delimiter, decimal=decimal, thousands=thousands)
 
