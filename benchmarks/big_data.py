@@ -1,17 +1,24 @@
-"""Streamed epochs against the in-memory path (issue 48, item 2): a generated CSV (numbers, a category
-column, missing cells) trained one epoch by `magmadnn train` with data.stream: false and true, each in
-its own process: rows per second (training rows / the whole run's wall time, reading and fitting
-included) and the process's peak RSS. Scaled down (the default 100 MB, not the issue's 10 GB) for a
-shared machine.
+"""Streamed epochs at scale (issue 48): a generated table of about `--gb` GB as CSV and as Parquet
+(number columns with 2% missing cells, two category columns, a binary label; written by pyarrow,
+chunk by chunk), trained by `magmadnn train` with data.stream: true under an address-space limit
+(`ulimit -v`, default 3 GiB); and a table that fits (`--fits-mb`) trained both ways, for the rows/s
+of the in-memory path. Each run is its own process; its peak RSS is read from wait4.
 
-    python benchmarks/big_data.py [--mb 100] [--folder /tmp/big_data] [--epochs 1]
+The streamed runs over the big table make both fitting passes over the whole file; their epoch (and
+final evaluation) is bounded to the file's first `--blocks` blocks when a whole epoch would take too
+long on a shared machine (the child keeps those blocks after fitting; 0: the whole file).
+
+    python benchmarks/big_data.py [--gb 10] [--fits-mb 300] [--blocks 24] [--limit-gb 3] [--folder /tmp/big_data] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -19,73 +26,179 @@ from pathlib import Path
 
 import numpy as np
 
-NUMBERS = 12
+NUMBERS, KINDS, CHUNK_ROWS = 24, 40, 250_000
 CONFIG = """\
 name: big-data
 seed: 0
-data: {{train: {table}, target: label, validation_split: 0.05, stream: {stream}}}
+data: {{train: {table}, target: label, validation_split: 0.02, test_split: 0.02, stream: {stream}}}
 model:
   layers:
     - {{type: dense, units: 32, activation: relu}}
     - {{type: dense, units: 2, activation: softmax}}
 loss: cross_entropy
 optimizer: {{type: adam, learning_rate: 0.001}}
-training: {{epochs: {epochs}, batch_size: 256, checkpoint: false}}
+training: {{epochs: 1, batch_size: 256, checkpoint: false}}
 """
 
 
-def generate(path: Path, mb: int) -> int:
-    """A CSV of about `mb` MB, written in chunks; returns its rows."""
-    rng, rows = np.random.default_rng(0), 0
-    with open(path, "w") as f:
-        f.write(",".join([f"n{i}" for i in range(NUMBERS)] + ["kind", "label"]) + "\n")
-        while f.tell() < mb * 1_000_000:
-            x = rng.standard_normal((100_000, NUMBERS))
-            kind = rng.integers(0, 5, len(x))
-            label = np.where(x[:, 0] + x[:, 1] + (kind == 2) > 0, "yes", "no")
-            text = np.char.mod("%.4f", x).astype(object)
-            text[rng.random(x.shape) < 0.02] = ""
-            lines = [",".join(r) + f",k{k},{y}" for r, k, y in zip(text.tolist(), kind, label)]
-            f.write("\n".join(lines) + "\n")
-            rows += len(x)
-    return rows
+def chunk(rng: np.random.Generator, rows: int):
+    """One pyarrow table of generated rows (vectorized: no per-row Python)."""
+    import pyarrow as pa
+    x = rng.standard_normal((rows, NUMBERS)).round(4)
+    kind, group = rng.integers(0, KINDS, rows), rng.integers(0, 3, rows)
+    label = np.where(x[:, 0] + x[:, 1] - x[:, 2] + (kind % 7 == 2) - (group == 1) > 0, "yes", "no")
+    columns = {f"n{i}": pa.array(x[:, i], mask=rng.random(rows) < 0.02) for i in range(NUMBERS)}
+    columns["kind"] = pa.array(np.char.add("k", kind.astype(str)), mask=rng.random(rows) < 0.02)
+    columns["group"] = pa.array(np.array(["north", "south", "east"])[group])
+    columns["label"] = pa.array(label)
+    return pa.table(columns)
 
 
-def one(config: Path, out: Path) -> None:
-    """Child: train, then print wall time and peak RSS as JSON."""
+def generate(folder: Path, name: str, size: float, seed: int, parquet: bool) -> tuple[Path, Path | None, int]:
+    """A CSV of about `size` bytes (and the same rows as Parquet, a row group per chunk); its rows."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+    rng, rows = np.random.default_rng(seed), 0
+    csv_path, pq_path = folder / f"{name}.csv", (folder / f"{name}.parquet") if parquet else None
+    first = chunk(rng, 1)
+    with open(csv_path, "wb") as f, pacsv.CSVWriter(f, first.schema) as out:
+        writer = pq.ParquetWriter(pq_path, first.schema) if pq_path else None
+        while f.tell() < size:
+            table = chunk(rng, CHUNK_ROWS)
+            out.write_table(table)
+            if writer:
+                writer.write_table(table, row_group_size=CHUNK_ROWS)
+            rows += table.num_rows
+        if writer:
+            writer.close()
+    return csv_path, pq_path, rows
+
+
+def child(config: Path, out: Path, blocks: int) -> None:
+    """In the measured process: `magmadnn train`, its streamed epoch bounded to the first `blocks`
+    blocks (after both fitting passes over the whole file) when `blocks` > 0; with a negative
+    `blocks`, the whole epoch with the trainer's read-ahead hook (`read_ahead`)."""
+    if blocks > 0:
+        bound_epoch(blocks)
+    if blocks < 0:
+        read_ahead()
+    from magmadnn_cli import cli
+    sys.argv = ["magmadnn", "train", str(config), "--out", str(out), "-q", "--overwrite"]
+    cli.main()
+
+
+def bound_epoch(blocks: int) -> None:
+    from magmadnn_cli.data import stream_prepare
+    from magmadnn_cli.data.prepare import Split
+    from magmadnn_cli.training import builder
+    fitted = stream_prepare.prepare_streamed
+
+    def first_blocks(cfg, task, seed, block_bytes=None):
+        data = fitted(cfg, task, seed, block_bytes)
+        source = data.train.x.source
+        source.blocks = source.blocks[:blocks]
+        counts = sum(np.bincount(source.codes(b), minlength=3) for b in source.blocks)
+        for name, code in stream_prepare.SPLIT_CODES.items():
+            split = getattr(data, name)
+            if split is not None:
+                x = stream_prepare.InOrder(source, code, int(counts[code]), split.x.shape[1], split.x.dtype)
+                setattr(data, name, Split(x, split.y[:counts[code]]))
+        return data
+
+    builder.prepare_streamed = first_blocks
+
+
+def read_ahead() -> None:
+    """What StreamTrainer.updates does not call yet: StreamSource.ahead with this rank's blocks in the
+    epoch's order, so the next blocks are read and encoded while steps run (closed after the epoch)."""
+    from magmadnn_cli.data import stream
+    from magmadnn_cli.training.stream_trainer import StreamTrainer
+    updates = StreamTrainer.updates
+
+    def ahead(self, epoch):
+        source, ranks, rank = self.source, self.data_comm.size, self.data_comm.rank
+        order = stream.block_order(source.blocks, source.seed, epoch) if self.plan.shuffle else source.blocks
+        source.ahead(order[rank::ranks], stream.TRAIN)
+        try:
+            yield from updates(self, epoch)
+        finally:
+            source.close()
+
+    StreamTrainer.updates = ahead
+
+
+def measured(config: Path, out: Path, blocks: int, limit_gb: float) -> dict:
+    """One run in its own process under the address-space limit: wall seconds, peak RSS, its metrics."""
+    def limit() -> None:
+        if limit_gb:
+            size = int(limit_gb * 2 ** 30)
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q",
-                           "--overwrite"], capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(done.stdout + done.stderr)
+    log = out.parent / f"{out.name}.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, __file__, "--child", str(config), str(out), str(blocks)],
+                                preexec_fn=limit, stdout=f, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+    proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "peak_rss": peak}))
+    if proc.returncode:
+        raise SystemExit(f"{config}: exit {proc.returncode}\n{log.read_text()[-4000:]}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    epoch = [row for row in csv.DictReader(open(out / "metrics.csv"))][-1]
+    return {"seconds": seconds, "epoch_s": float(epoch["time"]), "metrics": metrics, "peak": usage.ru_maxrss / 1024}
+
+
+def run(folder: Path, table: Path, stream: bool, blocks: int, limit_gb: float, rows: int) -> dict:
+    config = folder / f"{table.stem}_{table.suffix[1:]}_{stream}.yaml"
+    config.write_text(CONFIG.format(table=table, stream=str(stream).lower()))
+    result = measured(config, folder / f"run_{config.stem}", blocks, limit_gb)
+    train = result["metrics"]["train"]["per_class"]
+    trained = sum(c["support"] for c in train.values())
+    result.update(trained=trained, epoch_rate=trained / result["epoch_s"], run_rate=rows / result["seconds"])
+    bound = "all" if blocks <= 0 else blocks
+    print(f"{table.name:18} stream {str(stream):5} limit {limit_gb or '-'} GiB  blocks {bound:>4}{' +ahead' * (blocks < 0)}: "
+          f"{trained:,} training rows, epoch {result['epoch_s']:.1f} s = {result['epoch_rate']:,.0f} rows/s; "
+          f"whole run {result['seconds']:.1f} s; peak RSS {result['peak']:,.0f} MiB; "
+          f"val accuracy {result['metrics']['validation']['accuracy']:.3f}", flush=True)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=int, default=100)
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--gb", type=float, default=10.0)
+    parser.add_argument("--fits-mb", type=float, default=300.0)
+    parser.add_argument("--blocks", type=int, default=24, help="the big runs' epoch: the first N blocks (0: all)")
+    parser.add_argument("--limit-gb", type=float, default=3.0)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/big_data"))
-    parser.add_argument("--one", nargs=2, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        return one(*args.one)
+    if args.child:
+        return child(Path(args.child[0]), Path(args.child[1]), int(args.child[2]))
     args.folder.mkdir(parents=True, exist_ok=True)
-    table = args.folder / f"table_{args.mb}mb.csv"
-    rows = generate(table, args.mb) if not table.exists() else sum(1 for _ in open(table)) - 1
-    print(f"{table}: {table.stat().st_size / 1e6:.0f} MB, {rows:,} rows")
-    for stream in ("false", "true"):
-        config = args.folder / f"stream_{stream}.yaml"
-        config.write_text(CONFIG.format(table=table, stream=stream, epochs=args.epochs))
-        done = subprocess.run([sys.executable, __file__, "--one", str(config), str(args.folder / f"run_{stream}")],
-                              capture_output=True, text=True, check=True)
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        metrics = json.loads((args.folder / f"run_{stream}" / "metrics.json").read_text())
-        print(f"data.stream: {stream:5}  {rows * args.epochs / result['seconds']:9,.0f} rows/s (whole run)  "
-              f"peak RSS {result['peak_rss'] / 2**20:6,.0f} MiB  val accuracy "
-              f"{metrics['validation']['accuracy']:.3f}")
+    free = shutil.disk_usage(args.folder).free
+    if free < 2.0 * args.gb * 1e9:  # the CSV, its Parquet (smaller) and room to spare
+        raise SystemExit(f"{args.folder}: {free / 1e9:.0f} GB free; {2 * args.gb:.0f} GB needed for --gb {args.gb}")
+    try:
+        start = time.perf_counter()
+        small, _, small_rows = generate(args.folder, "fits", args.fits_mb * 1e6, 1, parquet=False)
+        big, big_pq, big_rows = generate(args.folder, "big", args.gb * 1e9, 0, parquet=True)
+        print(f"generated in {time.perf_counter() - start:.0f} s: {small.name} {small.stat().st_size / 1e6:,.0f} MB "
+              f"({small_rows:,} rows); {big.name} {big.stat().st_size / 1e9:.2f} GB and {big_pq.name} "
+              f"{big_pq.stat().st_size / 1e9:.2f} GB ({big_rows:,} rows)", flush=True)
+        memory = run(args.folder, small, False, 0, 0, small_rows)
+        for blocks, what in ((0, "as is"), (-1, "with the read-ahead hook")):
+            streamed = run(args.folder, small, True, blocks, 0, small_rows)
+            print(f"table that fits, streamed {what}: epoch {streamed['epoch_rate'] / memory['epoch_rate']:.2f}x the "
+                  f"in-memory rows/s; whole run {streamed['run_rate'] / memory['run_rate']:.2f}x", flush=True)
+        for table in (big, big_pq):
+            big_run = run(args.folder, table, True, args.blocks, args.limit_gb, big_rows)
+            print(f"{table.name}: streamed epoch {big_run['epoch_rate'] / memory['epoch_rate']:.2f}x the in-memory "
+                  f"rows/s on the table that fits; fitting passes and the rest {big_run['seconds'] - big_run['epoch_s']:.0f} s",
+                  flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
