@@ -285,7 +285,7 @@ class Prefetcher:
                 return
             try:
                 item = (block, work(block), None)
-            except BaseException as exc:  # raised where the block is asked for
+            except Exception as exc:  # noqa: BLE001  (any error: raised where the block is asked for)
                 item = (block, None, exc)
             self.queue.put(item)
             if item[2] is not None:
