@@ -27,7 +27,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_e
                   context_settings={"help_option_names": ["-h", "--help"]})
 out = QuietOnClosedPipe(soft_wrap=True)
 err = SafeConsole(stderr=True, soft_wrap=True)
-STATE = {"debug": False}
 RANKED = ("train", "tune", "lr-find")  # the commands that use every rank of a launch (the others run on rank 0)
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file", show_default=False)]
@@ -55,8 +54,7 @@ def _root(debug: Annotated[bool, typer.Option("--debug", metavar="", help="show 
                                               "(also after the command)")] = False,
           version: Annotated[bool, typer.Option("--version", metavar="", callback=_version, is_eager=True,
                                                 help="print the version and exit")] = False) -> None:
-    if debug:
-        STATE["debug"] = True
+    """The global options (`--debug` is read by `main` before the command runs, wherever it is given)."""
 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="no progress, per-trial lines or tables")]
@@ -351,9 +349,8 @@ for _command in app.registered_commands:  # the command list: a docstring's firs
 def main() -> None:
     from .distributed.launcher import before_numpy
     before_numpy()
-    STATE["debug"] = "--debug" in sys.argv[2:]  # a global option, also given after the command
-    if STATE["debug"]:
-        sys.argv.remove("--debug")
+    debug = "--debug" in sys.argv[1:]  # a global option, before or after the command
+    sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
     from .distributed.environment import launch_gate
     args = sys.argv[1:]
     command = next((a for a in args if not a.startswith("-")), "")
@@ -368,33 +365,34 @@ def main() -> None:
         try:
             app()
         except BaseException as exc:  # noqa: BLE001 (every ending maps to its exit code and message)
-            _exit_for(exc)
+            _exit_for(exc, debug)
 
 
-def _exit_for(exc: BaseException) -> NoReturn:
+def _exit_for(exc: BaseException, debug: bool) -> NoReturn:
     """End the command as it ended: training's checkpointed stop, any ending after a stop signal
     (numpy or pyarrow may have turned its KeyboardInterrupt into another error), typer's own exit,
     a user mistake (exit 2) or a bug (exit 1, and how to see the traceback)."""
     if isinstance(exc, Interrupted):
-        _fail(exc, exc.exit_code, "interrupted: ")
+        _fail(exc, exc.exit_code, debug, "interrupted: ")
     if signals.received() or isinstance(exc, KeyboardInterrupt):
         err.print("interrupted")
         sys.exit(128 + (signals.received() or signal.SIGINT))
     if isinstance(exc, SystemExit):
         raise exc
     if isinstance(exc, (MagmaError, ValidationError)):
-        _fail(exc, getattr(exc, "exit_code", 2))
-    if STATE["debug"]:
+        _fail(exc, getattr(exc, "exit_code", 2), debug)
+    if debug:
         raise exc
-    _fail(exc, 1, f"internal error: {type(exc).__name__}: ",
+    _fail(exc, 1, debug, f"internal error: {type(exc).__name__}: ",
           "\nThis is a bug in magmadnn; run again with --debug for the traceback, and report it.")
 
 
-def _fail(exc: BaseException, code: int, prefix: str = "error: ", suffix: str = "") -> None:
-    """Report on this rank, then end the job: under MPI every rank is aborted so none hangs."""
+def _fail(exc: BaseException, code: int, debug: bool, prefix: str = "error: ", suffix: str = "") -> None:
+    """Report on this rank (with the traceback under --debug), then end the job: under MPI every rank
+    is aborted so none hangs."""
     import socket
     from .distributed.comm import ACTIVE, abort_if_distributed, launched_rank, launched_ranks
-    if STATE["debug"]:
+    if debug:
         err.print_exception()
     ranked = launched_ranks() > 1  # under a launcher, with or without a communicator yet
     together = getattr(exc, "collective", False)  # every rank raised it at the same point: no abort needed

@@ -391,6 +391,8 @@ def test_version_and_a_debug_flag_after_the_command(capsys, tmp_path):
     assert code == 0 and out.strip() == f"magmadnn {__version__}"
     code, out, err = run_cli(capsys, "validate", tmp_path / "missing.yaml", "--debug")
     assert code == 2 and "Traceback" in err and "config file not found" in err
+    code, out, err = run_cli(capsys, "--debug", "validate", tmp_path / "missing.yaml")
+    assert code == 2 and "Traceback" in err and "config file not found" in err
     code, out, err = run_cli(capsys, "validate", tmp_path / "missing.yaml")
     assert code == 2 and "Traceback" not in err
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import csv
+import functools
 import gzip
 import io
 import lzma
@@ -22,7 +23,6 @@ from ..errors import DataError
 STDIN = "-"
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 DECOMPRESSORS = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
-_READ_ONCE: dict[str, bytes] = {}  # pipes, FIFOs and stdin: their bytes, read once and kept
 
 
 def is_stream(path: Path) -> bool:
@@ -48,20 +48,22 @@ def refuse_streams(data: Any, ranks: int) -> None:
 
 
 def stream_bytes(path: Path) -> bytes:
-    """A stream's bytes, read on first use and kept, so that every later reader (header, rows) sees
-    them; bounded by half the memory budget (`ReadBound`)."""
-    key = str(path)
-    if key not in _READ_ONCE:
-        bound = ReadBound(path, stream=True)
-        try:
-            if key == STDIN:
-                _READ_ONCE[key] = bound.read_all(sys.stdin.buffer)
-            else:
-                with open(path, "rb") as f:
-                    _READ_ONCE[key] = bound.read_all(f)
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return _READ_ONCE[key]
+    """A stream's bytes, read on first use and kept (one read per process: a pipe cannot be read
+    again), so that every later reader (header, rows) sees them; bounded by half the memory budget
+    (`ReadBound`). A failed read keeps nothing."""
+    return _read_once(str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _read_once(key: str) -> bytes:
+    bound = ReadBound(Path(key), stream=True)
+    try:
+        if key == STDIN:
+            return bound.read_all(sys.stdin.buffer)
+        with open(key, "rb") as f:
+            return bound.read_all(f)
+    except OSError as exc:
+        raise DataError(f"{key}: cannot read: {exc.strerror or exc}") from exc
 
 
 READ_BYTES = 1 << 20  # bytes per read of a stream or a compressed file: memory stays bounded while it inflates
