@@ -298,16 +298,16 @@ def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | N
                     source.normalizer, found.source, encoder, source.targets, notes, {}, task)
 
 
-def streaming(config: Any, ranks: int, fold: tuple[int, int] | None) -> bool:
+def streaming(config: Any, ranks: int, fold: tuple[int, int] | None, stale_gradients: bool = False) -> bool:
     """Whether this run streams (data.stream, auto resolved by the file's size), refusing, named,
-    what streamed runs do not support yet."""
+    what streamed runs do not support yet (`stale_gradients`: the strategy's fact, asynchronous SGD)."""
     data = config.data
     wanted = data.stream
     if wanted == "auto":
         wanted = bool(data.train and over_budget(Path(data.train)))
     if not wanted:
         return False
-    problem = _unsupported(config, ranks, fold)
+    problem = _unsupported(config, ranks, fold, stale_gradients)
     if problem:
         raise DataError(f"data.stream: {data.stream}: {problem}; set data.stream: false to read the data into memory")
     return True
@@ -319,7 +319,7 @@ def over_budget(path: Path) -> bool:
     return path.is_file() and available is not None and path.stat().st_size > available // 2
 
 
-def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None) -> str | None:
+def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None, stale_gradients: bool) -> str | None:
     """What a streamed run does not do yet (None: this run can stream)."""
     data, training = config.data, config.training
     suffix = "".join(Path(data.train).suffixes[-1:]).lower() if data.train else ""
@@ -327,7 +327,8 @@ def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None) -> str |
         (data.synthetic is not None or data.train is None, "streaming reads a training file (data.train)"),
         (suffix not in (".csv", ".parquet", ".jsonl", ".ndjson"), "streaming reads a plain .csv, .jsonl or .parquet "
                                                                   f"file, not {data.train}"),
-        (ranks > 1 and config.distributed.strategy == "async", "distributed.strategy async is not streamed yet"),
+        (ranks > 1 and stale_gradients, f"distributed.strategy {config.distributed.strategy} (asynchronous SGD) is not "
+                                        "streamed yet"),
         (fold is not None, "cross-validation is not streamed yet"),
         (data.validation is not None or data.test is not None, "held-out rows come from data.train by the hash rule; "
                                                                  "separate data.validation / data.test files are not streamed yet"),

@@ -78,7 +78,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     before its first step (`validate` runs exactly this)."""
     seed = config.seed if config.seed is not None else 0
     strategy = strategies.checked_strategy(config)
-    streamed = streaming(config, comm.size, fold)  # data.stream: epochs read from the file (issue 48)
+    streamed = streaming(config, comm.size, fold, strategy.stale_gradients)  # data.stream: epochs read from the file (issue 48)
     data = prepared_data(comm, lambda: prepare_streamed(config.data, config.loss.task, seed) if streamed else
                          prepare(config.data, config.loss.task, seed, fold))
     if data.settled:  # what the data file said (its number style): saved, so new files are read alike
