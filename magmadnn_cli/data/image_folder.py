@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextvars import ContextVar
@@ -27,7 +29,9 @@ from .pixels import settle_eight_bit
 from .table import ReadSpec, Table, typed_labels
 
 BLOCK = 64                # files a worker decodes per task
-PARALLEL_AFTER_S = 1.0    # default workers: started only when decoding here would take longer (they cost ~0.3 s)
+# default workers: started only where decoding the rest here would take longer than this; a forked worker
+# starts in ~10 ms, a spawned one in 0.3-0.5 s (a fresh Python importing numpy and Pillow)
+PARALLEL_AFTER_S = {"fork": 0.1, "spawn": 1.0}
 SHOWN = 3                 # ignored files named in the note
 SKIPPED_SHOWN = 20        # skipped files listed with why
 PROGRESS_EVERY_S = 2.0    # a decode taking longer says how far it is, at most this often
@@ -185,20 +189,28 @@ def _first_pixels(files: list[str], how: Decoding, skip: bool) -> np.ndarray:
                     "(data.image.on_error: skip)")
 
 
+def start_method() -> str:
+    """How decoding workers start: forked where that is safe (Linux, no other Python thread, no MPI in
+    the process: a fork copies one thread, and MPI libraries refuse or break under it), else spawned."""
+    safe = sys.platform == "linux" and threading.active_count() == 1 and "mpi4py.MPI" not in sys.modules
+    return "fork" if safe else "spawn"
+
+
 def in_blocks(task: Callable[..., Any], files: list[str], extra: tuple, workers: int | None) -> Iterator[Any]:
     """`task(start, paths, *extra)` over the files in blocks of BLOCK, results in order: the first block
     here (it times a file), the rest here or in `workers` processes (default: every core, where the rest
-    here would take longer than PARALLEL_AFTER_S). Close it (contextlib.closing) to stop the workers."""
+    here would take longer than PARALLEL_AFTER_S for the start method). Close it (contextlib.closing) to
+    stop the workers."""
     blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
-    count = min(workers or len(os.sched_getaffinity(0)), len(blocks))
+    count, method = min(workers or len(os.sched_getaffinity(0)), len(blocks)), start_method()
     started = time.perf_counter()
     yield task(*blocks[0], *extra)
     rest = blocks[1:]
-    worth = (time.perf_counter() - started) / len(blocks[0][1]) * (len(files) - len(blocks[0][1])) > PARALLEL_AFTER_S
-    if count <= 1 or not rest or not (worth or workers):  # workers unset: processes only where they pay
+    here = (time.perf_counter() - started) / len(blocks[0][1]) * (len(files) - len(blocks[0][1]))
+    if count <= 1 or not rest or not (here > PARALLEL_AFTER_S[method] or workers):  # unset: where they pay
         yield from (task(start, paths, *extra) for start, paths in rest)
         return
-    context = multiprocessing.get_context("spawn")  # no fork of a process holding threads or MPI
+    context = multiprocessing.get_context(method)
     pool = ProcessPoolExecutor(count, mp_context=context, initializer=image_decode.quiet_worker)
     try:
         yield from pool.map(task, *zip(*rest), *([e] * len(rest) for e in extra))
