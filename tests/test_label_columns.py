@@ -114,3 +114,47 @@ def test_an_absent_label_column_and_a_loss_that_is_not_binary_are_refused(tmp_pa
     (tmp_path / "c.yaml").write_text(CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="cross_entropy"))
     code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run2")
     assert code == 2 and "use loss: binary_cross_entropy" in err
+
+
+def test_a_label_column_that_is_never_1_is_still_one_of_the_labels(tmp_path, capsys):
+    """The listed columns are the labels (a label no training row has is still an output), so a
+    validation row or a later file holding it is no unseen label."""
+    p, flags = _points()
+    flags[:, 2] = False
+    _write(tmp_path, p, flags, True)
+    (tmp_path / "c.yaml").write_text(CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="binary_cross_entropy"))
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert sorted(metrics["test"]["per_label"]) == sorted(LABELS)
+
+
+def test_a_headerless_file_predicts_without_its_label_columns(tmp_path, capsys):
+    """data.names lists the label columns; a file to predict may leave them all out (as it may leave
+    out a single target), in a file or in a served CSV body."""
+    from magmadnn_cli.data.records import csv_table
+    from magmadnn_cli.data.table import ReadSpec
+    from magmadnn_cli.config.loading import load_config
+    p, flags = _points()
+    rows = [[x, y, *(int(f) for f in row)] for (x, y), row in zip(p, flags)]
+    (tmp_path / "tags.csv").write_text("\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    config = CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="binary_cross_entropy").replace(
+        "target:", f"names: [x, y, {', '.join(LABELS)}], target:")
+    (tmp_path / "c.yaml").write_text(config)
+    code, out, err = run_cli(capsys, "train", tmp_path / "c.yaml", "--out", tmp_path / "run", "-q")
+    assert code == 0, err
+    (tmp_path / "new.csv").write_text("\n".join(f"{x},{y}" for x, y in p[:5]) + "\n")
+    code, out, err = run_cli(capsys, "predict", tmp_path / "run" / "model.npz", tmp_path / "new.csv",
+                             "--output", tmp_path / "pred.csv")
+    assert code == 0, err
+    assert len((tmp_path / "pred.csv").read_text().splitlines()) == 6
+    cfg = load_config(tmp_path / "c.yaml", [])
+    table = csv_table("0.5,-1.25\n1.0,2.0\n", ReadSpec.of(cfg.data, need_target=False), "request")
+    assert table.features == ["x", "y"] and table.x.shape == (2, 2)
+
+
+def test_a_listed_feature_typed_ignore_is_refused_in_the_config():
+    from pydantic import ValidationError
+    from magmadnn_cli.config.data import DataConfig
+    with pytest.raises(ValidationError, match="'y' is listed in data.features and typed ignore"):
+        DataConfig(train="t.csv", target="label", features=["x", "y"], columns={"y": "ignore"})

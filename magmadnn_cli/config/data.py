@@ -230,6 +230,10 @@ class DataConfig(Strict):
         if self.decimal is not None and self.decimal == self.thousands:
             raise problem_at(self, ("thousands",), f"decimal and thousands are both {self.decimal!r}; one mark "
                              "cannot be both")
+        ignored = [n for n in self.features or [] if self.column_spec(n).type == "ignore"]
+        if ignored:
+            raise problem_at(self, ("features",), f"{ignored[0]!r} is listed in data.features and typed ignore in "
+                             "data.columns: remove it from one of them")
         typed = [n for n in self.target_columns if n in self.columns]
         if typed:
             raise problem_at(self, ("columns", typed[0]), f"{typed[0]!r} is the target; column types are for "

@@ -179,33 +179,6 @@ class CategoryForm(ColumnForm):
         return f", {len(present_categories(column))} values{blanks}"
 
 
-class BooleanForm(ColumnForm):
-    declaration = kind_named("boolean")
-
-    def infers(self, values: np.ndarray, date_format: str) -> str | None:
-        words = np.char.lower(np.char.strip(values.astype(str)))
-        return "" if len(values) and np.isin(words, TRUE + FALSE).all() else None
-
-    def most_frequent(self, column: Column, cells: Training, strategy: str) -> Any:
-        """The more frequent side, in its most frequent spelling."""
-        text = cells.raw.cells(cells.j)
-        flags = booleans_in(np.where(cells.missing, "false", text), cells.raw, column.name, cells.source)[~cells.missing]
-        true, false = spellings(text)
-        return (true or ["true"])[0] if flags.sum() * 2 >= len(flags) and len(flags) else (false or ["false"])[0]
-
-    def encode(self, column: Column, raw: RawColumns, j: int, how: Encoding) -> tuple[np.ndarray, Counter]:
-        cells = raw.cells(j)
-        missing = is_missing(cells)
-        flags = booleans_in(np.where(missing, str(column.fill), cells), raw, column.name, how.source, how.saved)
-        return with_indicator(flags[:, None].astype(how.dtype), missing, column.indicator), Counter()
-
-    def onnx_block(self, g: Any, column: Column, filled: str) -> str:
-        return boolean(g, filled)
-
-    def held(self, column: Column, cells: np.ndarray) -> str:
-        return f": {said_as_written(cells)}"
-
-
 class DateForm(ColumnForm):
     declaration = kind_named("date")
     median_name = "median date"
@@ -256,6 +229,33 @@ class DateForm(ColumnForm):
         return f"{written}: {', '.join(self.values(column))}"
 
 
+class BooleanForm(ColumnForm):
+    declaration = kind_named("boolean")
+
+    def infers(self, values: np.ndarray, date_format: str) -> str | None:
+        words = np.char.lower(np.char.strip(values.astype(str)))
+        return "" if len(values) and np.isin(words, TRUE + FALSE).all() else None
+
+    def most_frequent(self, column: Column, cells: Training, strategy: str) -> Any:
+        """The more frequent side, in its most frequent spelling."""
+        text = cells.raw.cells(cells.j)
+        flags = booleans_in(np.where(cells.missing, "false", text), cells.raw, column.name, cells.source)[~cells.missing]
+        true, false = spellings(text)
+        return (true or ["true"])[0] if flags.sum() * 2 >= len(flags) and len(flags) else (false or ["false"])[0]
+
+    def encode(self, column: Column, raw: RawColumns, j: int, how: Encoding) -> tuple[np.ndarray, Counter]:
+        cells = raw.cells(j)
+        missing = is_missing(cells)
+        flags = booleans_in(np.where(missing, str(column.fill), cells), raw, column.name, how.source, how.saved)
+        return with_indicator(flags[:, None].astype(how.dtype), missing, column.indicator), Counter()
+
+    def onnx_block(self, g: Any, column: Column, filled: str) -> str:
+        return boolean(g, filled)
+
+    def held(self, column: Column, cells: np.ndarray) -> str:
+        return f": {said_as_written(cells)}"
+
+
 class ConstantForm(ColumnForm):
     """A column with one value in every training row: nothing to learn from, left out."""
     declaration = kind_named("constant")
@@ -289,3 +289,4 @@ def _onnx_indicator(g: Any, block: str, missing: str, indicator: bool) -> str:
 
 FORMS: dict[str, ColumnForm] = {name: cls() for name, cls in ColumnForm.implementations.items()}
 INFERRED: tuple[ColumnForm, ...] = tuple(f for f in FORMS.values() if type(f).infers is not ColumnForm.infers)
+# the kinds with an inference rule, tried in the order they are defined above (dates, then booleans)

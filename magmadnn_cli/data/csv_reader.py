@@ -99,10 +99,10 @@ def _decode_error(path: Path, exc: UnicodeDecodeError, encoding: str, near_line:
 
 
 def detect(path: Path, delimiter: str | None = None, encoding: str = "utf-8",
-           names: list[str] | tuple[str, ...] | None = None, optional: str | None = None) -> CsvFormat:
+           names: list[str] | tuple[str, ...] | None = None, optional: tuple[str, ...] = ()) -> CsvFormat:
     """The delimiter: given, tab for .tsv, else the one of , ; tab | that splits the header into
     the most fields and every sampled row into as many (quotes respected). `names`: see `_named`;
-    `optional`: the one of them a file may lack (the target, for predict).
+    `optional`: the ones a file may lack together (the target's columns, for predict).
     A UTF-16 or UTF-32 byte-order mark sets the encoding (`marked_encoding`)."""
     encoding = marked_encoding(path, encoding)
     if delimiter is not None:
@@ -148,17 +148,17 @@ STYLE_LINES = 200  # lines sampled to detect how numbers are written
 
 
 def _named(path: Path, fmt: CsvFormat, names: list[str] | tuple[str, ...] | None,
-           optional: str | None = None) -> CsvFormat:
+           optional: tuple[str, ...] = ()) -> CsvFormat:
     """The columns' names (data.names) against the file's first row: the same names in any order are
     the file's header, read as it is; a header (`_is_header`) with a name in its place renames the
     columns by position (a duplicate column, say), and one with a name in another place is refused
     (read by position it would mix columns); any other first row is data. A first row one field
-    short of the names, where the `optional` column may be left out, names the others."""
+    short of the names by the `optional` columns (the target's), where they may be left out, names the others."""
     if not names:
         return fmt
     first, second = _first_rows(path, fmt)
-    if optional in names and len(first) == len(names) - 1:
-        names = tuple(name for name in names if name != optional)
+    if optional and set(optional) <= set(names) and len(first) == len(names) - len(optional):
+        names = tuple(name for name in names if name not in optional)
     if sorted(first) == sorted(names):
         return fmt
     position = {name: i for i, name in enumerate(names)}

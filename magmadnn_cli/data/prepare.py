@@ -185,7 +185,7 @@ def _split(table: Table, cfg: DataConfig, task: str, seed: int,
            fold: tuple[int, int] | None = None) -> tuple[list[Any], np.ndarray, dict[str, np.ndarray]]:
     """(the classes, the encoded targets, each split's rows): the seeded, stratified split."""
     rule = target_task(task)
-    classes = rule.labels(table.y, table.source)
+    classes = sorted(cfg.label_columns) if cfg.label_columns else rule.labels(table.y, table.source)  # each listed
     labels = rule.encode(table.y, classes, table.source, table.raw)
     codes = rule.codes(labels) if cfg.stratify else None
     parts = split_rows(len(labels), cfg, seed, codes, fold)

@@ -172,7 +172,8 @@ def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
     header = True
     if spec.header and not (set(names) & set(spec.header)):  # data.names: rows of those columns, no header row
         header = False
-        names = [n for n in spec.header if len(first) == len(spec.header) or n != _target(spec)]
+        targets = _targets(spec)
+        names = [n for n in spec.header if len(first) == len(spec.header) or n not in targets]
     rows = lines[1:] if header else lines
     wanted = _wanted(names, spec, source)
     if not rows:
@@ -203,7 +204,7 @@ def _wanted(names: list[str], spec: ReadSpec, source: str) -> list[str]:
     model does not know is refused (a misspelt name would otherwise be a missing cell, filled)."""
     refuse_duplicate_names(source, names, "the request", "give each column once")
     wanted = checked_columns(source, names, spec)  # type: ignore[arg-type]  (a name, not a path)
-    known = set(wanted) | set(spec.data.target_columns if spec.data is not None else [spec.target])
+    known = set(wanted) | set(_targets(spec))
     unknown = [n for n in names if n not in known]
     if unknown:
         raise DataError(f"{source}: unknown column(s) {', '.join(map(repr, unknown[:10]))}"
@@ -213,9 +214,9 @@ def _wanted(names: list[str], spec: ReadSpec, source: str) -> list[str]:
     return wanted
 
 
-def _target(spec: ReadSpec) -> str | None:
-    """The training data's target column (a body may hold it; it is not read)."""
-    return spec.data.target if spec.data is not None else spec.target
+def _targets(spec: ReadSpec) -> list[str]:
+    """The training data's target columns (a body may hold them; they are not read)."""
+    return spec.data.target_columns if spec.data is not None else [spec.target] if spec.target else []
 
 
 def _numbers(values: list[Any], shape: tuple[int, int], dtype: Any) -> np.ndarray | None:

@@ -63,7 +63,7 @@ class ReadSpec:
 
     def csv_format(self, path: Path) -> CsvFormat:
         data = self.data
-        optional = None if self.need_target or not data or data.label_columns else data.target
+        optional = () if self.need_target or not data else tuple(data.target_columns)
         fmt = detect(path, data.delimiter if data else None, data.encoding if data else "utf-8", self.header, optional)
         return with_number_style(path, fmt, data.decimal if data else None, data.thousands if data else None)
 
@@ -189,7 +189,7 @@ def labelled(table: Table, spec: ReadSpec) -> Table:
     missing = is_missing(table.y)
     tokens = ", or data.missing_tokens" if spec.data is not None and spec.data.missing_tokens else ""
     if missing.all():
-        raise DataError(f"{table.source}: every row's target (column {spec.target!r}) is missing (blank, NA, ?, "
+        raise DataError(f"{table.source}: every row's target (column {spec.target or list(spec.labels)!r}) is missing (blank, NA, ?, "
                         f"...{tokens}); is data.target the right column?")
     if missing.any():
         rows = np.flatnonzero(missing)
