@@ -158,3 +158,35 @@ def test_a_listed_feature_typed_ignore_is_refused_in_the_config():
     from magmadnn_cli.config.data import DataConfig
     with pytest.raises(ValidationError, match="'y' is listed in data.features and typed ignore"):
         DataConfig(train="t.csv", target="label", features=["x", "y"], columns={"y": "ignore"})
+
+
+def test_evaluate_read_in_chunks_leaves_out_rows_without_a_target_and_reads_label_columns(both, capsys, monkeypatch):
+    """evaluate on a file over the memory budget (read chunk by chunk) scores what the whole read
+    scores: label columns made label sets, a row with a blank label cell left out and said."""
+    from magmadnn_cli.commands import predict
+    folder = both[True]
+    text = (folder / "tags.csv").read_text().splitlines()
+    text[2] = text[2].rsplit(",", 1)[0] + ","
+    (folder / "blank.csv").write_text("\n".join(text) + "\n")
+    code, out, err = run_cli(capsys, "evaluate", folder / "run" / "model.npz", folder / "blank.csv", "--json")
+    assert code == 0, err
+    whole = json.loads(out)
+    monkeypatch.setattr(predict, "over_budget", lambda path: True)
+    code, out, err = run_cli(capsys, "evaluate", folder / "run" / "model.npz", folder / "blank.csv", "--json")
+    assert code == 0, err
+    chunked = json.loads(out)
+    assert "evaluated in 1 chunk(s)" in err and "1 row(s) without a target" in err and chunked["rows"] == whole["rows"] == len(text) - 2
+    assert chunked["subset_accuracy"] == whole["subset_accuracy"]
+
+
+def test_a_run_that_would_stream_refuses_label_columns_by_name(tmp_path, monkeypatch):
+    from magmadnn_cli.config.loading import load_config
+    from magmadnn_cli.data import stream_prepare
+    from magmadnn_cli.errors import DataError
+    p, flags = _points()
+    _write(tmp_path, p, flags, True)
+    (tmp_path / "c.yaml").write_text(CONFIG.format(target=f"[{', '.join(LABELS)}]", loss="binary_cross_entropy")
+                                     .replace("normalize: standard", "normalize: standard, stream: auto"))
+    monkeypatch.setattr(stream_prepare, "over_budget", lambda path: True)
+    with pytest.raises(DataError, match="several 0/1 columns is not streamed yet.*data.stream: false"):
+        stream_prepare.streaming(load_config(tmp_path / "c.yaml", []), 1, None)

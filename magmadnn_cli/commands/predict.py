@@ -25,6 +25,7 @@ from ..inference import Predictor, new_tally, read_spec, tally_notes
 from ..inference.encoding import encode, extra_columns, refuse_non_finite_outputs
 from ..data.metrics import report_sums
 from ..data.stream_prepare import over_budget
+from ..data.table import with_targets
 from ..training.evaluation import evaluate as evaluate_rows, split_report
 from ..training.modelfile import SavedModel
 from ..training.run_folder import RunFolder
@@ -96,9 +97,15 @@ def _evaluate_streamed(model: Predictor, data_path: Path, spec: Any, strict: boo
     sums, tally, notes, loss_sum, rows, chunks = report_sums(target_task(saved.task), saved.classes), new_tally(), \
         {}, 0.0, 0, 0
     for table in reader_for(data_path).chunks(data_path, spec, chunk_rows):
-        x = encode(table, saved, strict, tally)
+        table = with_targets(table, spec, whole=False)  # rows without a target left out, as a whole read does
         notes.update(dict.fromkeys(table.notes))
+        if not len(table.y):
+            continue
+        x = encode(table, saved, strict, tally)
         loss_sum, rows, chunks = loss_sum + _scored_chunk(model, table, x, sums, data_path), rows + len(x), chunks + 1
+    if not rows:
+        raise DataError(f"{data_path}: every row's target is missing (blank, NA, ?, ...); is it the file the model's "
+                        f"target ({saved.config.data.target!r}) is in?")
     for note in (*notes, *tally_notes(tally, saved, str(data_path)), training_file_note(saved, model.path, data_path),
                  f"{data_path}: evaluated in {chunks} chunk(s) of up to {chunk_rows:,} rows (larger than half the "
                  "memory available, or the model's data.stream: true)") if warn else ():

@@ -330,6 +330,8 @@ def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None, stale_gr
         (ranks > 1 and stale_gradients, f"distributed.strategy {config.distributed.strategy} (asynchronous SGD) is not "
                                         "streamed yet"),
         (fold is not None, "cross-validation is not streamed yet"),
+        (bool(data.label_columns), "a target of several 0/1 columns is not streamed yet (one column of '|'-separated "
+                                   "labels is)"),
         (data.validation is not None or data.test is not None, "held-out rows come from data.train by the hash rule; "
                                                                  "separate data.validation / data.test files are not streamed yet"),
         (training.class_weight is not None, "training.class_weight is not supported when streaming yet"),

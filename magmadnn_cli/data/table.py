@@ -182,15 +182,24 @@ TARGET_BYTES = 16  # a short label, as text then typed
 def labelled(table: Table, spec: ReadSpec) -> Table:
     """The table without the rows whose target cell is missing (blank, NA, ?, ..., or one of
     data.missing_tokens: as in feature columns), a note naming them; targets typed."""
+    table = with_targets(table, spec)
+    if table.y is not None:
+        table.y = typed_labels(table.y)
+    return table
+
+
+def with_targets(table: Table, spec: ReadSpec, whole: bool = True) -> Table:
+    """The rows that have a target (a multi-label target's 0/1 columns made one label set first), a
+    note naming those left out; a whole table without any is refused, a chunk is left empty."""
     if spec.labels:
         table = label_sets(table, spec.labels)
     if table.y is None:
         return table
     missing = is_missing(table.y)
     tokens = ", or data.missing_tokens" if spec.data is not None and spec.data.missing_tokens else ""
-    if missing.all():
-        raise DataError(f"{table.source}: every row's target (column {spec.target or list(spec.labels)!r}) is missing (blank, NA, ?, "
-                        f"...{tokens}); is data.target the right column?")
+    if missing.all() and whole:
+        raise DataError(f"{table.source}: every row's target (column {spec.target or list(spec.labels)!r}) is missing "
+                        f"(blank, NA, ?, ...{tokens}); is data.target the right column?")
     if missing.any():
         rows = np.flatnonzero(missing)
         shown = ", ".join(str(table.raw.row(int(r))) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
@@ -199,7 +208,6 @@ def labelled(table: Table, spec: ReadSpec) -> Table:
         kept = np.flatnonzero(~missing)
         table.raw, table.y = table.raw.rows(kept), table.y[kept]
         table.kept = {k: v[kept] for k, v in table.kept.items()}
-    table.y = typed_labels(table.y)
     return table
 
 
