@@ -5,10 +5,17 @@ global step falls in epochs, for learning-rate schedules that are functions of t
 from __future__ import annotations
 
 import bisect
+import collections
+import contextlib
+import contextvars
 import math
-from typing import Iterator
+import threading
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
+PREFETCH = 1  # batches drawn ahead of the step on the CPU (0: each drawn when its step comes)
 
 
 def steps_per_epoch(rows: int, batch_size: int) -> int:
@@ -80,3 +87,84 @@ def rebatched(pieces: Iterator[tuple[np.ndarray, ...]], size: int) -> Iterator[t
         held, count = [tuple(a[cut:] for a in whole)], count - cut
     if count:
         yield tuple(np.concatenate(parts) for parts in zip(*held))
+
+
+class Prefetch:
+    """The items of `items` (an epoch's batches, each gathered and augmented as it is drawn), drawn up
+    to `ahead` early by one background thread (in the caller's context: its backend) while the caller
+    runs the current step; bounded (at most `ahead` drawn and not yet taken), in order. What drawing
+    raises is raised where its item would have been taken. `close()` (or leaving the `with`) stops the
+    thread and waits for it: no thread outlives the loop, whether it ended, raised or was interrupted."""
+
+    def __init__(self, items: Iterable[T], ahead: int = 1) -> None:
+        self.items, self.ahead = items, ahead
+        self.ready: collections.deque[tuple[Any, BaseException | None]] = collections.deque()
+        self.turn = threading.Condition()
+        self.stopping = self.finished = False
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(target=context.run, args=(self._fill,), name="magmadnn-prefetch", daemon=True)
+        self.thread.start()
+
+    def _fill(self) -> None:
+        """The thread: each item drawn, then handed over once there is room."""
+        try:
+            for item in self.items:
+                if not self._hand((item, None)):
+                    return
+        except BaseException as exc:  # noqa: BLE001  raised again in the caller, at its item
+            self._hand((None, exc))
+        finally:
+            with self.turn:
+                self.finished = True
+                self.turn.notify_all()
+
+    def _hand(self, entry: tuple[Any, BaseException | None]) -> bool:
+        with self.turn:
+            self.turn.wait_for(lambda: len(self.ready) < self.ahead or self.stopping)
+            if self.stopping:
+                return False
+            self.ready.append(entry)
+            self.turn.notify_all()
+            return True
+
+    def __iter__(self) -> Iterator[T]:
+        while True:
+            with self.turn:
+                self.turn.wait_for(lambda: bool(self.ready) or self.finished)
+                if not self.ready:
+                    return
+                item, error = self.ready.popleft()
+                self.turn.notify_all()
+            if error is not None:
+                raise error
+            yield item
+
+    def close(self) -> None:
+        with self.turn:
+            self.stopping = True
+            self.turn.notify_all()
+        self.thread.join()
+
+    def __enter__(self) -> "Prefetch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def prefetch_depth(device: str) -> int:
+    """Batches to draw ahead on `device`: PREFETCH on the CPU, where a batch's gather and augmentation
+    are host work a thread overlaps with the step's; none on a GPU, where they are device work queued
+    in order with the step (and a CUDA graph reads its batch from fixed buffers)."""
+    return PREFETCH if device == "cpu" else 0
+
+
+@contextlib.contextmanager
+def prefetched(items: Iterable[T], ahead: int = 1) -> Iterator[Iterable[T]]:
+    """`items`, drawn ahead by a `Prefetch` thread where `ahead` > 0, else each when it is taken (the
+    same items either way)."""
+    if ahead <= 0:
+        yield items
+        return
+    with Prefetch(items, ahead) as drawn:
+        yield drawn

@@ -30,7 +30,7 @@ from ..errors import DivergenceError, Interrupted
 from ..reporting import Reporter
 from .. import signals
 from ..signals import StopSignals
-from .batches import BatchSchedule, split_bounds
+from .batches import BatchSchedule, prefetch_depth, prefetched, split_bounds
 from .early_stopping import EarlyStopper
 from .evaluation import evaluate
 from ..data.targets import target_task
@@ -246,7 +246,8 @@ class Trainer:
         batches = self.batches(len(train.x), self.position.epoch)
         updates = ((step, self.micro_batches(batches, step, x, y), len(batches[step - 1]))
                    for step in range(self.position.step + 1, len(batches) + 1))
-        return self.run_steps(updates, len(batches))
+        with prefetched(updates, prefetch_depth(B.current().device)) as ahead:  # the next one drawn meanwhile
+            return self.run_steps(iter(ahead), len(batches))
 
     def run_steps(self, updates: Iterator[Update], steps: int) -> dict[str, float]:
         """Run each (step, this rank's micro-batches, global rows) update of an epoch of `steps`, in
