@@ -10,7 +10,7 @@ import contextlib
 import contextvars
 import math
 import threading
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 import numpy as np
 
