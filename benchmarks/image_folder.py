@@ -3,13 +3,16 @@ a later epoch (batches gathered from the decoded pixels) and a later run (the de
 torchvision's ImageFolder + DataLoader(num_workers=cores) on the same files when it is installed; and
 `magmadnn train` from the folder against the same images as an NPZ.
 
-  --images files (10 classes of RGB --size x --size pixels) are written to a temporary folder, with the
-  same pixels as one NPZ. Each read runs in a fresh process (a cold start, as a run has); times are the
-  best of --repeats. Goals (issue 46): first epoch >= torchvision's; a cached epoch >= 5x the first;
-  training from the folder within 10% of training from the NPZ (its first run decodes; later runs map
-  the cache).
+  --images files of each --format (10 classes of RGB --size x --size pixels) are written to a temporary
+  folder (deleted after), with the same pixels as one NPZ. Each read runs in a fresh process (a cold
+  start, as a run has); times are the best of --repeats. torchvision runs in --torchvision PYTHON (an
+  interpreter with torch and torchvision, e.g. a separate venv; default: this one where it has them),
+  timed from building the ImageFolder (its listing) to the epoch's last batch. Goals (issue 46): first
+  epoch >= torchvision's; a cached epoch >= 5x the first; training from the folder within 10% of
+  training from the NPZ (its first run decodes; later runs map the cache).
 
-    python benchmarks/image_folder.py [--images 3000] [--size 32] [--format png|jpeg] [--repeats 2]
+    python benchmarks/image_folder.py [--images 3000] [--size 32] [--format png,jpeg] [--repeats 2]
+                                      [--torchvision /path/to/venv/bin/python]
 """
 
 from __future__ import annotations
@@ -50,13 +53,15 @@ print(json.dumps({"read": read, "epoch": epoch, "images": len(x), "notes": table
 TORCH = """
 import json, os, sys, time
 import torch
+import torchvision
 from torchvision import datasets, transforms
+start = time.perf_counter()
 data = datasets.ImageFolder(sys.argv[1], transform=transforms.ToTensor())
 loader = torch.utils.data.DataLoader(data, batch_size=int(sys.argv[2]), shuffle=True,
                                      num_workers=len(os.sched_getaffinity(0)))
-start = time.perf_counter()
 count = sum(len(x) for x, _ in loader)
-print(json.dumps({"epoch": time.perf_counter() - start, "images": count}))
+print(json.dumps({"epoch": time.perf_counter() - start, "images": count,
+                  "versions": [torch.__version__, torchvision.__version__]}))
 """
 
 CONFIG = """
@@ -94,8 +99,8 @@ def write_images(folder: Path, count: int, size: int, fmt: str) -> tuple[Path, P
     return root, folder / "same.npz"
 
 
-def python(code: str, *args: str, env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+def python(code: str, *args: str, env: dict[str, str], interpreter: str = sys.executable) -> dict:
+    out = subprocess.run([interpreter, "-c", code, *args], capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -119,14 +124,24 @@ def pipeline(root: Path, repeats: int, env: dict[str, str], cache: Path) -> dict
             "later_run": n / (best(later, "read") + best(later, "epoch"))}
 
 
-def torchvision(root: Path, repeats: int, env: dict[str, str]) -> float | None:
-    """torchvision's images/s for one epoch (None where it is not installed)."""
+def torch_python(given: str | None) -> str | None:
+    """The interpreter that runs torchvision: the one given, else this one where it has torchvision."""
+    if given:
+        return given
     try:
         import torchvision as _  # noqa: F401  only whether it is installed
     except ImportError:
         return None
-    runs = [python(TORCH, str(root), str(BATCH), env=env) for _ in range(repeats)]
-    return runs[0]["images"] / best(runs, "epoch")
+    return sys.executable
+
+
+def torchvision(root: Path, repeats: int, env: dict[str, str], interpreter: str | None) -> dict | None:
+    """torchvision's images/s for one epoch and its versions (None without an interpreter that has it)."""
+    if interpreter is None:
+        return None
+    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    runs = [python(TORCH, str(root), str(BATCH), env=clean, interpreter=interpreter) for _ in range(repeats)]
+    return {"epoch": runs[0]["images"] / best(runs, "epoch"), "versions": runs[0]["versions"]}
 
 
 def train_seconds(source: Path, folder: Path, epochs: int, env: dict[str, str], tag: str) -> float:
@@ -139,33 +154,48 @@ def train_seconds(source: Path, folder: Path, epochs: int, env: dict[str, str], 
     return time.perf_counter() - start
 
 
+def measure(folder: Path, fmt: str, args: argparse.Namespace, torch: str | None) -> dict:
+    """Every number for `args.images` files of one format, in `folder`."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache"), "PYTHONPATH": str(ROOT)}
+    cache = folder / "cache" / "magmadnn" / "images"
+    root, npz = write_images(folder, args.images, args.size, fmt)
+    rates = pipeline(root, args.repeats, env, cache)
+    tv = torchvision(root, args.repeats, env, torch)
+    runs: dict[str, list[float]] = {"folder_first_run": [], "folder_cached_run": [], "npz": []}
+    for _ in range(args.repeats):  # interleaved: a busy machine's drift falls on all three alike
+        for stale in cache.glob("*"):
+            stale.unlink()
+        runs["folder_first_run"].append(train_seconds(root, folder, args.epochs, env, "folder"))
+        runs["folder_cached_run"].append(train_seconds(root, folder, args.epochs, env, "folder"))
+        runs["npz"].append(train_seconds(npz, folder, args.epochs, env, "npz"))
+    train = {k: min(v) for k, v in runs.items()}
+    return {"images": args.images, "size": args.size, "format": fmt, "images_per_s": rates, "train_s": train,
+            "cached_epoch_over_first": rates["later_epoch"] / rates["first_epoch"],
+            "cached_run_over_first": rates["later_run"] / rates["first_epoch"],
+            "folder_over_npz": {"first_run": train["folder_first_run"] / train["npz"],
+                                "cached_run": train["folder_cached_run"] / train["npz"]},
+            "torchvision": {**tv, "first_epoch_over_torchvision": rates["first_epoch"] / tv["epoch"],
+                            "cached_epoch_over_torchvision": rates["later_epoch"] / tv["epoch"]}
+            if tv else "not installed: not compared"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--images", type=int, default=3000, help="files of each format")
     parser.add_argument("--size", type=int, default=32)
-    parser.add_argument("--format", choices=("png", "jpeg"), default="png")
+    parser.add_argument("--format", default="png", help="png, jpeg or both: png,jpeg")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--torchvision", metavar="PYTHON", help="an interpreter with torch and torchvision")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache"), "PYTHONPATH": str(ROOT)}
-        root, npz = write_images(folder, args.images, args.size, args.format)
-        rates = pipeline(root, args.repeats, env, folder / "cache" / "magmadnn" / "images")
-        rates["torchvision_epoch"] = torchvision(root, args.repeats, env)
-        for stale in (folder / "cache" / "magmadnn" / "images").glob("*"):
-            stale.unlink()
-        train = {"folder_first_run": train_seconds(root, folder, args.epochs, env, "folder"),
-                 "folder_cached_run": min(train_seconds(root, folder, args.epochs, env, "folder")
-                                          for _ in range(args.repeats)),
-                 "npz": min(train_seconds(npz, folder, args.epochs, env, "npz") for _ in range(args.repeats))}
-    print(json.dumps({"images": args.images, "size": args.size, "format": args.format,
-                      "cores": len(os.sched_getaffinity(0)), "images_per_s": rates, "train_s": train,
-                      "cached_epoch_over_first": rates["later_epoch"] / rates["first_epoch"],
-                      "cached_run_over_first": rates["later_run"] / rates["first_epoch"],
-                      "folder_over_npz": {"first_run": train["folder_first_run"] / train["npz"],
-                                          "cached_run": train["folder_cached_run"] / train["npz"]},
-                      "torchvision": "compared" if rates["torchvision_epoch"] else "not installed: not compared"},
+    formats = args.format.split(",")
+    if set(formats) - {"png", "jpeg"}:
+        parser.error(f"--format: png, jpeg or png,jpeg; received {args.format}")
+    results = []
+    for fmt in formats:
+        with tempfile.TemporaryDirectory() as tmp:
+            results.append(measure(Path(tmp), fmt, args, torch_python(args.torchvision)))
+    print(json.dumps({"cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(), "results": results},
                      indent=2))
 
 
