@@ -101,7 +101,7 @@ def test_the_epochs_batches_hold_every_training_row_once_in_a_seeded_order(tmp_p
     from magmadnn_cli.data.stream_prepare import prepare_streamed
     data = prepare_streamed(DataConfig(train=_write(tmp_path, "csv"), target="label", validation_split=0.2), "classification", 1)
     source = data.train.x.source
-    assert len(source.blocks) > 10
+    assert len(source.blocks) > 10 and data.train.y.dtype == np.uint8  # every row's target kept: a byte each
     orders = [np.concatenate([p for p, _, _ in source.epoch(e, True)]) for e in (1, 1, 2)]
     np.testing.assert_array_equal(orders[0], orders[1])
     assert not np.array_equal(orders[0], orders[2])

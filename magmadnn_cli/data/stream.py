@@ -260,7 +260,7 @@ def block_order(blocks: list[Block], seed: int, epoch: int) -> list[Block]:
 
 
 # -- reading ahead ---------------------------------------------------------------------------------
-PREFETCH_BLOCKS = 2  # blocks read and encoded ahead of the steps (each a block's rows in memory)
+PREFETCH_BLOCKS = 1  # blocks waiting, read and encoded ahead of the steps (one more in progress)
 _END = object()
 
 

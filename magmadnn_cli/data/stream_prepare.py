@@ -80,7 +80,7 @@ class StreamSource:
         part = Table(table.raw.rows(keep), table.y[keep], table.features, table.source)
         x, _ = encode_features(part, self.encoder)
         y = target_task(self.task).encode(map_labels(part.y, self.cfg.label_map), self.classes, table.source, part.raw)
-        return block.first_row + keep, self.normalizer(x), self.targets(y)
+        return block.first_row + keep, self.normalizer(x), compact(self.targets(y), len(self.classes))
 
     def ahead(self, order: list[stream.Block], code: int) -> None:
         """A new pass: the file reopened, and `order`'s blocks (those this process reads next, in the
@@ -235,7 +235,8 @@ def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tupl
 
     def work(block: stream.Block) -> tuple[np.ndarray, np.ndarray]:
         table = read(block, block.first_row)
-        y = rule.encode(map_labels(table.y, cfg.label_map), source.classes, table.source, table.raw)
+        y = compact(rule.encode(map_labels(table.y, cfg.label_map), source.classes, table.source, table.raw),
+                    len(source.classes))
         return encode_features(table, source.encoder)[0], y
 
     dtype, numbers = np.dtype(B.current().floatx), number_columns(source.encoder, width)
@@ -261,6 +262,14 @@ def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tupl
     normalizer = Normalizer.of(shift, spread, s, method, numbers, dtype, source.encoder.output_names(),
                                str(source.path), largest)
     return normalizer, {code: np.concatenate(parts) for code, parts in targets.items()}
+
+
+def compact(y: np.ndarray, classes: int) -> np.ndarray:
+    """Class indices in the smallest unsigned type that holds them (1 byte a row for up to 256
+    classes, not 8: a streamed run keeps every row's target); other targets as they are."""
+    if y.dtype != np.int64 or y.ndim != 1:
+        return y
+    return y.astype(np.min_scalar_type(max(0, classes - 1)))
 
 
 def number_columns(encoder: ColumnEncoder, width: int) -> np.ndarray:
