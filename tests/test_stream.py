@@ -218,3 +218,13 @@ def test_prefetched_gives_works_results_in_order_and_stops_when_the_loop_does():
     assert next(pieces) == 0
     pieces.close()  # a loop left early: the thread ends
     assert all(t.name != "magmadnn-read-ahead" for t in threading.enumerate())
+
+
+def test_block_order_is_the_order_an_epoch_reads_its_blocks():
+    """What a trainer hands to `StreamSource.ahead`: the blocks as `epoch_rows` will ask for them."""
+    blocks = _blocks([30, 5, 80, 1, 64, 12, 40])
+    for epoch in (1, 2, 7):
+        asked = []
+        list(stream.epoch_rows(blocks, 4, epoch, 16, lambda b: asked.append(b) or (np.arange(b.rows),)))
+        assert asked == stream.block_order(blocks, 4, epoch)
+    assert stream.block_order(blocks, 4, 1) != stream.block_order(blocks, 4, 2)
