@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -144,14 +145,16 @@ def torchvision(root: Path, repeats: int, env: dict[str, str], interpreter: str 
     return {"epoch": runs[0]["images"] / best(runs, "epoch"), "versions": runs[0]["versions"]}
 
 
-def train_seconds(source: Path, folder: Path, epochs: int, env: dict[str, str], tag: str) -> float:
-    """Wall time of `magmadnn train` on `source` (a fresh process; the whole command)."""
+def train_seconds(source: Path, folder: Path, epochs: int, env: dict[str, str], tag: str) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, its threads and workers too) of `magmadnn train` on
+    `source` (a fresh process; the whole command). On a shared machine the CPU time is the steadier."""
     cfg = folder / f"{tag}.yaml"
     cfg.write_text(CONFIG.format(train=source, classes=CLASSES, epochs=epochs, batch=BATCH))
-    start = time.perf_counter()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(cfg), "--quiet", "--out",
                     str(folder / f"run-{tag}"), "--overwrite"], check=True, env=env, capture_output=True)
-    return time.perf_counter() - start
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def measure(folder: Path, fmt: str, args: argparse.Namespace, torch: str | None) -> dict:
@@ -161,15 +164,18 @@ def measure(folder: Path, fmt: str, args: argparse.Namespace, torch: str | None)
     root, npz = write_images(folder, args.images, args.size, fmt)
     rates = pipeline(root, args.repeats, env, cache)
     tv = torchvision(root, args.repeats, env, torch)
-    runs: dict[str, list[float]] = {"folder_first_run": [], "folder_cached_run": [], "npz": []}
+    runs: dict[str, list[tuple[float, float]]] = {"folder_first_run": [], "folder_cached_run": [], "npz": []}
     for _ in range(args.repeats):  # interleaved: a busy machine's drift falls on all three alike
         for stale in cache.glob("*"):
             stale.unlink()
         runs["folder_first_run"].append(train_seconds(root, folder, args.epochs, env, "folder"))
         runs["folder_cached_run"].append(train_seconds(root, folder, args.epochs, env, "folder"))
         runs["npz"].append(train_seconds(npz, folder, args.epochs, env, "npz"))
-    train = {k: min(v) for k, v in runs.items()}
+    train = {k: min(wall for wall, _ in v) for k, v in runs.items()}
+    cpu = {k: min(used for _, used in v) for k, v in runs.items()}
     return {"images": args.images, "size": args.size, "format": fmt, "images_per_s": rates, "train_s": train,
+            "train_cpu_s": cpu, "folder_over_npz_cpu": {"first_run": cpu["folder_first_run"] / cpu["npz"],
+                                                        "cached_run": cpu["folder_cached_run"] / cpu["npz"]},
             "cached_epoch_over_first": rates["later_epoch"] / rates["first_epoch"],
             "cached_run_over_first": rates["later_run"] / rates["first_epoch"],
             "folder_over_npz": {"first_run": train["folder_first_run"] / train["npz"],
