@@ -228,3 +228,14 @@ def test_block_order_is_the_order_an_epoch_reads_its_blocks():
         list(stream.epoch_rows(blocks, 4, epoch, 16, lambda b: asked.append(b) or (np.arange(b.rows),)))
         assert asked == stream.block_order(blocks, 4, epoch)
     assert stream.block_order(blocks, 4, 1) != stream.block_order(blocks, 4, 2)
+
+
+def test_an_interrupt_in_the_loop_stops_the_thread_reading_ahead():
+    """Ctrl-C (KeyboardInterrupt in the main thread) while a pass reads ahead: the thread stops with it."""
+    blocks = [stream.Block(i, i + 1) for i in range(50)]
+    log, gate = [], {}
+    with pytest.raises(KeyboardInterrupt):
+        for value in stream.prefetched(_work(log, gate), blocks):
+            assert gate.setdefault(1, threading.Event()).wait(10)  # the next block is being read ahead
+            raise KeyboardInterrupt
+    assert all(t.name != "magmadnn-read-ahead" for t in threading.enumerate()) and len(log) < 5
