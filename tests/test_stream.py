@@ -239,3 +239,15 @@ def test_an_interrupt_in_the_loop_stops_the_thread_reading_ahead():
             assert gate.setdefault(1, threading.Event()).wait(10)  # the next block is being read ahead
             raise KeyboardInterrupt
     assert all(t.name != "magmadnn-read-ahead" for t in threading.enumerate()) and len(log) < 5
+
+
+def test_a_parquet_file_is_read_without_mapping_it_whole(files, monkeypatch):
+    """A memory map counts against the address-space limit (ulimit -v): a Parquet file larger than it
+    could not be opened to stream it (issue 48's 10 GB run), so streaming maps none."""
+    opened, parquet_file = [], pq.ParquetFile
+    monkeypatch.setattr(pq, "ParquetFile", lambda *a, **k: opened.append(k) or parquet_file(*a, **k))
+    spec = _spec(files[1])
+    reads, read_schema = [], pq.read_schema
+    monkeypatch.setattr(pq, "read_schema", lambda *a, **k: reads.append(k) or read_schema(*a, **k))
+    list(stream.counted(stream.BlockFile.of(files[1], spec), stream.blocks_of(files[1], spec)))
+    assert opened and reads and not any(k.get("memory_map") for k in opened + reads)

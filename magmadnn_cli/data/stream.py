@@ -78,7 +78,7 @@ class BlockFile:
                             "one cannot be cut into blocks. Decompress it, or convert it to Parquet, or set "
                             "data.stream: false")
         fmt = spec.csv_format(path) if kind == "csv" else None
-        names = (list(fmt.names) if fmt.names else csv_header(path, fmt)) if fmt else open_source(path).names
+        names = (list(fmt.names) if fmt.names else csv_header(path, fmt)) if fmt else _names(path, kind)
         wanted = checked_columns(path, names, spec)
         found = cls(path, spec, kind, names, wanted, spec.target if spec.target in names else None, fmt)
         found.schema = _json_schema(path, found.columns) if kind == "jsonl" else None
@@ -144,6 +144,19 @@ class BlockFile:
             where = f"{self.path} (a block)"
             return pa.table({c: pa.array([json_text(r.get(c), c, where) for r in records], pa.string())
                              for c in self.columns})
+
+
+def _names(path: Path, kind: str) -> list[str]:
+    """A Parquet file's column names from its footer, not memory-mapping the file (a map counts against
+    ulimit -v: a file larger than the address space could not be streamed); others' by their reader."""
+    if kind == "parquet" and pa is not None and path.is_file():
+        try:
+            names = list(pq.read_schema(str(path), memory_map=False).names)
+        except (pa.ArrowException, OSError):
+            return open_source(path).names  # its message, located
+        if len(set(names)) == len(names):
+            return names
+    return open_source(path).names  # (refuses duplicate names, named)
 
 
 def _json_schema(path: Path, columns: list[str]) -> Any:
