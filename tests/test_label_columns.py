@@ -6,6 +6,7 @@ binary are refused with the fix."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -158,6 +159,8 @@ def test_a_listed_feature_typed_ignore_is_refused_in_the_config():
     from magmadnn_cli.config.data import DataConfig
     with pytest.raises(ValidationError, match="'y' is listed in data.features and typed ignore"):
         DataConfig(train="t.csv", target="label", features=["x", "y"], columns={"y": "ignore"})
+    with pytest.raises(ValidationError, match=re.escape("label column 'a|b' holds '|', which separates labels")):
+        DataConfig(train="t.csv", target=["a|b", "c"])
 
 
 def test_evaluate_read_in_chunks_leaves_out_rows_without_a_target_and_reads_label_columns(both, capsys, monkeypatch):

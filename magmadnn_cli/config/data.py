@@ -10,6 +10,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from .base import PositiveFloat, Strict, UnitFloat, problem_at
 from .column_kinds import DECLARED, kinds_said
+from .tasks import LABEL_SEPARATOR
 
 ColumnKind = Literal[DECLARED]  # type: ignore[valid-type]  # the declared kinds, config/column_kinds.py
 MissingStrategy = Literal["auto", "median", "mean", "most_frequent", "constant", "error"]
@@ -203,6 +204,9 @@ class DataConfig(Strict):
         twice = sorted({n for n in value if value.count(n) > 1})
         if twice:
             raise ValueError(f"the target lists {', '.join(map(repr, twice))} twice: name each label column once")
+        joined = [n for n in value if LABEL_SEPARATOR in n]
+        if len(value) > 1 and joined:
+            raise ValueError(f"label column {joined[0]!r} holds {LABEL_SEPARATOR!r}, which separates labels: rename it")
         return value[0] if len(value) == 1 else value
 
     @property
