@@ -30,6 +30,11 @@ Kind = Literal["run", "search"]
 LAYOUT = ("--processes", "-n", "--hostfile", "--hosts")  # the options that place a run's ranks
 
 
+def _file(name: str) -> property:
+    """A `RunFolder` property: the path of the file `name` in the folder."""
+    return property(lambda folder: folder.path / name, doc=f"the folder's {name}")
+
+
 class RunFolder:
     """A run's (or a search's, or a cross-validation's) folder and the path of each of its files."""
 
@@ -53,6 +58,24 @@ class RunFolder:
     CHECKPOINT_NAME = r"^step(\d+)\.npz$"
     CHECKPOINT_TEMP = ".step*.npz.*.tmp"  # what a killed checkpoint writer leaves
 
+    # each file's path in this folder: `folder.model` is `folder.path / RunFolder.MODEL`
+    model = _file(MODEL)
+    metrics = _file(METRICS)
+    history = _file(HISTORY)
+    config = _file(CONFIG)
+    checkpoints = _file(CHECKPOINTS)
+    onnx = _file(ONNX)
+    tensorboard = _file(TENSORBOARD)
+    mlflow = _file(MLFLOW)
+    journal = _file(JOURNAL)
+    trials_table = _file(TRIALS_TABLE)
+    best_config = _file(BEST_CONFIG)
+    trials = _file(TRIALS)
+    marker = _file(MARKER)
+    lock = _file(LOCK)
+    stash = _file(STASH)
+    ledger = _file(LEDGER)
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
@@ -63,13 +86,6 @@ class RunFolder:
     def holding(cls, checkpoint: Path) -> "RunFolder":
         """The run folder a checkpoint file of its checkpoints/ belongs to."""
         return cls(Path(checkpoint).parent.parent)
-
-    def __getattr__(self, name: str) -> Path:
-        """`folder.model`, `folder.metrics`, `folder.lock`, ...: the path of each file named above."""
-        value = getattr(type(self), name.upper(), None) if name.islower() and not name.startswith("_") else None
-        if not isinstance(value, str) or name.startswith("checkpoint_"):
-            raise AttributeError(name)
-        return self.path / value
 
     def trial(self, index: int) -> "RunFolder":
         return RunFolder(self.path / self.TRIALS / str(index))
