@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from magmadnn_cli.commands.serve import Limits, app
-from magmadnn_cli.commands.serving import Metrics, Service
+from magmadnn_cli.commands.serve.app import Limits, app
+from magmadnn_cli.commands.serve.batching import Metrics, Service
 from magmadnn_cli.inference import Predictor
 from serve_helpers import HEART_NAMES, csv_text, heart_rows, predicted, records, train_models
 

@@ -1,4 +1,4 @@
-"""The serve model thread's batches (commands/serving.Service, in-process): requests gathered together
+"""The serve model thread's batches (commands/serve/batching.Service, in-process): requests gathered together
 are encoded once and formatted once, the network run on each request's rows alone, so every answer is
 `predict --proba`'s for that request's rows; a bad request among them gets its own message. And the
 memory budget every request asks for is read from /proc once, not on every call."""
@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from magmadnn_cli.commands.serving import Job, Metrics, Service
+from magmadnn_cli.commands.serve.batching import Job, Metrics, Service
 from magmadnn_cli.core import backend as B
 from magmadnn_cli.inference import Predictor
 from serve_helpers import HEART_NAMES, digits_rows, heart_rows, predicted, records, train_models

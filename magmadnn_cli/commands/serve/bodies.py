@@ -1,0 +1,73 @@
+"""A request body as a table: CSV for text/csv, image files for multipart/form-data, else JSON
+(records, dataframe_split, dataframe_records, or {"images": [base64, ...]}); and the HTTP status of
+each error it (or the model) raises."""
+
+from __future__ import annotations
+
+import json
+from email.parser import BytesParser
+from email.policy import HTTP
+from typing import TYPE_CHECKING, Any
+
+from ...data.records import csv_table, image_table, json_table
+from ...data.readers import Table
+from ...errors import MagmaError
+
+if TYPE_CHECKING:
+    from .batching import Job
+
+SOURCE = "request"
+
+
+class BadRequest(MagmaError):
+    """A body that is not what the endpoint takes (not JSON, not UTF-8, another content type): 400."""
+
+
+
+def parse(job: Job, spec: Any) -> Table:
+    """A request body as a table: CSV for text/csv, image files for multipart/form-data, else JSON
+    (records, dataframe_split, ..., or {"images": [base64, ...]})."""
+    kind = job.content_type.split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        return image_table(_files(job), spec, SOURCE)
+    try:
+        text = job.body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"{SOURCE}: the body is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    if kind in ("text/csv", "application/csv", "text/plain"):
+        return csv_table(text, spec, SOURCE)
+    if kind not in ("", "application/json"):
+        raise BadRequest(f"{SOURCE}: content type {kind!r}; expected application/json, text/csv or (image files) "
+                         "multipart/form-data")
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise BadRequest(f"{SOURCE}: not JSON ({exc}); expected a JSON list of records or MLflow's dataframe_split "
+                         "/ dataframe_records, or a CSV body with Content-Type: text/csv") from None
+    return json_table(payload, spec, SOURCE)
+
+
+def _files(job: Job) -> list[tuple[str, bytes]]:
+    """A multipart/form-data body's files (name, bytes), in order."""
+    if "boundary=" not in job.content_type:
+        raise BadRequest(f"{SOURCE}: multipart/form-data without a boundary; send the files as a form (curl -F "
+                         "file=@image.png)")
+    head = f"Content-Type: {job.content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    message = BytesParser(policy=HTTP).parsebytes(head + job.body)
+    parts = list(message.iter_parts()) if message.is_multipart() else []
+    if not parts:
+        raise BadRequest(f"{SOURCE}: a multipart/form-data body holding no parts; send the image files as a form "
+                         "(curl -F file=@image.png)")
+    return [(part.get_filename() or f"part {i + 1}", part.get_payload(decode=True) or b"")
+            for i, part in enumerate(parts)]
+
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of an error: 400 for a body the endpoint does not take, 422 for rows that do
+    not fit the model (the message `predict` gives), 500 for anything else (a bug)."""
+    if isinstance(exc, BadRequest):
+        return 400
+    if isinstance(exc, MagmaError):
+        return 422
+    return 500
