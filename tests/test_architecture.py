@@ -171,7 +171,8 @@ def test_the_runtime_restates_no_hyperparameter(kind):
     """A runtime class takes its validated declaration: no default or range of its own."""
     import inspect
     _, runtime = _kinds()[kind]
-    allowed = {"self", "declared", "name", "steps_per_epoch", "epochs", "epoch_of_step"}
+    allowed = {"self", "declared", "name", "steps_per_epoch", "epochs", "epoch_of_step", "sweep",
+               "schedule", "named"}  # (the last two: a subclass passing the base's on)
     for cls in {runtime, *runtime.implementations.values()}:
         extra = set(inspect.signature(cls.__init__).parameters) - allowed
         assert not extra, f"{cls.__name__}.__init__ takes {sorted(extra)}: hyperparameters belong to its declaration"

@@ -62,33 +62,33 @@ def lr_find(config: Config, comm: Communicator, low: float, high: float, steps: 
     training = config.training.model_copy(update={"early_stopping": None, "checkpoint": None, "epochs": 1})
     trial = config.model_copy(update={"training": training,
                                       "optimizer": config.optimizer.model_copy(update={"schedule": None})})
+    span = math.log(high) - math.log(low)  # rates in logs: no ratio high / low to overflow
     with B.using(select_backend(trial, comm)):
-        run = build_run(trial, comm, reporter or Reporter())
-        rates, losses = _sweep(run, low, high, steps)
+        run = build_run(trial, comm, reporter or Reporter(), sweep=lambda t: math.exp(math.log(low) + span * t / (steps - 1)))
+        rates, losses = _sweep(run, steps)
     smoothed = _smooth(losses)
     return {"learning_rates": rates, "losses": losses, "smoothed": smoothed,
             "suggested_learning_rate": suggest(rates, smoothed), "stopped_early": len(rates) < steps}
 
 
-def _sweep(run: Any, low: float, high: float, steps: int) -> tuple[list[float], list[float]]:
-    """One update per rate, through the epochs' batches (as many epochs as it takes), until the rates
-    are done or the loss diverges."""
+def _sweep(run: Any, steps: int) -> tuple[list[float], list[float]]:
+    """One update per rate of the optimizer's sweep, through the epochs' batches (as many epochs as it
+    takes), until the rates are done or the loss diverges."""
     trainer, data = run.trainer, run.data.train
     choose_convolutions(trainer, data.x)
     if trainer.conv_algorithms is not None:
         run.network.set_conv_algorithms(trainer.conv_algorithms)
     x, y = B.to_device(data.x), B.to_device(data.y)
     rates, losses, best, batches, step, average = [], [], math.inf, [], 0, 0.0
-    span = math.log(high) - math.log(low)  # rates in logs: no ratio high / low to overflow
+    epoch = trainer.position.epoch
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for i in range(steps):
+        for _ in range(steps):
             if step == len(batches):  # the next epoch's batches
-                trainer.position.epoch += 1 if batches else 0
-                batches, step = trainer.batches(len(data.x), trainer.position.epoch), 0
+                epoch += 1 if batches else 0
+                batches, step = trainer.batches(len(data.x), epoch), 0
             step += 1
-            trainer.opt.learning_rate = math.exp(math.log(low) + span * i / (steps - 1))
-            loss_sum, _ = trainer.step(trainer.micro_batches(batches, step, x, y), len(batches[step - 1]))
-            rates.append(trainer.opt.learning_rate)
+            rates.append(trainer.opt.lr())
+            loss_sum, _ = trainer.step(trainer.micro_batches(batches, step, x, y), len(batches[step - 1]), epoch)
             losses.append(float(loss_sum) / len(batches[step - 1]))
             average, smooth = _smooth_step(average, losses[-1], len(losses))
             best = min(best, smooth)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 import shlex
@@ -61,7 +59,7 @@ def train(config: Config, out_dir: Path | None = None, init_from: Path | None = 
     with locked(comm, out_dir, "run", replace=replace) as lock, B.using(select_backend(config, comm)), \
             tracked(reporter, config, out_dir, comm, resumed=ckpt is not None) as reporter, \
             comm.watched(config.distributed.timeout, saved):
-        run = build(config, comm, reporter, RunFolder(out_dir).checkpoints if checkpoints else None, init_from)
+        run = build(config, comm, reporter, RunFolder(out_dir) if checkpoints else None, init_from)
         _start(run, out_dir, ckpt, init_from, moved, reporter, lock)
         history = run.fit(prune)
         run.trainer.check_weights()
@@ -80,8 +78,7 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
     comm = run.comm
     if moved:  # said once the run's checks have passed: a refused run claims no folder
         reporter.info(moved)
-    if init_from is not None:
-        run.trainer.origin = weights_origin(init_from)
+    if run.trainer.origin is not None:
         reporter.info(f"starting from the weights of {run.trainer.origin['path']}")
     if tip := idle_cores_tip(run):
         reporter.info(tip)
@@ -92,8 +89,6 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
     run.trainer.segments.begin(run.trainer.position.epoch, comm.size, layout.get("strategy"))
     if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
         write_config(out_dir, run.config, {"init_from": run.trainer.origin, "distributed": layout})
-    if comm.is_root and run.saver is not None:  # the epochs so far, with each checkpoint: to follow, or after a kill
-        run.saver.after_write = lambda trainer: write_text(RunFolder(out_dir).history, history_csv(trainer.history))
 
 
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,
@@ -154,12 +149,12 @@ def output_folder(given: Path | None, ckpt: Checkpoint | None, config: Config, c
     return chosen, RunFolder.version_note(wanted, chosen, "run")
 
 
-def build(config: Config, comm: Communicator, reporter: Reporter | None = None, checkpoints: Path | None = None,
+def build(config: Config, comm: Communicator, reporter: Reporter | None = None, folder: RunFolder | None = None,
           init_from: Path | None = None, fold: tuple[int, int] | None = None) -> Run:
     """The run (`build_run`, on the current backend) and what it says about itself before its first step."""
     reporter = reporter or Reporter()
     with decode_progress(reporter.info):  # a large image folder's first decode says how far it is
-        run = build_run(config, comm, reporter, checkpoints, init_from, fold)
+        run = build_run(config, comm, reporter, folder, init_from, fold)
     reporter.info(f"{config.name}: {len(run.data.train.x)} training rows, {run.network.num_parameters:,} "
                   f"parameters, device {run.backend.device}, {comm.size} process(es), seed {config.seed}")
     if comm.is_root and (record := how_it_runs(run)):
@@ -244,12 +239,6 @@ def _units(data: Prepared) -> str | None:
     return "loss: on the standardized target (data.target_normalize), as trained; mse, rmse, mae: in the target's units"
 
 
-def weights_origin(init_from: Path) -> dict[str, str]:
-    """What --init-from read (metrics.json's `init_from`): the file's absolute path and sha256."""
-    path = RunFolder.starting_file(init_from).resolve()
-    return {"path": str(path), "sha256": file_sha256(path) or ""}
-
-
 def how_it_runs(run: Run) -> dict[str, Any]:
     """How a run of 2+ ranks runs (metrics.json's `distributed`): the strategy used (what `auto` chose, or a
     fallback), the MPI library and its transport, and the ranks on each host; {} for one process."""
@@ -272,13 +261,10 @@ def in_words(record: dict[str, Any]) -> str:
 def _resume(ckpt: Checkpoint, run: Run, reporter: Reporter) -> None:
     """Check the checkpoint against this run, restore it, and say where training goes on from."""
     trainer, config = run.trainer, run.config
-    trainer.stopper = run.stopper
     own = [c.name for c in run.data.encoder.columns if own_missing_category(c)]
     notes = check_compatible(ckpt, config, run.data.train, run.network.state_dict, own) + restore(ckpt, trainer)
     _refuse_ending_a_stopped_run(ckpt, trainer, config.training.epochs)
     notes += schedule_change(ckpt.meta["config"], config, trainer, len(run.data.train.x))
-    if run.saver is not None:
-        run.saver.last = ckpt.path
     pos, done = trainer.position, len(trainer.history.epochs)
     reporter.info(f"resuming from {ckpt.path}: epoch {pos.epoch}, step {pos.step} (global step {trainer.global_step})")
     for note in notes:
@@ -333,7 +319,7 @@ def write_outputs(out_dir: Path, config: Config, network: Any, weights: dict[str
         save_model(folder.model, network, config, data, task,
                    {k: v for k, v in metrics.items() if not isinstance(v, dict)}, weights)
         write_json(folder.metrics, metrics)
-        write_text(folder.history, history_csv(history))
+        write_text(folder.history, history.csv())
         write_config(out_dir, config, metrics)
     except BaseException:
         for path in (folder.model, folder.metrics):
@@ -349,11 +335,3 @@ def write_config(out_dir: Path, config: Config, record: dict[str, Any]) -> None:
         header += f"# started from the weights of {origin['path']}: train again with --init-from {shlex.quote(origin['path'])}\n"
     write_text(RunFolder(out_dir).config, header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
-
-def history_csv(history: History) -> str:
-    columns = list(dict.fromkeys(k for row in history.epochs for k in row))
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=columns or ["epoch"], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(history.epochs)
-    return text.getvalue()

@@ -32,7 +32,8 @@ class Optimizer(Registered):
     clip_norm: float | None
 
     def __init__(self, declared: decl.OptimizerBase, steps_per_epoch: int = 1, epochs: int = 1,
-                 epoch_of_step: Callable[[int], float] | None = None) -> None:
+                 epoch_of_step: Callable[[int], float] | None = None,
+                 sweep: Callable[[int], float] | None = None) -> None:
         self.spec, self.name = declared, declared.type
         for field in type(declared).model_fields:
             if field not in ("type", "schedule"):
@@ -40,6 +41,7 @@ class Optimizer(Registered):
         self.epochs = epochs
         self.steps_per_epoch = max(1, steps_per_epoch)
         self.epoch_of_step = epoch_of_step  # epochs done after t steps, when not t / steps_per_epoch (a batch schedule)
+        self.sweep = sweep  # the t-th step's rate in place of the schedule (lr-find's range test)
         self.t = 0  # steps taken
         self.state: dict[str, Array] = {}
         self._scratch: Array | None = None  # a chunk-sized buffer for temporaries
@@ -65,6 +67,8 @@ class Optimizer(Registered):
 
     def lr(self) -> float:
         """The learning rate of the step about to be taken."""
+        if self.sweep is not None:
+            return self.sweep(self.t)
         return self.schedule(self.epoch_of_step(self.t) if self.epoch_of_step else self.t / self.steps_per_epoch)
 
     # -- state ---------------------------------------------------------------------------------

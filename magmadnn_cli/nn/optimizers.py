@@ -27,9 +27,8 @@ class SGD(Optimizer):
     momentum: float
     nesterov: bool
 
-    def __init__(self, declared: decl.SGDOptimizer, steps_per_epoch: int = 1, epochs: int = 1,
-                 epoch_of_step: Callable[[int], float] | None = None) -> None:
-        super().__init__(declared, steps_per_epoch, epochs, epoch_of_step)
+    def __init__(self, declared: decl.SGDOptimizer, *schedule: Any, **named: Any) -> None:
+        super().__init__(declared, *schedule, **named)
         self.slots = ("velocity",) if self.momentum else ()
 
     def decay(self, params: Array, grads: Array, lr: float) -> None:
@@ -159,9 +158,8 @@ class LayerWise(Optimizer):
 
     exclude_bias_and_norm: bool
 
-    def __init__(self, declared: decl.LARSOptimizer | decl.LAMBOptimizer, steps_per_epoch: int = 1,
-                 epochs: int = 1, epoch_of_step: Callable[[int], float] | None = None) -> None:
-        super().__init__(declared, steps_per_epoch, epochs, epoch_of_step)
+    def __init__(self, declared: decl.LARSOptimizer | decl.LAMBOptimizer, *schedule: Any, **named: Any) -> None:
+        super().__init__(declared, *schedule, **named)
         self._pieces: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
         self._on_device: dict[tuple, tuple[Array, Array, Array]] = {}  # _device_ratios' constants
 
@@ -250,9 +248,8 @@ class LARS(LayerWise):
     trust_coefficient: float
     epsilon: float
 
-    def __init__(self, declared: decl.LARSOptimizer, steps_per_epoch: int = 1, epochs: int = 1,
-                 epoch_of_step: Callable[[int], float] | None = None) -> None:
-        super().__init__(declared, steps_per_epoch, epochs, epoch_of_step)
+    def __init__(self, declared: decl.LARSOptimizer, *schedule: Any, **named: Any) -> None:
+        super().__init__(declared, *schedule, **named)
         self.slots = ("velocity",) if self.momentum else ()
 
     def measure(self, p: Array, g: Array, state: dict[str, Array], decay: float) -> tuple[Array, Array]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 from ..config.schema import Config
@@ -29,11 +29,12 @@ from ..nn.optimizers import OPTIMIZERS, Optimizer
 from ..reporting import Reporter
 from .async_trainer import AsyncTrainer
 from .batches import BatchSchedule
-from .checkpoint import Saver, starting_weights
+from .checkpoint import Saver, starting_weights, weights_origin
 from .convolutions import choose_convolutions
 from .early_stopping import EarlyStopper
 from .stream_trainer import StreamTrainer
 from .run_checks import check_memory, check_run
+from .run_folder import RunFolder
 from .trainer import History, Plan, Trainer
 
 
@@ -46,7 +47,6 @@ class Run:
     data: Prepared
     network: Network
     trainer: Trainer
-    stopper: EarlyStopper | None
     saver: Saver | None
 
     @property
@@ -57,8 +57,7 @@ class Run:
         """Choose the convolutions' algorithms, then train to `training.epochs` (from where a resumed
         checkpoint left off)."""
         choose_convolutions(self.trainer, self.data.train.x)
-        return self.trainer.fit(self.data.train, self.data.validation, self.config.training.epochs, self.stopper,
-                                prune=prune)
+        return self.trainer.fit(self.data.train, self.data.validation, self.config.training.epochs, prune)
 
 
 def select_backend(config: Config, comm: Communicator) -> B.Backend:
@@ -71,11 +70,14 @@ def select_backend(config: Config, comm: Communicator) -> B.Backend:
     return backend
 
 
-def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoints: Path | None = None,
-              init_from: Path | None = None, fold: tuple[int, int] | None = None) -> Run:
+def build_run(config: Config, comm: Communicator, reporter: Reporter, folder: RunFolder | None = None,
+              init_from: Path | None = None, fold: tuple[int, int] | None = None,
+              sweep: Callable[[int], float] | None = None) -> Run:
     """Read and split the data (fold k of K: its test split), build the network, optimizer, the
     strategy's wrapper and the trainer on the current backend, and make every check a run makes
-    before its first step (`validate` runs exactly this)."""
+    before its first step (`validate` runs exactly this). `folder`: the run folder its checkpoints
+    (and metrics.csv beside them) go to; `sweep`: each step's learning rate in place of the
+    schedule (lr-find's range test)."""
     seed = config.seed if config.seed is not None else 0
     strategy = strategies.checked_strategy(config)
     streamed = streaming(config, comm.size, fold, strategy.stale_gradients)  # data.stream: epochs read from the file (issue 48)
@@ -84,15 +86,16 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, checkpoint
     if data.settled:  # what the data file said (its number style): saved, so new files are read alike
         config = config.model_copy(update={"data": config.data.model_copy(update=data.settled)})
     groups = parallel_layout(config, comm, reporter, strategy)
-    network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from))
+    network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from, sweep))
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
-    policy = config.training.checkpoint if checkpoints is not None else None
-    saver = Saver(checkpoints, policy, config, data.train, comm) if checkpoints is not None and policy else None
+    policy = config.training.checkpoint if folder is not None else None
+    saver = Saver(folder, policy, config, data.train, comm) if folder is not None and policy else None
     loop = StreamTrainer if streamed else AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
-    trainer = loop(parallel, plan(config, saver, data.task), reporter, saver)
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
-    return Run(config, comm, B.current(), data, network, trainer, stopper, saver)
+    trainer = loop(parallel, plan(config, saver, data.task), reporter, saver, stopper,
+                   weights_origin(init_from) if init_from is not None else None)
+    return Run(config, comm, B.current(), data, network, trainer, saver)
 
 
 def prepared_data(comm: Communicator, make: Any) -> Prepared:
@@ -114,8 +117,8 @@ def plan(config: Config, saver: Saver | None, task: str) -> Plan:
                 cuda_graph=training.cuda_graph == "auto")
 
 
-def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups,
-                          init_from: Path | None) -> tuple[Network, Optimizer]:
+def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: ModelGroups, init_from: Path | None,
+                          sweep: Callable[[int], float] | None = None) -> tuple[Network, Optimizer]:
     """The network (checked against the data, --init-from's weights loaded) and its optimizer."""
     weights = class_weights(config.training.class_weight, data.classes, data.train.y, data.task)
     network = build_network(config, data.sample_shape, seed, groups.model, data.encoder.embedded(),
@@ -127,7 +130,8 @@ def network_and_optimizer(config: Config, data: Prepared, seed: int, groups: Mod
         except MagmaError as exc:
             said = str(exc).removeprefix(f"{init_from}: ")
             raise MagmaError(f"--init-from {init_from}: {said}") from exc
-    optimizer = build_optimizer(config, batch_schedule(config).steps(len(data.train.x), 1), network, len(data.train.x))
+    optimizer = build_optimizer(config, batch_schedule(config).steps(len(data.train.x), 1), network, len(data.train.x),
+                                sweep)
     check_memory(config, network, len(optimizer.slots), len(data.train.x), batch_schedule(config).largest())
     return network, optimizer
 
@@ -165,14 +169,15 @@ def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | Non
 
 
 def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None,
-                    rows: int | None = None) -> Optimizer:
+                    rows: int | None = None, sweep: Callable[[int], float] | None = None) -> Optimizer:
     """The config's optimizer (its schedule's length defaults to training.epochs); given the network,
     it also learns the parameter tensors' shapes in the flat buffers (layer-wise rules, LARS and LAMB,
     take norms per tensor); given the training rows, a growing batch schedule's epochs (the
     learning-rate schedule is in epochs)."""
     scheduled = rows is not None and config.training.batch_schedule
     optimizer = OPTIMIZERS[config.optimizer.type](config.optimizer, steps_per_epoch, config.training.epochs,
-                                                  partial(batch_schedule(config).epochs_done, rows) if scheduled else None)
+                                                  partial(batch_schedule(config).epochs_done, rows) if scheduled else None,
+                                                  sweep)
     if network is not None:
         optimizer.set_segments(network.parameter_shapes)
     return optimizer

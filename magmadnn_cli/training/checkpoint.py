@@ -34,7 +34,7 @@ from ..data.prepare import Split
 from ..data.stream_prepare import InOrder
 from ..distributed import Communicator
 from ..errors import MagmaError, ShapeError
-from ..files import atomic_write, load_npz
+from ..files import atomic_write, file_sha256, load_npz, write_text
 from .run_folder import RunFolder, checkpoint_files
 from .trainer import Trainer
 
@@ -101,12 +101,12 @@ def unpack(scalars: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, 
 class Saver:
     """Writes checkpoints of a trainer when due (the Trainer's `Checkpointer`)."""
 
-    def __init__(self, folder: Path, policy: Checkpointing, config: Config, train: Split,
+    def __init__(self, run: RunFolder, policy: Checkpointing, config: Config, train: Split,
                  comm: Communicator) -> None:
-        self.folder, self.policy, self.config, self.comm = Path(folder), policy, config, comm
+        self.folder, self.policy, self.config, self.comm = run.checkpoints, policy, config, comm
+        self.history = run.history  # the epochs so far, beside each checkpoint: to follow, or after a kill
         self.data = rows_digest(train)
         self.last: Path | None = None
-        self.after_write: Callable[[Trainer], None] | None = None  # rank 0, after each checkpoint (metrics.csv)
 
     def due(self, global_step: int, epoch_done: int | None) -> bool:
         """After a step: every `every_steps`. After an epoch: every `every_epochs`, or when the
@@ -124,10 +124,13 @@ class Saver:
             np.savez(buffer, **arrays)
             atomic_write(path, lambda f: f.write(buffer.getvalue()))
             prune(self.folder, self.policy.keep)
-            if self.after_write is not None:
-                self.after_write(trainer)
+            write_text(self.history, trainer.history.csv())
         self.last = path
         return path
+
+    def resumed(self, path: Path) -> None:
+        """The run goes on from `path`: the last checkpoint until this run writes one."""
+        self.last = path
 
     def newest(self) -> Path | None:
         """The checkpoint --resume would take: the newest on disk, where a signal landed between a
@@ -200,6 +203,12 @@ def starting_weights(path: Path) -> dict[str, np.ndarray]:
         ckpt = read(path)
         return unpack(ckpt.meta["state"], ckpt.arrays)["network"]
     return load(path).weights
+
+
+def weights_origin(init_from: Path) -> dict[str, str]:
+    """What --init-from reads (metrics.json's `init_from`): the file's absolute path and sha256."""
+    path = RunFolder.starting_file(init_from).resolve()
+    return {"path": str(path), "sha256": file_sha256(path) or ""}
 
 
 def load_for_resume(path: Path, comm: Communicator) -> Checkpoint:
@@ -288,6 +297,8 @@ def restore(ckpt: Checkpoint, trainer: Trainer) -> list[str]:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ShapeError) as exc:
         raise MagmaError(f"{ckpt.path}: corrupt checkpoint, or one of another network "
                          f"({type(exc).__name__}: {exc})") from exc
+    if trainer.checkpointer is not None:
+        trainer.checkpointer.resumed(ckpt.path)
     ranks, now = ckpt.meta["ranks"], trainer.comm.size
     if ranks != now and trainer.parallel.exact:
         return [f"the checkpoint was written by {ranks} rank(s), this run has {now}: training continues "

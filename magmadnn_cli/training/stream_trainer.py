@@ -24,7 +24,6 @@ from ..data.prepare import Split
 from ..data.stream_prepare import InOrder, StreamSource
 from ..distributed.stream_ranks import exchange_rows
 from .batches import rebatched, split_bounds
-from .early_stopping import EarlyStopper
 from .trainer import Array, History, Micro, Trainer, Update
 
 
@@ -133,12 +132,12 @@ class StreamTrainer(Trainer):
     rows: int = 0
     like: tuple[Array, Array] = (np.empty((0, 1)), np.empty(0))  # empty rows and targets of the data's kind
 
-    def fit(self, train: Split, validation: Split | None, epochs: int, stopper: EarlyStopper | None = None,
+    def fit(self, train: Split, validation: Split | None, epochs: int,
             prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
         assert isinstance(train.x, InOrder)
         self.source, self.rows = train.x.source, len(train.x)
         self.like = (np.empty((0, *train.x.shape[1:]), train.x.dtype), np.asarray(train.y)[:0])
-        return super().fit(Split(train.x[:0], train.y[:0]), validation, epochs, stopper, prune)
+        return super().fit(Split(train.x[:0], train.y[:0]), validation, epochs, prune)
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
         """The rest of the epoch at `self.position`, its updates read as they come."""

@@ -12,6 +12,8 @@ what one process computes.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import signal
@@ -52,6 +54,15 @@ class History:
     stopped_early: bool = False
     pruned: bool = False
     best_epoch: int | None = None
+
+    def csv(self) -> str:
+        """metrics.csv: one row per epoch, a column per metric any epoch has."""
+        columns = list(dict.fromkeys(k for row in self.epochs for k in row))
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=columns or ["epoch"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.epochs)
+        return text.getvalue()
 
 
 def epochs_of(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,6 +107,7 @@ class Checkpointer(Protocol):
     def due(self, global_step: int, epoch_done: int | None) -> bool: ...
     def write(self, trainer: "Trainer") -> Path: ...
     def newest(self) -> Path | None: ...
+    def resumed(self, path: Path) -> None: ...
 
 
 class Trainer:
@@ -103,7 +115,8 @@ class Trainer:
     `reporter` and writing checkpoints through `checkpointer`."""
 
     def __init__(self, parallel: DataParallel, plan: Plan, reporter: Reporter | None = None,
-                 checkpointer: Checkpointer | None = None) -> None:
+                 checkpointer: Checkpointer | None = None, stopper: EarlyStopper | None = None,
+                 origin: dict[str, str] | None = None) -> None:
         self.parallel, self.plan = parallel, plan
         self.net, self.opt, self.comm = parallel.net, parallel.optimizer, parallel.world
         self.data_comm = parallel.comm  # the ranks that split each batch (all, unless the model is split)
@@ -115,9 +128,9 @@ class Trainer:
         self.stop_requested = False  # a rank caught SIGINT/SIGTERM (agreed through the step's reduction)
         self.position = Position()
         self.history = History()
-        self.stopper: EarlyStopper | None = None
+        self.stopper = stopper  # training.early_stopping's (None: every epoch runs)
         self.conv_algorithms: dict[str, str] | None = None  # chosen before the first step, kept by checkpoints
-        self.origin: dict[str, str] | None = None  # the weights file it started from: path, sha256
+        self.origin = origin  # the weights file it started from: path, sha256
         self.segments = Segments()  # the invocations that trained the run (kept by checkpoints)
         self._encoded: list[Any] = [None, []]  # (history epochs, their JSON lines so far): _epoch_lines
         self._summed: Array | None = None  # the gradients of an update's batches so far (accumulation)
@@ -176,10 +189,10 @@ class Trainer:
         """Correct predictions in the batch just run, from the logits (no extra forward pass)."""
         return self.target.correct(self.net.logits.value, y, self.net.fused)
 
-    def step(self, micro: Micro, global_count: int) -> tuple[float, float]:
-        """`train_step`, its global (loss sum, correct) read back at once (a sweep's step, not the loop's)."""
-        stats = self.train_step(micro, global_count, derive_key(self.seed, self.position.epoch),
-                                bool(self.signals.received))
+    def step(self, micro: Micro, global_count: int, epoch: int) -> tuple[float, float]:
+        """`train_step` in `epoch` (its dropout key), its global (loss sum, correct) read back at once
+        (a sweep's step, not the loop's)."""
+        stats = self.train_step(micro, global_count, derive_key(self.seed, epoch), bool(self.signals.received))
         values = B.to_host(stats)
         self.stop_requested = bool(values[2] > 0)
         return float(values[0]), float(values[1])
@@ -316,12 +329,12 @@ class Trainer:
             metrics["accuracy"] = pos.correct / pos.seen
         return metrics
 
-    def fit(self, train: Split, validation: Split | None, epochs: int, stopper: EarlyStopper | None = None,
+    def fit(self, train: Split, validation: Split | None, epochs: int,
             prune: Callable[[int, dict[str, Any]], bool] | None = None) -> History:
         """Train from `self.position` (epoch 1, or where a checkpoint left off) to `epochs`;
         `prune(epoch, metrics)` returning True stops early (a hyperparameter search's poor trial).
         With early stopping's restore_best, the network ends in the best epoch's state."""
-        history, self.stopper = self.history, stopper
+        history, stopper = self.history, self.stopper
         x, y = B.to_device(train.x), B.to_device(train.y)
         if self.conv_algorithms is not None:  # chosen before the run (training/convolutions.py), or resumed
             self.net.set_conv_algorithms(self.conv_algorithms)
