@@ -230,8 +230,8 @@ def test_summary_and_validate_decode_one_image_not_the_folder(tmp_path, capsys, 
     cfg.write_text(CONFIG.format(train=tmp_path / "train"))
     decoded = []
     real = image_folder.decode_block
-    monkeypatch.setattr(image_folder, "decode_block", lambda start, paths, how: (decoded.append(len(paths)),
-                                                                                 real(start, paths, how))[1])
+    monkeypatch.setattr(image_folder, "decode_block", lambda start, paths, how, *into: (decoded.append(len(paths)),
+                                                                                 real(start, paths, how, *into))[1])
     code, out, err = run_cli(capsys, command, cfg)
     assert code == 0, err
     assert sum(decoded) == 1

@@ -66,8 +66,8 @@ def decoded(monkeypatch):
     """The files decoded whole (decode_block's paths)."""
     seen = []
     real = image_folder.decode_block
-    monkeypatch.setattr(image_folder, "decode_block", lambda start, paths, how: (seen.extend(paths),
-                                                                                 real(start, paths, how))[1])
+    monkeypatch.setattr(image_folder, "decode_block", lambda start, paths, how, *into: (seen.extend(paths),
+                                                                                 real(start, paths, how, *into))[1])
     return seen
 
 

@@ -2,7 +2,8 @@
 runs. Each (folder, decoding) has one slot in the cache folder (data.image.cache_dir, default
 $XDG_CACHE_HOME/magmadnn/images): `<slot>.npy` (the pixels) and `<slot>.json` (the key: every file's
 path, size and modification time, and the decoding; the pixels' CRC-32; the files that failed), each
-written temp + fsync + rename, the JSON last. A slot whose key differs (a file added, removed or
+written temp + fsync + rename, the JSON last. The decoders write the pixels straight into the temp
+.npy (memory-mapped, its space allocated first), so they never travel between processes. A slot whose key differs (a file added, removed or
 changed; other settings) or whose pixels do not match their CRC is decoded again, never trusted.
 A lock file per slot makes the processes of one node (MPI ranks, concurrent runs) decode a folder
 once: the first decodes and writes, the others wait and map what it wrote.
@@ -17,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 import zlib
 from dataclasses import asdict
 from pathlib import Path
@@ -24,13 +26,17 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .. import signals
 from ..errors import DataError
-from ..files import atomic_write, json_object, write_json
-from .image_decode import Decoding
+from ..files import cannot_write, json_object, umask, write_json
+from .image_decode import Decoding, stamps
 
-VERSION = 1
+VERSION = 2  # 2: large JPEGs decoded at a reduced scale (image_decode._drafted)
 CRC_CHUNK = 1 << 26  # bytes checksummed at a time
-Decoded = tuple[np.ndarray, list[tuple[int, str]]]  # the pixels, and the files that failed (position, why)
+Failed = list[tuple[int, str]]  # the files that failed (position, why)
+# fills `out` (N, C, H, W), directly or through the .npy file named (which `out` maps); the files that
+# failed, and every file's (size, time) taken after it was decoded
+Decode = Callable[[np.ndarray, "str | None"], tuple[Failed, np.ndarray]]
 
 
 def default_dir() -> Path:
@@ -39,22 +45,19 @@ def default_dir() -> Path:
     return Path(base) / "magmadnn" / "images"
 
 
-def stamps(files: list[str]) -> np.ndarray:
-    """Each file's (size, modification time in ns); (-1, -1) for a file that is gone."""
-    out = np.full((len(files), 2), -1, np.int64)
-    for i, path in enumerate(files):  # one stat a file: the system call is the cost, not the loop
-        with contextlib.suppress(OSError):
-            st = os.stat(path)
-            out[i] = st.st_size, st.st_mtime_ns
-    return out
-
-
 def cache_key(root: Path, files: list[str], stamped: np.ndarray, how: Decoding) -> str:
     """What the pixels depend on: the files (paths relative to `root`, sizes, times) and the decoding."""
     digest = hashlib.sha256(json.dumps([VERSION, asdict(how)]).encode())
-    digest.update("\0".join(os.path.relpath(f, root) for f in files).encode("utf-8", "surrogateescape"))
+    digest.update("\0".join(relative(files, root)).encode("utf-8", "surrogateescape"))
     digest.update(np.ascontiguousarray(stamped, "<i8").tobytes())
     return digest.hexdigest()
+
+
+def relative(files: list[str], root: Path) -> list[str]:
+    """os.path.relpath(file, root) of each file: its tail, for the files listed under `root` (their
+    paths start with it), relpath for the others."""
+    prefix = os.path.join(str(root), "")
+    return [f[len(prefix):] if f.startswith(prefix) else os.path.relpath(f, root) for f in files]
 
 
 def slot_of(folder: Path, root: Path, how: Decoding) -> Path:
@@ -81,7 +84,7 @@ def locked(slot: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def load(slot: Path, key: str, shape: tuple[int, ...]) -> tuple[Decoded | None, str]:
+def load(slot: Path, key: str, shape: tuple[int, ...]) -> tuple[tuple[np.ndarray, Failed] | None, str]:
     """The slot's pixels (memory-mapped, read-only) and failures where its key is `key` and its pixels
     are whole; else None, and why it was not used ('' for an empty slot)."""
     meta = json_object(slot.with_suffix(".json"))
@@ -98,12 +101,34 @@ def load(slot: Path, key: str, shape: tuple[int, ...]) -> tuple[Decoded | None, 
     return (pixels, [(int(w), str(why)) for w, why in meta.get("failed", [])]), ""
 
 
-def store(slot: Path, key: str, root: Path, pixels: np.ndarray, failed: list[tuple[int, str]]) -> np.ndarray:
-    """Write the slot (pixels, then the key that makes them valid); the pixels, memory-mapped."""
-    atomic_write(slot.with_suffix(".npy"), lambda f: np.lib.format.write_array(f, pixels, allow_pickle=False))
-    write_json(slot.with_suffix(".json"), {"version": VERSION, "key": key, "root": os.path.abspath(root),
-                                           "shape": list(pixels.shape), "crc32": crc(pixels), "failed": failed})
-    return np.load(slot.with_suffix(".npy"), mmap_mode="r", allow_pickle=False)
+@contextlib.contextmanager
+def new_npy(path: Path, shape: tuple[int, ...]) -> Iterator[tuple[np.ndarray, str]]:
+    """A uint8 .npy of `shape` for decoders to fill, memory-mapped, and its name (other processes map
+    it by name): a temp file beside `path`, its space allocated first (a full disk is said now, not a
+    crash on a page later), flushed, fsynced and renamed to `path` where the block ends without error,
+    removed where it raises."""
+    tmp = None
+    try:
+        with signals.held():  # a stop signal waits until the temp file's name is known
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.fchmod(fd, 0o666 & ~umask())
+            os.close(fd)
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
+        with open(tmp, "r+b") as f:
+            if hasattr(os, "posix_fallocate"):  # Linux and most Unixes; elsewhere the pages are written as decoded
+                os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+        yield out, tmp
+        out.flush()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise cannot_write(path, exc) from exc
+        raise
 
 
 def prune(folder: Path) -> None:
@@ -116,11 +141,13 @@ def prune(folder: Path) -> None:
                     meta_path.with_suffix(suffix).unlink()
 
 
-def check_unchanged(files: list[str], before: np.ndarray, failed: list[tuple[int, str]]) -> None:
-    """Refuse a file whose size or time changed while the folder was decoded (one that failed, a
-    vanished file under on_error: skip, is already counted)."""
-    moved = np.flatnonzero((stamps(files) != before).any(axis=1))
-    moved = moved[~np.isin(moved, [where for where, _ in failed])]
+def check_unchanged(files: list[str], before: np.ndarray, after: np.ndarray, failed: Failed) -> None:
+    """Refuse a file whose size or time changed while the folder was decoded (`before`: the key's
+    stamps; `after`: each file's, taken once decoded; one that failed, a vanished file under
+    on_error: skip, is already counted)."""
+    changed = (after != before).any(axis=1)
+    changed[[where for where, _ in failed]] = False
+    moved = np.flatnonzero(changed)
     if len(moved):
         path = Path(files[int(moved[0])])
         raise DataError(f"{path}: changed while the images were decoded ({len(moved)} file(s) in all); its pixels "
@@ -129,13 +156,15 @@ def check_unchanged(files: list[str], before: np.ndarray, failed: list[tuple[int
 
 
 def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None,
-            decode: Callable[[], Decoded]) -> tuple[np.ndarray, list[tuple[int, str]], str | None]:
-    """`decode()`'s pixels and failures, from the cache in `folder` where it holds them for these files
-    and settings (else decoded and stored there; `folder` None: not cached); and a note on the cache."""
-    before = stamps(files)
+            decode: Decode) -> tuple[np.ndarray, Failed, str | None]:
+    """`decode`'s pixels and failures, from the cache in `folder` where it holds them for these files
+    and settings (else decoded into a new slot there; `folder` None: into memory, not cached); and a
+    note on the cache."""
+    before, shape = stamps(files), (len(files), *how.shape)
     if folder is None:
-        pixels, failed = decode()
-        check_unchanged(files, before, failed)
+        pixels = np.empty(shape, np.uint8)
+        failed, after = decode(pixels, None)
+        check_unchanged(files, before, after, failed)
         return pixels, failed, None
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -144,12 +173,16 @@ def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None,
                         "data.image.cache_dir to a writable folder, or data.image.cache: false") from exc
     slot, key = slot_of(folder, root, how), cache_key(root, files, before, how)
     with locked(slot):
-        hit, why = load(slot, key, (len(files), *how.shape))
+        hit, why = load(slot, key, shape)
         if hit is not None:
             return *hit, f"{root}: decoded images read from the cache ({slot}.npy)"
-        pixels, failed = decode()
-        check_unchanged(files, before, failed)
-        pixels = store(slot, key, root, pixels, failed)
+        with new_npy(slot.with_suffix(".npy"), shape) as (out, name):
+            failed, after = decode(out, name)
+            check_unchanged(files, before, after, failed)
+            value = crc(out)
+        write_json(slot.with_suffix(".json"), {"version": VERSION, "key": key, "root": os.path.abspath(root),
+                                               "shape": list(shape), "crc32": value, "failed": failed})
+        pixels = np.load(slot.with_suffix(".npy"), mmap_mode="r", allow_pickle=False)
     prune(folder)
     said = f" (the cached copy was not used: {why})" if why else ""
     return pixels, failed, f"{root}: decoded images cached in {slot}.npy for later runs{said}"

@@ -88,8 +88,8 @@ class Listing:
     ignored: list[str] = field(default_factory=list)
 
 
-def is_image_file(path: Path) -> bool:
-    return path.name.lower().endswith(SUFFIXES)
+def is_image_file(path: Path | str) -> bool:
+    return os.path.basename(path).lower().endswith(SUFFIXES)
 
 
 def list_classes(root: Path) -> Listing:
@@ -138,7 +138,7 @@ def _walk(top: str, listing: Listing) -> None:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             path = os.path.join(folder, name)
-            (listing.files if is_image_file(Path(name)) else listing.ignored).append(path)
+            (listing.files if name.lower().endswith(SUFFIXES) else listing.ignored).append(path)
 
 
 def _unreadable(path: str, why: str) -> DataError:
@@ -181,7 +181,7 @@ def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]
 def _first_pixels(files: list[str], how: Decoding, skip: bool) -> np.ndarray:
     """The first file's pixels (with `skip`: the first one that decodes)."""
     for path in files:
-        _, block, failed = decode_block(0, [path], how)
+        _, block, failed, _ = decode_block(0, [path], how)
         if not failed:
             return block[0]
         _refuse_first([path], failed, skip)
@@ -219,13 +219,16 @@ def in_blocks(task: Callable[..., Any], files: list[str], extra: tuple, workers:
 
 
 def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False,
-               progress: Callable[[int], None] = lambda done: None) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Every listed file decoded into one uint8 array (N, C, H, W), in listing order (`in_blocks`), and
-    the files that failed (position, why): without `skip`, the first one is refused, naming it. The
-    pixels do not depend on the number of processes."""
-    out = np.empty((len(listing.files), *how.shape), np.uint8)
-    with contextlib.closing(in_blocks(decode_block, listing.files, (how,), workers)) as decoded:
-        return out, _gathered(out, decoded, listing.files, skip, progress)
+               progress: Callable[[int], None] = lambda done: None, out: np.ndarray | None = None,
+               into: str | None = None) -> tuple[list[tuple[int, str]], np.ndarray]:
+    """Every listed file decoded into `out` (N, C, H, W) uint8, in listing order (`in_blocks`): by the
+    decoders straight into the .npy file `into` (which `out` maps) where given, else sent back here;
+    the files that failed (position, why; without `skip` the first one is refused, naming it) and
+    each file's (size, time) once decoded. The pixels do not depend on the number of processes."""
+    if out is None:
+        out = np.empty((len(listing.files), *how.shape), np.uint8)
+    with contextlib.closing(in_blocks(decode_block, listing.files, (how, into), workers)) as decoded:
+        return _gathered(out, decoded, listing.files, skip, progress)
 
 
 def check_all(listing: Listing, workers: int | None) -> list[tuple[int, str]]:
@@ -236,15 +239,19 @@ def check_all(listing: Listing, workers: int | None) -> list[tuple[int, str]]:
 
 
 def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool,
-              progress: Callable[[int], None]) -> list[tuple[int, str]]:
-    """The decoded blocks put in place; the failures (the first one refused without `skip`)."""
+              progress: Callable[[int], None]) -> tuple[list[tuple[int, str]], np.ndarray]:
+    """The blocks sent back put in place; the failures (the first one refused without `skip`), and
+    every file's stamps after decoding."""
     failed: list[tuple[int, str]] = []
-    for start, block, bad in results:
-        out[start:start + len(block)] = block
+    after = np.empty((len(files), 2), np.int64)
+    for start, block, bad, stamped in results:
+        if block is not None:
+            out[start:start + len(block)] = block
+        after[start:start + len(stamped)] = stamped
         _refuse_first(files, bad, skip)
         failed += bad
-        progress(start + len(block))
-    return failed
+        progress(start + len(stamped))
+    return failed, after
 
 
 def _refuse_first(files: list[str], failed: list[tuple[int, str]], skip: bool) -> None:
@@ -277,7 +284,7 @@ def read_image_folder(root: Path, spec: ReadSpec) -> Table:
     settings = (spec.data.image if spec.data is not None else None) or ImageSettings()
     read = decoded_listing(root, listing, settings, spec)
     labels = typed_labels(np.array(listing.labels)[read.keep]) if spec.need_target else None
-    paths = np.array([_shown(root, f) for f in listing.files], dtype=object)[read.keep]
+    paths = np.array(_shown(root, listing.files), dtype=object)[read.keep]
     table = Table(RawColumns(read.x), labels, [f"pixel{i}" for i in range(int(np.prod(read.x.shape[1:])))],
                   str(root), kept={"path": paths}, notes=_notes(root, listing, read.x.shape[1:]) + read.notes)
     read.settle(table.settled, spec)
@@ -333,14 +340,15 @@ def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings
         Path(settings.cache_dir).expanduser() if settings.cache_dir else image_cache.default_dir()
     pixels, failed, said = image_cache.decoded(
         root, listing.files, how, folder,
-        lambda: decode_all(listing, how, settings.workers, skip, Progress(root, len(listing.files))))
+        lambda out, into: decode_all(listing, how, settings.workers, skip, Progress(root, len(listing.files)), out,
+                                     into))
     _refuse_first(listing.files, failed, skip)  # failures cached by a run that skipped them
     return pixels, failed, said
 
 
-def _shown(root: Path, file: str) -> str:
-    """A file as predict names it: relative to the folder given (one image file: as given)."""
-    return str(root) if root.is_file() else os.path.relpath(file, root)
+def _shown(root: Path, files: list[str]) -> list[str]:
+    """The files as predict names them: relative to the folder given (one image file: as given)."""
+    return [str(root)] * len(files) if root.is_file() else image_cache.relative(files, root)
 
 
 def _listed(root: Path, listing: Listing, failed: list[tuple[int, str]]) -> str:
