@@ -391,7 +391,7 @@ def _fail(exc: BaseException, code: int, debug: bool, prefix: str = "error: ", s
     """Report on this rank (with the traceback under --debug), then end the job: under MPI every rank
     is aborted so none hangs."""
     import socket
-    from .distributed.comm import ACTIVE, abort_if_distributed, launched_rank, launched_ranks
+    from .distributed.comm import abort_if_distributed, has_joined, launched_rank, launched_ranks
     if debug:
         err.print_exception()
     ranked = launched_ranks() > 1  # under a launcher, with or without a communicator yet
@@ -400,7 +400,7 @@ def _fail(exc: BaseException, code: int, debug: bool, prefix: str = "error: ", s
         rank = f"rank {launched_rank()} on {socket.gethostname()}: " if ranked and not together else ""
         err.print(Text(rank + prefix, style="bold red") + Text(str(exc) + suffix), highlight=False)
     if not together:
-        if ranked and not ACTIVE:  # failed before joining MPI: join it to end the others (no rank hangs)
+        if ranked and not has_joined():  # failed before joining MPI: join it to end the others (no rank hangs)
             from .distributed import get_communicator
             with contextlib.suppress(MagmaError):  # MPI itself cannot be joined: what was said is the error
                 get_communicator("allreduce")

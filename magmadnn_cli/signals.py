@@ -100,33 +100,43 @@ def ignoring_stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-_received = [0]  # the first stop signal of the running command (0: none)
+class _Stops:
+    """This process's stop signals (signal handlers are per process): the running command's first one,
+    the `held` sections open now, and the signal that came inside one (0: none)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.holding = 0
+        self.held = 0
+
+    def record(self, signum: int) -> None:
+        self.received = self.received or signum
+
+
+_STOPS = _Stops()
 
 
 def record(signum: int) -> None:
     """Note a stop signal for the command (the first one counts)."""
-    _received[0] = _received[0] or signum
+    _STOPS.record(signum)
 
 
 def received() -> int:
     """The command's first stop signal, 0 if none came."""
-    return _received[0]
+    return _STOPS.received
 
 
 def check() -> None:
     """Raise KeyboardInterrupt if a stop signal came, in case its exception was turned into another."""
-    if _received[0]:
+    if _STOPS.received:
         raise KeyboardInterrupt
-
-
-_holding = [0, 0]  # sections inside `held`, and the stop signal that came in one (0: none)
 
 
 def _stop_now(signum: int, frame: FrameType | None) -> None:
     signum = meant(signum)
-    record(signum)
-    if _holding[0]:
-        _holding[1] = signum
+    _STOPS.record(signum)
+    if _STOPS.holding:
+        _STOPS.held = signum
         return
     raise KeyboardInterrupt
 
@@ -135,13 +145,13 @@ def _stop_now(signum: int, frame: FrameType | None) -> None:
 def held() -> Iterator[None]:
     """A stop signal that comes inside waits for its end, then raises as usual: for the few steps
     between creating a file and knowing its name (so that it can be removed)."""
-    _holding[0] += 1
+    _STOPS.holding += 1
     try:
         yield
     finally:
-        _holding[0] -= 1
-        came = _holding[1] if not _holding[0] else 0
-        _holding[1] -= came  # the outermost section takes it (raised below, or the body's error wins)
+        _STOPS.holding -= 1
+        came = _STOPS.held if not _STOPS.holding else 0
+        _STOPS.held -= came  # the outermost section takes it (raised below, or the body's error wins)
     if came:
         raise KeyboardInterrupt
 
@@ -161,4 +171,4 @@ def watching() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        _received[0] = 0
+        _STOPS.received = 0

@@ -242,6 +242,51 @@ def test_no_module_level_state_is_rebound_after_import():
     assert not found, found
 
 
+MUTATORS = {"append", "extend", "update", "pop", "clear", "insert", "remove", "setdefault", "add", "discard", "popitem"}
+
+
+def _module_containers(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level to a list, dict or set."""
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        made = isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and value.func.id in ("list", "dict", "set", "defaultdict", "OrderedDict", "deque"))
+        names |= {t.id for t in targets if made and isinstance(t, ast.Name)}
+    return names
+
+
+def test_no_module_level_container_changes_after_import():
+    """A list, dict or set at a module's top level is a constant or a registry filled as the module
+    loads: no function changes it (`ACTIVE.append(...)`, `_received[0] = ...`). State a process holds
+    (its signals, its communicator, its memory reads) is an object's, named and documented."""
+    trees = {path: ast.parse(path.read_text()) for path in PACKAGE.rglob("*.py")}
+    containers = set().union(*(_module_containers(tree) for tree in trees.values()))
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                call = isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in MUTATORS
+                changed = inner.func.value if call else next(
+                    (t.value for t in getattr(inner, "targets", [getattr(inner, "target", None)])
+                     if isinstance(t, ast.Subscript)), None) if isinstance(inner, (ast.Assign, ast.AugAssign)) else None
+                if isinstance(changed, ast.Name) and changed.id in containers and changed.id not in _locals(node):
+                    found.append(f"{path.relative_to(PACKAGE)}:{inner.lineno} {changed.id}")
+    assert not found, found
+
+
+def _locals(function: ast.AST) -> set[str]:
+    """The names a function binds itself (its parameters and assignments): not the module's."""
+    args = function.args
+    bound = {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
+    bound |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return bound
+
+
 def test_the_backend_is_one_object_and_tests_need_no_reset_for_it():
     from magmadnn_cli.core import backend as B
     assert not any(hasattr(B, name) for name in ("xp", "device", "floatx")), "module globals are back"

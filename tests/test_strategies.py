@@ -63,11 +63,12 @@ def test_one_process_trains_synchronously_under_every_strategy(blobs, name):
 
 
 def test_a_process_outside_a_launcher_is_a_single_process(monkeypatch):
-    monkeypatch.setattr(comm_module, "ACTIVE", [])
-    monkeypatch.setattr("magmadnn_cli.distributed.strategies.ACTIVE", comm_module.ACTIVE)
     for name in NAMES:
-        comm_module.ACTIVE.clear()
-        assert isinstance(get_communicator(name), SingleProcess)
+        monkeypatch.setattr(comm_module, "_JOINED", comm_module._Joined())  # a fresh process
+        assert not comm_module.has_joined()
+        made = get_communicator(name)
+        assert isinstance(made, SingleProcess) and comm_module.has_joined()
+        assert get_communicator("allreduce") is made  # made once: later calls return it
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -211,7 +211,7 @@ def test_a_stop_signal_turned_into_a_trial_error_still_stops_the_search(blobs, t
         raise turned_into
 
     monkeypatch.setattr(run_module, "train", interrupted)
-    monkeypatch.setattr(signals, "_received", [0])
+    monkeypatch.setattr(signals, "_STOPS", signals._Stops())  # this process: no signal recorded yet
     cfg = _search_project(blobs, "\nsearch:\n  space:\n    optimizer.learning_rate: [0.05, 0.01]\n")
     with pytest.raises(Interrupted, match=r"stopped by SIGTERM after 0 of 2 trial\(s\) finished"):
         tune(cfg, tmp_path / "t")

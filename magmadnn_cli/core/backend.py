@@ -225,7 +225,24 @@ def synchronize() -> None:
 
 
 BUDGET_SECONDS = 0.5  # how long a budget read stays good while the process's peak memory stays put
-_budget: list = [-1.0, -1, []]  # when the bounds were read (monotonic), the peak resident memory then, the bounds
+
+
+class _BoundsRead:
+    """The last read of the host's memory bounds (`_host_bounds`): when (monotonic), this process's
+    peak resident memory then (-1: unknown), and the bounds. Per process, as its memory is."""
+
+    def __init__(self) -> None:
+        self.when, self.peak, self.bounds = -1.0, -1, []
+
+    def fresh(self) -> list[tuple[int, str]]:
+        """The bounds, read again after BUDGET_SECONDS or when the peak memory grew."""
+        now, peak = time.monotonic(), _peak_memory()
+        if not (now - self.when < BUDGET_SECONDS and peak == self.peak and peak >= 0):
+            self.when, self.peak, self.bounds = now, peak, _host_bounds()
+        return self.bounds
+
+
+_LAST_READ = _BoundsRead()
 
 
 def host_memory_available() -> int | None:
@@ -242,12 +259,7 @@ def host_memory_available() -> int | None:
 def _read_bounds() -> list[tuple[int, str]]:
     """`_host_bounds`, read again after BUDGET_SECONDS or when this process's peak memory grew: the
     budget and the message naming what sets it come from one read."""
-    now, peak = time.monotonic(), _peak_memory()
-    when, seen, bounds = _budget
-    if not (now - when < BUDGET_SECONDS and peak == seen and peak >= 0):
-        bounds = _host_bounds()
-        _budget[:] = [now, peak, bounds]
-    return bounds
+    return _LAST_READ.fresh()
 
 
 def _peak_memory() -> int:

@@ -104,7 +104,30 @@ class SingleProcess(Communicator):
     """One process: every collective is the identity."""
 
 
-ACTIVE: list[Communicator] = []  # the communicator of this process, once made (strategies.get_communicator)
+class _Joined:
+    """This process's communicator, once made: a process joins MPI once, and an error report ends the
+    job through it (`abort_if_distributed`). Per process, as MPI's world is."""
+
+    def __init__(self) -> None:
+        self.communicator: Communicator | None = None
+
+    def get(self, make: Callable[[], Communicator]) -> Communicator:
+        if self.communicator is None:
+            self.communicator = make()
+        return self.communicator
+
+
+_JOINED = _Joined()
+
+
+def joined(make: Callable[[], Communicator]) -> Communicator:
+    """This process's communicator: `make()`'s the first time, the same one after."""
+    return _JOINED.get(make)
+
+
+def has_joined() -> bool:
+    """Whether this process has made its communicator (under a launcher: joined MPI)."""
+    return _JOINED.communicator is not None
 
 
 def _env_int(*keys: str) -> int | None:
@@ -160,8 +183,8 @@ def local_ranks() -> int:
 
 def abort_if_distributed(code: int) -> None:
     """After a rank has reported its error: end every rank (the others may wait in a collective)."""
-    if ACTIVE and ACTIVE[0].size > 1:
-        ACTIVE[0].abort(code)
+    if _JOINED.communicator is not None and _JOINED.communicator.size > 1:
+        _JOINED.communicator.abort(code)
 
 
 def wait_until_read(stream: Any, limit: float = 10.0) -> None:

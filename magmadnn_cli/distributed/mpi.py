@@ -50,6 +50,7 @@ class MPICommunicator(Communicator):
             self.waits = part_of.waits
             return
         self.waits = Waits()  # what this rank waits for inside MPI now (the watchdog reads it)
+        self.unanswered: list[Any] = []  # the watchdog's answers to a rank that no longer asked: MPI may still read them
         expected = launched_ranks()
         if self.size == 1 and expected > 1:
             said = size_variable()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError
-from .comm import ACTIVE, Communicator, SingleProcess, launched_ranks
+from .comm import Communicator, SingleProcess, joined, launched_ranks
 
 if TYPE_CHECKING:
     from .data_parallel import DataParallel
@@ -137,9 +137,7 @@ def strategy_of(config: Any) -> Strategy:
 def get_communicator(strategy: str = "auto") -> Communicator:
     """This process's communicator: the strategy's under a launcher of 2+ ranks, else SingleProcess;
     made once (later calls return it)."""
-    if not ACTIVE:
-        ACTIVE.append(STRATEGIES[strategy].communicator() if launched_ranks() > 1 else SingleProcess())
-    return ACTIVE[0]
+    return joined(lambda: STRATEGIES[strategy].communicator() if launched_ranks() > 1 else SingleProcess())
 
 
 # -- what a config may ask of its strategy ----------------------------------------------------------

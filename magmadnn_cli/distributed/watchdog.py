@@ -78,6 +78,7 @@ class Watchdog(threading.Thread):
         for end in (self.wakeup, self.wakeup_end):
             end.setblocking(False)
         self.sent: list[Any] = []
+        self.unanswered: list[Any] = world.unanswered  # the world's: sends outliving this watchdog
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -173,12 +174,9 @@ class Watchdog(threading.Thread):
     def stop(self) -> None:
         self.done.set()
         self.join()
-        UNFINISHED.extend(r for r in self.sent if not r.Test())  # their buffers live until MPI sends them
+        self.unanswered.extend(r for r in self.sent if not r.Test())  # their buffers live until MPI sends them
         self.wakeup.close()
         self.wakeup_end.close()
-
-
-UNFINISHED: list[Any] = []  # answers sent to a rank that no longer asked (kept: MPI may still read them)
 
 
 @contextlib.contextmanager
