@@ -28,6 +28,7 @@ from .fitting import fit
 from .metrics import Moments
 from .normalize import Normalizer, TargetScaler, normalize_method
 from .prepare import Prepared, Split, encode_features, map_labels
+from .stream_cache import EncodedBlocks, encoded_blocks
 from .table import ReadSpec, Table, typed_labels
 from .targets import table_task, target_task
 
@@ -54,6 +55,7 @@ class StreamSource:
     buffer_rows: int = BUFFER_ROWS
     targets: TargetScaler = field(default_factory=TargetScaler)  # regression targets' scaling
     file: stream.BlockFile | None = None  # None: worked out from path and spec
+    cache: EncodedBlocks | None = None  # each block's encoded rows, kept by the fitting pass
     _read: Any = field(default=None, repr=False)  # this pass's reader (the caller's thread)
     _ahead: tuple[int, stream.Prefetcher] | None = field(default=None, repr=False)  # (split code, reader ahead)
 
@@ -75,11 +77,16 @@ class StreamSource:
         return self._encoded(self._read, block, code)
 
     def _encoded(self, read: Any, block: stream.Block, code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        table = read(block, block.first_row)
         keep = np.flatnonzero(self.codes(block) == code)
-        part = Table(table.raw.rows(keep), table.y[keep], table.features, table.source)
-        x, _ = encode_features(part, self.encoder)
-        y = target_task(self.task).encode(map_labels(part.y, self.cfg.label_map), self.classes, table.source, part.raw)
+        cached = self.cache.get(block) if self.cache is not None else None
+        if cached is not None:  # the block's rows as the fitting pass encoded them (row by row: the same)
+            x, y = cached[0][keep], cached[1][keep]
+        else:
+            table = read(block, block.first_row)
+            part = Table(table.raw.rows(keep), table.y[keep], table.features, table.source)
+            x, _ = encode_features(part, self.encoder)
+            y = target_task(self.task).encode(map_labels(part.y, self.cfg.label_map), self.classes, table.source,
+                                              part.raw)
         return block.first_row + keep, self.normalizer(x), compact(self.targets(y), len(self.classes))
 
     def ahead(self, order: list[stream.Block], code: int) -> None:
@@ -242,6 +249,8 @@ def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tupl
     dtype, numbers = np.dtype(B.current().floatx), number_columns(source.encoder, width)
     for block, (x, y) in zip(source.blocks, stream.prefetched(work, source.blocks)):
         codes, dtype = source.codes(block), x.dtype
+        if source.cache is not None:
+            source.cache.put(block, x, y)
         for code in targets:
             targets[code].append(y[codes == code])
         train = x[np.flatnonzero(codes == stream.TRAIN)[:, None], numbers].astype(np.float64)  # (number columns only)
@@ -293,6 +302,7 @@ def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | N
     source = StreamSource(path, spec, cfg, found.blocks, seed, encoder, Normalizer(), classes, task, BUFFER_ROWS,
                           file=found.file)
     width = encoder.width or len(found.features)
+    source.cache = encoded_blocks(int(found.rows.sum()) * (width * np.dtype(B.current().floatx).itemsize + 8))
     source.normalizer, targets = fitted_normalizer(source, cfg, width)
     if not labelled and cfg.target_normalize != "none":  # as `prepare` scales them: the training targets' moments
         source.targets = TargetScaler.fit(targets[stream.TRAIN], found.source)
