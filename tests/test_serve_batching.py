@@ -14,7 +14,7 @@ import pytest
 from magmadnn_cli.commands.serve.batching import Job, Metrics, Service
 from magmadnn_cli.core import backend as B
 from magmadnn_cli.inference import Predictor
-from serve_helpers import HEART_NAMES, digits_rows, heart_rows, predicted, records, train_models
+from serve_helpers import HEART_NAMES, csv_text, digits_rows, heart_rows, predicted, records, train_models
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,9 @@ def answered_together(model: Predictor, bodies: list[tuple[object, bool]]) -> li
                 done.set()
         return settle
     for i, (payload, proba) in enumerate(bodies):
-        service.submit(Job(json.dumps(payload).encode(), "application/json", proba, answer(i)))
+        csv = isinstance(payload, str)  # CSV text, else JSON
+        service.submit(Job((payload if csv else json.dumps(payload)).encode(), "text/csv" if csv else "application/json",
+                           proba, answer(i)))
     service.start()
     try:
         assert done.wait(120)
@@ -46,8 +48,9 @@ def answered_together(model: Predictor, bodies: list[tuple[object, bool]]) -> li
     return results
 
 
+@pytest.mark.parametrize("form", ["json", "csv"])
 @pytest.mark.parametrize("name", ["heart", "digits"])
-def test_requests_batched_together_answer_as_predict_does_alone(models, name, capsys, tmp_path, monkeypatch):
+def test_requests_batched_together_answer_as_predict_does_alone(models, name, form, capsys, tmp_path, monkeypatch):
     names, rows = (HEART_NAMES, heart_rows(count=60, start=0)) if name == "heart" else digits_rows(count=60)
     sizes = [1, 3, 1, 7, 1, 2, 16, 1, 5, 1, 19, 1]  # 58 rows: requests of many sizes, in one batch
     ends = np.cumsum(sizes)
@@ -56,8 +59,11 @@ def test_requests_batched_together_answer_as_predict_does_alone(models, name, ca
     encoded = Predictor.encoded  # the encoding `predict` runs, shared (not rebuilt in serving)
     monkeypatch.setattr(Predictor, "encoded", lambda self, *a: encodes.append(len(a[0].x)) or encoded(self, *a))
     model = Predictor(models[name], "cpu")
-    results = answered_together(model, [(records(names, part), i % 3 != 1) for i, part in enumerate(parts)])
-    assert encodes == [sum(sizes)]  # one encoding for the whole batch
+    bodies = [records(names, part) if form == "json" else csv_text(names, part) for part in parts]
+    results = answered_together(model, [(body, i % 3 != 1) for i, body in enumerate(bodies)])
+    # JSON: each request encoded by the model's compiled encoding as it is parsed (json_columns); CSV: one
+    # encoding for the whole batch
+    assert encodes == ([] if form == "json" else [sum(sizes)])
     for i, (part, (got, exc)) in enumerate(zip(parts, results)):
         assert exc is None
         alone = predicted(capsys, models[name], tmp_path, names, part, proba=i % 3 != 1)
@@ -83,7 +89,7 @@ def test_the_memory_budget_is_read_once_while_the_process_stays_put(monkeypatch)
     clock, peak = [1000.0], [50_000]
     monkeypatch.setattr(B.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(B, "_peak_memory", lambda: peak[0])
-    monkeypatch.setattr(B, "_budget", [-1.0, -1, None])
+    monkeypatch.setattr(B, "_LAST_READ", B._BoundsRead())
     assert [B.host_memory_available() for _ in range(50)] == [1 << 30] * 50
     assert len(reads) == 1
     peak[0] += 1  # the process grew: read again

@@ -142,8 +142,8 @@ def values_table(names: list[str], rows: list[list[Any]] | list[dict[str, Any]],
     numbers = _numbers([columns[j] for j in numeric], (len(numeric), len(rows)), dtype)
     if numbers is not None:
         x[:, numeric] = numbers.T
-    texts = {j: [_cell(v, wanted[j], source, i) for i, v in enumerate(column)]  # in column order: the first
-             for j, column in enumerate(columns) if j not in numeric or numbers is None}  # bad cell named
+    texts = {j: _texts(column, wanted[j], source)  # in column order: the first bad cell named
+             for j, column in enumerate(columns) if j not in numeric or numbers is None}
     return spec.blanked(Table(RawColumns(x, _typed_cells(texts, len(rows), x, text)), None, wanted, source))
 
 
@@ -228,6 +228,19 @@ def _numbers(values: list[Any], shape: tuple[int, int], dtype: Any) -> np.ndarra
         return None
     with np.errstate(over="ignore"):  # beyond the float type: inf, refused by cell later
         return wide.astype(dtype)
+
+
+def _texts(column: tuple[Any, ...], name: str, source: str) -> list[str]:
+    """A column of JSON values as CSV cells would hold them (`_cell`'s), a column at a time where it
+    holds strings or numbers only (and nulls), else a cell at a time."""
+    kinds = set(map(type, column))
+    if kinds <= {str}:
+        return list(column)
+    if kinds <= {int, float}:
+        return list(map(repr, column))
+    if kinds <= {str, type(None)} or kinds <= NUMERIC:
+        return ["" if v is None else v if type(v) is str else repr(v) for v in column]
+    return [_cell(v, name, source, i) for i, v in enumerate(column)]
 
 
 def _cell(value: Any, column: str, source: str, row: int) -> str:

@@ -16,7 +16,9 @@ from ...data.columns import RawColumns
 from ...data.readers import Table
 from ...inference import Predictor, new_tally, read_spec
 from .bodies import SOURCE, parse
+from .json_columns import JsonColumns
 from .metrics import Metrics
+
 
 @dataclass
 class Job:
@@ -28,7 +30,7 @@ class Job:
     answer: Callable[[np.ndarray | None, BaseException | None], None]
     cancelled: bool = False
     table: Table | None = None
-
+    x: np.ndarray | None = None  # its rows encoded (the network's inputs), once they are
 
 
 class Service:
@@ -38,7 +40,8 @@ class Service:
     together; the network runs once per request, on that request's rows (in the memory layout their
     own encoding gives), as `predict` runs it on a file of them, so an answer is exactly what the
     request alone gets whatever else is queued (BLAS sums a row differently in a batch of another
-    shape or layout: a merged network batch would change answers in their 7th digit). A batch whose
+    shape or layout: a merged network batch would change answers in their 7th digit). A JSON request
+    the model's compiled encoding takes (`JsonColumns`) comes encoded from its parse; a batch whose
     encoding fails is answered request by request (each its own error or answer)."""
 
     def __init__(self, model: Predictor, max_rows: int, max_wait: float, metrics: "Metrics") -> None:
@@ -48,6 +51,7 @@ class Service:
         self.thread = threading.Thread(target=self._run, name="magmadnn-model", daemon=True)
         with model.using():
             self.spec = read_spec(model.path, model.saved, False)
+        self.columns = JsonColumns(model, self.spec)
 
     def start(self) -> None:
         self.thread.start()
@@ -67,10 +71,8 @@ class Service:
             while (batch := self._gather()) is not None:
                 jobs = [job for job in batch if job.table is not None and not job.cancelled]
                 self.metrics.batch(sum(len(job.table.x) for job in jobs))
-                if len(jobs) > 1:
-                    self._answer_together(jobs)
-                elif jobs:
-                    self._answer(jobs[0])
+                self._encode_together([job for job in jobs if job.x is None])
+                self._answer_together(jobs)
 
     def _warm_up(self) -> None:
         """One batch through the network (a row of zeros), so the first request is not the slow one."""
@@ -103,31 +105,37 @@ class Service:
         if job.cancelled:
             return 0
         try:
-            job.table = parse(job, self.spec)
+            job.table, job.x = parse(job, self.spec, self.columns)
         except Exception as exc:  # noqa: BLE001 (answered: a bad request never stops the thread)
             job.answer(None, exc)
             return 0
         return len(job.table.x)
 
-    def _answer_together(self, jobs: list[Job]) -> None:
-        """The jobs' rows encoded as one table and their answers formatted at once; the network
-        run on each job's rows alone. Where the encoding fails, each job is answered alone."""
+    def _encode_together(self, jobs: list[Job]) -> None:
+        """Two or more jobs' rows encoded as one table, each job's rows set apart (`x`); where the
+        encoding fails, none is (each is answered alone: its own message)."""
         tables: list[Table] = [job.table for job in jobs]  # type: ignore[misc]  (parsed: tables)
-        table = merged(tables)
+        table = merged(tables) if len(jobs) > 1 else None
         try:
             x = self.model.encoded(table, False, new_tally()) if table is not None else None
-        except Exception:  # noqa: BLE001  (answered below, each request alone: its own message)
-            x = None
+        except Exception:  # noqa: BLE001  (answered later, each request alone: its own message)
+            return
         if x is None:
-            for job in jobs:
-                self._answer(job)
             return
         ends = np.cumsum([len(t.x) for t in tables])
-        outputs, answered = [], []
         for job, part, end in zip(jobs, tables, ends):
-            rows = x[end - len(part.x):end].copy(order="K")  # laid out as encoding it alone lays it out
+            job.x = x[end - len(part.x):end].copy(order="K")  # laid out as encoding it alone lays it out
+
+    def _answer_together(self, jobs: list[Job]) -> None:
+        """The encoded jobs' answers formatted at once, the network run on each job's rows alone; a
+        job not encoded is answered alone."""
+        outputs, answered = [], []
+        for job in jobs:
+            if job.x is None:
+                self._answer(job)
+                continue
             try:
-                outputs.append(self.model.table_outputs(rows, part))
+                outputs.append(self.model.table_outputs(job.x, job.table))  # type: ignore[arg-type]
             except Exception as exc:  # noqa: BLE001  (answered: a bad request never stops the thread)
                 job.answer(None, exc)
                 continue

@@ -1,0 +1,153 @@
+"""A JSON request's rows encoded straight into the network's inputs, by the model's own encoding
+compiled once: number columns read a column at a time, and each category or boolean column through a
+table of the values requests have sent, each encoded once by its column's own `encode` (so a cell
+costs a dict lookup, not its text's parsing, case folding and spelling). Exactly the rows the general
+path (`records.json_table`, then `encoding.encode`) gives: whatever it does not take the same way (a
+column missing, extra or typed otherwise, a missing cell the model refuses, an unseen category it
+refuses, an infinite cell, a date) answers None, and that path reads the request, with its messages."""
+
+from __future__ import annotations
+
+from itertools import chain
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from ...data.cells import RawColumns
+from ...data.column_kinds import Encoding
+from ...data.fitting import column_strategy
+from ...data.numbers import typed_cells
+from ...data.records import NUMERIC, _cell
+from ...data.table import ReadSpec, Table
+from ...inference import Predictor
+
+CACHED = 4096  # distinct values a column's table holds; a request past it goes the general way
+LOOKED_UP = ("category", "boolean")
+FLAT = NUMERIC | {str, bool}  # the JSON values a cell may hold  # the kinds whose encoding is a lookup per cell
+
+
+class JsonColumns:
+    """The model's encoding of rows of JSON values (lists in `features` order, or records)."""
+
+    def __init__(self, model: Predictor, spec: ReadSpec) -> None:
+        saved, cfg = model.saved, model.saved.config.data
+        self.saved, self.source = saved, "request"
+        self.features = list(saved.features)
+        columns = saved.encoder.columns
+        text = spec.text_columns(self.features)
+        self.usable = ([c.name for c in columns] == self.features and not cfg.missing_tokens and saved.encoder.width > 0
+                       and all((c.kind in LOOKED_UP) == (j in text) and c.kind in LOOKED_UP + ("number", "constant")
+                               for j, c in enumerate(columns)))
+        self.text = sorted(text)
+        self.refuses = [column_strategy(cfg.column_spec(c.name).missing, cfg.missing_values, c.kind) == "error"
+                        for c in columns]
+        self.how = Encoding(np.dtype(spec.dtype or np.float32), self.source,
+                            "unseen: error" if saved.encoder.unseen == "error" else None, True)
+        self.tables: dict[int, tuple[dict[tuple[type, Any], int], list[np.ndarray], list[bool]]] = {
+            j: ({}, [], []) for j in self.text}
+
+    def encoded(self, payload: Any) -> tuple[Table, np.ndarray] | None:
+        """(a table of the rows' count, for messages, and their network inputs), or None."""
+        cells = self._rows(payload) if self.usable else None
+        if not cells:
+            return None
+        x = self._encode(cells)
+        if x is None:
+            return None
+        with np.errstate(all="ignore"):
+            normalized = self.saved.normalizer(x.reshape((len(x),) + self.saved.sample_shape))
+        if not np.isfinite(normalized).all():
+            return None
+        return Table(RawColumns(np.empty((len(x), 0), x.dtype)), None, self.features, self.source), normalized
+
+    def _rows(self, payload: Any) -> list[tuple[Any, ...]] | None:
+        """The rows' values in feature order, where the body names exactly the model's columns."""
+        if isinstance(payload, dict) and len(payload) == 1:
+            (key, body), = payload.items()
+            if key == "dataframe_split" and isinstance(body, dict) and body.keys() == {"columns", "data"}:
+                return self._split(body["columns"], body["data"])
+            payload = body if key in ("dataframe_records", "instances", "inputs") else None
+        elif isinstance(payload, dict) and payload.keys() == {"columns", "data"}:
+            return self._split(payload["columns"], payload["data"])
+        if not isinstance(payload, list) or not payload or not isinstance(payload[0], dict):
+            return None
+        keys = payload[0].keys()
+        if len(keys) != len(self.features) or set(keys) != set(self.features) or \
+                not all(type(r) is dict and r.keys() == keys for r in payload):
+            return None
+        get = itemgetter(*self.features)
+        return [get(r) for r in payload] if len(self.features) > 1 else [(get(r),) for r in payload]
+
+    def _split(self, names: Any, rows: Any) -> list[tuple[Any, ...]] | None:
+        if not isinstance(names, list) or names != self.features or not isinstance(rows, list) or \
+                not all(type(r) is list and len(r) == len(names) for r in rows):
+            return None
+        return rows
+
+    def _encode(self, cells: list[Any]) -> np.ndarray | None:
+        """The encoded rows before normalization, or None."""
+        dtype, n = self.how.dtype, len(cells)
+        columns = list(zip(*cells)) if self.text else None
+        numeric = [j for j in range(len(self.features)) if j not in self.tables]
+        values = [columns[j] for j in numeric] if columns is not None else cells
+        if not set(map(type, chain.from_iterable(values))) <= NUMERIC:
+            return None
+        try:
+            wide = np.array(values, dtype=np.float64).reshape((len(numeric), n) if columns is not None else (n, -1))
+        except OverflowError:  # an integer past float64: the general path reads it as text
+            return None
+        with np.errstate(over="ignore"):
+            x = np.full((n, len(self.features)), np.nan, dtype)
+            x[:, numeric] = wide.T if columns is not None else wide
+        if np.isinf(x).any() or any(self.refuses[j] and np.isnan(x[:, j]).any() for j in numeric):
+            return None
+        return self._blocks(x, columns) if columns is not None else \
+            self.saved.encoder.transform(RawColumns(x), self.source)[0]
+
+    def _blocks(self, x: np.ndarray, columns: list[tuple[Any, ...]]) -> np.ndarray | None:
+        """Each column's block: numbers by their column's encoding, the others looked up."""
+        blocks = []
+        for j, column in enumerate(self.saved.encoder.columns):
+            if j not in self.tables:
+                blocks.append(column.form.encode(column, RawColumns(x), j, self.how)[0])
+                continue
+            block = self._looked_up(j, columns[j])
+            if block is None:
+                return None
+            blocks.append(block)
+        return np.concatenate(blocks, axis=1)
+
+    def _looked_up(self, j: int, values: tuple[Any, ...]) -> np.ndarray | None:
+        """Column j's block through its table of values seen (each new one encoded once), or None."""
+        index, rows, missing = self.tables[j]
+        if not set(map(type, values)) <= FLAT:
+            return None
+        keys = list(zip(map(type, values), values))
+        for key in set(keys) - index.keys():
+            if len(index) >= CACHED:
+                return None
+            row = self._one(j, key[1])
+            if row is None:
+                return None
+            index[key] = len(rows)
+            rows.append(row[0][0])
+            missing.append(row[1])
+        codes = np.fromiter(map(index.__getitem__, keys), np.intp, len(keys))
+        if self.refuses[j] and np.asarray(missing)[codes].any():
+            return None
+        return np.stack(rows)[codes]
+
+    def _one(self, j: int, value: Any) -> tuple[np.ndarray, bool] | None:
+        """A value's encoded block row and whether it is a missing cell, as the general path reads it
+        (its text as a CSV cell holds it, typed as a text column, then the column's `encode`), or None
+        where that path would refuse it."""
+        column = self.saved.encoder.columns[j]
+        try:
+            text = _cell(value, column.name, self.source, 0)
+            _, found = typed_cells(np.array([[text]], dtype=str), self.how.dtype, {0})
+            block, _ = column.form.encode(column, RawColumns(np.full((1, 1), np.nan, self.how.dtype), found), 0,
+                                          self.how)
+        except Exception:  # noqa: BLE001  (refused: the general path names it)
+            return None
+        return block, found[0][0] == ""
