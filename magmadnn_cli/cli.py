@@ -154,8 +154,8 @@ def evaluate(model: ModelArg,
              strict: StrictOpt = False,
              device: DeviceOpt = "auto") -> None:
     """Loss, accuracy, per-class precision/recall/F1, macro F1, MCC, confusion matrix (or MSE/RMSE/MAE/R2)."""
-    from .commands.predict import evaluate as run_evaluate
-    report = run_evaluate(model, data, device, split, strict, _warn)
+    from .commands.evaluate import evaluate_model
+    report = evaluate_model(model, data, device, split, strict, _warn)
     if as_json:
         from .files import to_json
         print(to_json(report))

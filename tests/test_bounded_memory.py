@@ -375,7 +375,7 @@ def test_cpu_inference_batches_keep_a_batch_of_layer_outputs_in_cache():
     seen: list[int] = []
     run = net.loss_and_output
     net.loss_and_output = lambda x, y: seen.append(len(x)) or run(x, y)
-    capped = evaluation.evaluate(net, split, "classification", batch_size=1024, scores=True)
+    capped = evaluation.evaluate_split(net, split, "classification", batch_size=1024, scores=True)
     assert seen == [200, 200, 200]  # even parts of at most inference_rows: no short last batch
     np.testing.assert_allclose(capped["outputs"], net.predict(split.x), rtol=1e-5, atol=1e-7)
     mlp = Network([Dense.of(units=512), Dense.of(units=10, activation="softmax")], (784,), CrossEntropy())

@@ -166,7 +166,7 @@ def test_a_listed_feature_typed_ignore_is_refused_in_the_config():
 def test_evaluate_read_in_chunks_leaves_out_rows_without_a_target_and_reads_label_columns(both, capsys, monkeypatch):
     """evaluate on a file over the memory budget (read chunk by chunk) scores what the whole read
     scores: label columns made label sets, a row with a blank label cell left out and said."""
-    from magmadnn_cli.commands import predict
+    from magmadnn_cli.commands import evaluate
     folder = both[True]
     text = (folder / "tags.csv").read_text().splitlines()
     text[2] = text[2].rsplit(",", 1)[0] + ","
@@ -174,7 +174,7 @@ def test_evaluate_read_in_chunks_leaves_out_rows_without_a_target_and_reads_labe
     code, out, err = run_cli(capsys, "evaluate", folder / "run" / "model.npz", folder / "blank.csv", "--json")
     assert code == 0, err
     whole = json.loads(out)
-    monkeypatch.setattr(predict, "over_budget", lambda path: True)
+    monkeypatch.setattr(evaluate, "over_budget", lambda path: True)
     code, out, err = run_cli(capsys, "evaluate", folder / "run" / "model.npz", folder / "blank.csv", "--json")
     assert code == 0, err
     chunked = json.loads(out)

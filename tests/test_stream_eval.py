@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import run_cli
-from magmadnn_cli.commands import predict as predict_command
+from magmadnn_cli.commands import evaluate as evaluate_command
 from magmadnn_cli.core import backend as B
 from magmadnn_cli.data import metrics
 from magmadnn_cli.data.targets import target_task
@@ -84,7 +84,7 @@ def _scores(capsys, model_file, data, monkeypatch=None, budget: int | None = Non
     if budget is not None:
         monkeypatch.setattr(B, "host_memory_available", lambda: budget)
     if chunk_rows:
-        monkeypatch.setattr(predict_command, "EVALUATE_CHUNK_ROWS", chunk_rows)
+        monkeypatch.setattr(evaluate_command, "EVALUATE_CHUNK_ROWS", chunk_rows)
     code, out, err = run_cli(capsys, "evaluate", model_file, data, "--json")
     assert code == 0, out + err
     return json.loads(out), err
@@ -109,8 +109,8 @@ def test_a_file_over_the_budget_is_scored_in_chunks_as_in_memory(capsys, monkeyp
     whole, err = _scores(capsys, folder / "run" / "model.npz", data)
     assert "chunk(s)" not in err
     seen: list[int] = []
-    encode = predict_command.encode
-    monkeypatch.setattr(predict_command, "encode", lambda table, *a: seen.append(len(table.raw.x)) or encode(table, *a))
+    encode = evaluate_command.encode
+    monkeypatch.setattr(evaluate_command, "encode", lambda table, *a: seen.append(len(table.raw.x)) or encode(table, *a))
     streamed, err = _scores(capsys, folder / "run" / "model.npz", data, monkeypatch,
                             budget=data.stat().st_size * 3 // 2, chunk_rows=128)
     assert "evaluated in" in err and "chunk(s)" in err, err

@@ -32,7 +32,7 @@ def inference_batches(network: Any, start: int, stop: int, batch_size: int) -> l
     return [slice(lo, hi) for lo, hi in zip(edges, edges[1:])]
 
 
-def evaluate(network: Any, split: Split, task: str, comm: Communicator | None = None,
+def evaluate_split(network: Any, split: Split, task: str, comm: Communicator | None = None,
              batch_size: int = 1024, scores: bool = False) -> dict[str, Any]:
     """Loss and accuracy over a split in eval mode, the rows sharded over ranks; sums are reduced,
     so the result is exact on any rank count. Each batch's outputs are reduced as they come: a
@@ -90,7 +90,7 @@ def split_report(network: Any, split: Split, classes: list[Any], task: str, comm
     (regression metrics in the data's own units); `check` sees every row's output first, in the
     data's units (and may refuse them, e.g. non-finite ones); a classifier's rows are scored batch by
     batch, so `check` sees one value a row, NaN where the row's outputs are not finite."""
-    result, rule = evaluate(network, split, task, comm, batch_size), target_task(task)
+    result, rule = evaluate_split(network, split, task, comm, batch_size), target_task(task)
     if not rule.decl.labels:
         restore = targets.restore if targets is not None else (lambda v: v)
         outputs = restore(result.pop("outputs"))

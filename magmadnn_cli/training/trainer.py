@@ -34,7 +34,7 @@ from .. import signals
 from ..signals import StopSignals
 from .batches import BatchSchedule, prefetch_depth, prefetched, split_bounds
 from .early_stopping import EarlyStopper
-from .evaluation import evaluate
+from .evaluation import evaluate_split
 from ..data.targets import target_task
 from .segments import Segments
 from .loss_scale import loss_scaler
@@ -368,7 +368,7 @@ class Trainer:
         metrics = {"epoch": epoch, **self.run_epoch(train, x, y)}
         self.parallel.end_epoch()
         if validation is not None:
-            val = evaluate(self.net, validation, self.task, self.data_comm, self.plan.eval_batch_size)
+            val = evaluate_split(self.net, validation, self.task, self.data_comm, self.plan.eval_batch_size)
             metrics.update({f"val_{k}": v for k, v in val.items() if k in ("loss", "accuracy")})
         metrics["lr"] = lr
         if self.sizes.changes:  # a growing batch: say each epoch's
