@@ -1,11 +1,12 @@
 """`magmadnn serve` under load, on loopback only: 16 concurrent clients sending single-row requests
 (requests per second, p50 and p99 latency), and 256-row requests in each body form (JSON records,
 dataframe_split, dataframe_records, CSV: rows per second) against `predict`'s in-process rate on the
-same rows; for digits_mlp (64 number columns) and heart_raw (categories, missing cells). Bounded: each
+same rows, measured in turn (--rounds times: predict, then each form; medians, as the machine's load
+swings); for digits_mlp (64 number columns) and heart_raw (categories, missing cells). Bounded: each
 phase stops after --requests requests or --seconds, and the server runs on 127.0.0.1 with a free
 port. Models are trained first (a few epochs) into a temp folder. Run as one process:
 
-    python benchmarks/serve_load.py [--clients 16] [--requests 4000] [--seconds 20] [--rows 256]
+    python benchmarks/serve_load.py [--clients 16] [--requests 4000] [--seconds 20] [--rows 256] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -112,17 +113,12 @@ def load(port: int, bodies: list[bytes], clients: int, requests: int, seconds: f
             "p99_ms": float(np.percentile(ms, 99))}
 
 
-def in_process_rate(model: Path, names: list[str], rows: list[list[str]], folder: Path) -> float:
-    """`predict`'s rows per second in-process on the same rows (a CSV file, model loaded each call)."""
+def in_process_rate(model: Path, data: Path, folder: Path) -> float:
+    """`predict`'s rows per second in-process on the rows of `data` (a CSV file, model loaded each call)."""
     from magmadnn_cli.commands.predict import predict
-    data = folder / "rows.csv"
-    data.write_text("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n")
-    best = 0.0
-    for _ in range(3):
-        begin = time.perf_counter()
-        count = predict(model, data, folder / "out.csv", overwrite=True)
-        best = max(best, count / (time.perf_counter() - begin))
-    return best
+    begin = time.perf_counter()
+    count = predict(model, data, folder / "out.csv", overwrite=True)
+    return count / (time.perf_counter() - begin)
 
 
 FORMATS = ("records", "split", "df_records", "csv")  # the body forms /predict takes, as the table names them
@@ -140,24 +136,35 @@ def bodies(names: list[str], rows: list[list[str]], form: str) -> bytes:
 
 
 def bench(name: str, model: Path, args: argparse.Namespace, folder: Path) -> dict:
+    """Single-row load, then --rounds rounds of predict's in-process rate and each body form's
+    256-row load in turn (ABAB: the machine's load swings alike for both); medians."""
     names, rows = rows_of(name)
     singles = [json.dumps([record(names, r)]).encode() for r in rows]
     cycled = rows * (args.rows // len(rows) + 2)
     chunks = {form: [bodies(names, cycled[i:i + args.rows], form) for i in range(0, len(rows), args.rows)]
               for form in FORMATS}
+    many = (rows * (20000 // len(rows) + 1))[:20000]
+    data = folder / "rows.csv"
+    data.write_text("\n".join([",".join(names)] + [",".join(r) for r in many]) + "\n")
+    in_process_rate(model, data, folder)  # warm: imports, the file cached
     process, port = start(model)
+    predicted, served = [], {form: [] for form in FORMATS}
+    failed = 0
     try:
         load(port, singles, args.clients, 200, args.seconds)  # warm the connections
         single = load(port, singles, args.clients, args.requests, args.seconds)
-        batches = {form: load(port, chunks[form], args.clients, max(20, args.requests // 20), args.seconds)
-                   for form in FORMATS}
+        for _ in range(args.rounds):
+            predicted.append(in_process_rate(model, data, folder))
+            for form in FORMATS:
+                got = load(port, chunks[form], args.clients, max(20, args.requests // 20), args.seconds)
+                served[form].append(got["per_s"] * args.rows)
+                failed += got["failed"]
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
-    many = (rows * (20000 // len(rows) + 1))[:20000]
-    return {"model": name, "single": single, "rows_per_s": {f: b["per_s"] * args.rows for f, b in batches.items()},
-            "failed": single["failed"] + sum(b["failed"] for b in batches.values()),
-            "predict_rows_per_s": in_process_rate(model, names, many, folder)}
+    return {"model": name, "single": single, "rows_per_s": {f: float(np.median(v)) for f, v in served.items()},
+            "failed": single["failed"] + failed, "predict_rows_per_s": float(np.median(predicted)),
+            "predict_runs": predicted}
 
 
 def main() -> None:
@@ -166,7 +173,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5, help="predict then each body form, this many times")
     args = parser.parse_args()
+    print(f"load average (1, 5, 15 min) at the start: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         results = []
@@ -184,6 +193,7 @@ def main() -> None:
               f"{base:>15.0f}   " + " ".join(f"{r['rows_per_s'][f]:>10.0f}" for f in FORMATS))
         print(f"{'':<11} {'':>7} {'':>7} {'':>7} {'':>6} {'':>15}   "
               + " ".join(f"{r['rows_per_s'][f] / base:>9.2f}x" for f in FORMATS))
+        print(f"{'':<11} predict's runs (rows/s): {', '.join(f'{v:.0f}' for v in r['predict_runs'])}")
 
 
 if __name__ == "__main__":
