@@ -250,3 +250,20 @@ def test_a_model_file_given_as_the_config_is_named_as_such(capsys, tmp_path):
     np.savez(tmp_path / "model.npz", a=np.zeros(3))
     code, _, err = run_cli(capsys, "validate", tmp_path / "model.npz")
     assert code == 2 and "a zip or .npz file (a model file?" in err and "not a YAML config" in err, err
+
+
+def test_a_revised_config_is_validated_and_keeps_where_it_was_read_from():
+    """`revised` checks each change as loading does (pydantic's model_copy checks nothing) and keeps
+    the config's source, so a later error still names its file and line."""
+    from pydantic import ValidationError
+    from magmadnn_cli.config.loading import load_config
+    config = load_config(ROOT / "configs" / "iris.yaml")
+    revised = config.revised(seed=7, training=config.training.revised(epochs=3))
+    assert (revised.seed, revised.training.epochs, revised.model) == (7, 3, config.model)
+    assert revised.where("training", "epochs") == config.where("training", "epochs") is not None
+    with pytest.raises(ValidationError, match="greater than 0"):
+        config.optimizer.revised(learning_rate=-1.0)
+    with pytest.raises(ValidationError, match="class_weight"):  # the model's own rules run again
+        config.revised(loss={"type": "mse"}, training=config.training.revised(class_weight="balanced"))
+    with pytest.raises(TypeError, match="no field 'epoch'"):
+        config.training.revised(epoch=3)

@@ -262,3 +262,21 @@ def test_the_written_config_pins_what_fastest_chose_so_it_repeats_the_run(capsys
     assert code == 0, err
     assert json.loads((tmp_path / "b" / "metrics.json").read_text())["conv_algorithms"] == chosen
     assert "timed on" not in log  # every layer set in the config: nothing timed
+
+
+def test_the_config_written_as_a_run_starts_names_the_algorithms_it_runs(capsys, tmp_path, monkeypatch):
+    """config.yaml is resolved before the first step: a run stopped in its first epoch leaves a
+    config that names each auto convolution's algorithm, as the finished run's does."""
+    from magmadnn_cli.training.builder import Run
+    seen = {}
+
+    def fit(run, prune=None):
+        seen["config"] = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+        seen["chosen"] = dict(run.trainer.conv_algorithms)
+        raise KeyboardInterrupt  # stopped before its first step
+
+    monkeypatch.setattr(Run, "fit", fit)
+    run_cli(capsys, "train", ROOT / "configs" / "digits_cnn.yaml", "--out", tmp_path / "r")
+    convolutions = [layer for layer in seen["config"]["model"]["layers"] if "conv_algorithm" in layer]
+    assert [layer["conv_algorithm"] for layer in convolutions] == list(seen["chosen"].values())
+    assert all(layer["conv_algorithm"] not in ("auto", "fastest") for layer in convolutions)

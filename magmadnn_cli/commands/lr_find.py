@@ -59,9 +59,8 @@ def lr_find(config: Config, comm: Communicator, low: float, high: float, steps: 
             reporter: Reporter | None = None) -> dict[str, Any]:
     """The range test's rates, raw and smoothed losses, and the suggested rate (None when the curve
     never descends), on every rank of `comm` (data parallel: the same steps as one process)."""
-    training = config.training.model_copy(update={"early_stopping": None, "checkpoint": None, "epochs": 1})
-    trial = config.model_copy(update={"training": training,
-                                      "optimizer": config.optimizer.model_copy(update={"schedule": None})})
+    trial = config.revised(training=config.training.revised(early_stopping=None, checkpoint=None, epochs=1),
+                           optimizer=config.optimizer.revised(schedule=None))
     span = math.log(high) - math.log(low)  # rates in logs: no ratio high / low to overflow
     with B.using(select_backend(trial, comm)):
         run = build_run(trial, comm, reporter or Reporter(), sweep=lambda t: math.exp(math.log(low) + span * t / (steps - 1)))

@@ -23,7 +23,7 @@ from ..errors import ConfigError, MagmaError
 from ..files import file_sha256, write_json, write_text
 from ..reporting import Reporter, metrics_table
 from ..training.advice import last_checkpoint_note
-from ..training.builder import Run, build_optimizer, build_run, pin_conv_algorithms, select_backend
+from ..training.builder import Run, build_optimizer, build_run, select_backend
 from ..training.run_checks import bias_warnings
 from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, load_for_resume, restore
 from ..training.evaluation import split_report
@@ -87,8 +87,9 @@ def _start(run: Run, out_dir: Path, ckpt: Checkpoint | None, init_from: Path | N
     say_replacing(lock, reporter)
     layout = how_it_runs(run)
     run.trainer.segments.begin(run.trainer.position.epoch, comm.size, layout.get("strategy"))
+    run.choose_convolutions()  # before the config is written: it says the algorithms the run uses
     if comm.is_root:  # at once (a resumed run's too, its --set kept): a stopped run is resumed from it
-        write_config(out_dir, run.config, {"init_from": run.trainer.origin, "distributed": layout})
+        write_config(out_dir, run.resolved, {"init_from": run.trainer.origin, "distributed": layout})
 
 
 def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics: dict[str, Any], history: History,
@@ -97,7 +98,7 @@ def _write_and_report(run: Run, out_dir: Path, weights: dict[str, Any], metrics:
     folder set its earlier run's export aside with that run as it started: `say_replacing`)."""
     if resumed:
         drop_stale_export(out_dir, reporter)
-    write_outputs(out_dir, pin_conv_algorithms(run.config, run.network), run.network, weights, run.data, run.task,
+    write_outputs(out_dir, run.resolved, run.network, weights, run.data, run.task,
                   metrics, history)
     reporter.table(metrics_table(f"{run.config.name} — final metrics", {k: v for k, v in metrics.items() if k in SPLITS},
                                  _units(run.data)))

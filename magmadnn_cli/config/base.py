@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Union, get_args
+from typing import Annotated, Any, ClassVar, Self, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -34,6 +34,19 @@ def problems_at(model: BaseModel, problems: list[tuple[tuple[str | int, ...], st
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+    def revised(self, **changes: Any) -> Self:
+        """A copy with `changes`, validated as a loaded config is (pydantic's `model_copy` validates
+        nothing): each changed field by its type, then the model's own rules. Unchanged sections are
+        kept as they are, and so is where the config was read from (its private state)."""
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {unknown[0]!r}")
+        kept = {name: getattr(self, name) for name in type(self).model_fields}
+        revised = type(self).model_validate({**kept, **changes})
+        if self.__pydantic_private__:
+            revised.__pydantic_private__ = dict(self.__pydantic_private__)
+        return revised
 
 
 class Declared(Strict):

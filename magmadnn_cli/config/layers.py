@@ -213,3 +213,20 @@ def passes_through(layer: Any) -> bool:
 
 class ModelConfig(Strict):
     layers: list[Layer] = Field(min_length=1)
+
+    def with_convolutions(self, ran: list[str]) -> "ModelConfig":
+        """Every `conv_algorithm: auto` or `fastest` layer set to the algorithm it ran (`ran`: the
+        network's convolutions, in the layers' order, blocks' inner layers included)."""
+        algorithms = iter(ran)
+
+        def pinned(specs: list[Any]) -> list[Any]:
+            out = []
+            for spec in specs:
+                if "conv_algorithm" in type(spec).model_fields:
+                    algorithm = next(algorithms)
+                    spec = spec.revised(conv_algorithm=algorithm) if spec.conv_algorithm in ("auto", "fastest") else spec
+                elif getattr(spec, "layers", None):
+                    spec = spec.revised(layers=pinned(spec.layers))
+                out.append(spec)
+            return out
+        return self.revised(layers=pinned(self.layers))

@@ -115,7 +115,7 @@ def seeded(config: Config, agree: Callable[[int], int] = lambda seed: seed, reco
     if config.seed is not None:
         return config
     seed = recorded if recorded is not None else agree(secrets.randbelow(2**31))
-    return config.model_copy(update={"seed": seed})
+    return config.revised(seed=seed)
 
 
 def _resolve_paths(data: dict, base: Path, origins: dict[Location, str]) -> dict[Location, str]:

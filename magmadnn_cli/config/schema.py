@@ -231,6 +231,17 @@ class Config(Strict):
             raise problems_at(self, problems)
         return self
 
+    def with_data_settled(self, settled: dict[str, Any]) -> "Config":
+        """The config with the data settings read off the training file (its number style, an image
+        folder's size and color, 8-bit scaling): saved, so new files are read alike."""
+        return self.revised(data=self.data.revised(**settled)) if settled else self
+
+    def with_convolutions(self, ran: list[str]) -> "Config":
+        """The config with each `auto` or `fastest` convolution pinned to the algorithm it ran: `fastest`
+        times the machine, so a written config repeats its run only with the choices pinned (and a
+        pinned auto layer keeps its algorithm if a later version changes the rule)."""
+        return self.revised(model=self.model.with_convolutions(ran)) if ran else self
+
     def _duplicate_layer_names(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Weights are stored by layer name: two layers of one name would overwrite each other."""
         seen: dict[str, str] = {}

@@ -206,7 +206,7 @@ def prepare(cfg: DataConfig, task: str, seed: int, fold: tuple[int, int] | None 
     table = _read(cfg, seed)
     task = table_task(task, table.y)
     said = eight_bit_note(table.settled, cfg.scale, table.source)
-    cfg = cfg.model_copy(update=table.settled)  # the validation and test files are written alike
+    cfg = cfg.revised(**table.settled)  # the validation and test files are written alike
     classes, labels, parts = _split(table, cfg, task, seed, fold)
     encoder, notes = fit_encoder(table, parts["train"], cfg)
     rare = rare_classes(classes, labels, parts) if target_task(task).codes(labels) is not None and fold is None else ""
@@ -259,7 +259,7 @@ def rebuilt_split(cfg: DataConfig, task: str, seed: int, name: str, encoder: Col
     scaled with what the run fitted (its model's encoder, normalizer and target scaling), not fitted
     again: today's defaults may differ from the run's. None where the run had no such split."""
     table = _read(cfg, seed)
-    cfg = cfg.model_copy(update=table.settled)
+    cfg = cfg.revised(**table.settled)
     _, labels, parts = _split(table, cfg, task, seed)
     if not len(parts[name]):
         return None

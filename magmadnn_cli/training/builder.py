@@ -53,10 +53,20 @@ class Run:
     def task(self) -> str:
         return self.trainer.task
 
-    def fit(self, prune: Any = None) -> History:
-        """Choose the convolutions' algorithms, then train to `training.epochs` (from where a resumed
-        checkpoint left off)."""
+    @property
+    def resolved(self) -> Config:
+        """The config as this run runs it: each auto or fastest convolution pinned once chosen."""
+        chosen = self.trainer.conv_algorithms
+        return self.config.with_convolutions(list(chosen.values())) if chosen else self.config
+
+    def choose_convolutions(self) -> None:
+        """The convolutions' algorithms, before the first step (a resumed run keeps its checkpoint's)."""
         choose_convolutions(self.trainer, self.data.train.x)
+
+    def fit(self, prune: Any = None) -> History:
+        """Choose the convolutions' algorithms (unless chosen), then train to `training.epochs` (from
+        where a resumed checkpoint left off)."""
+        self.choose_convolutions()
         return self.trainer.fit(self.data.train, self.data.validation, self.config.training.epochs, prune)
 
 
@@ -83,8 +93,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, folder: Ru
     streamed = streaming(config, comm.size, fold, strategy.stale_gradients)  # data.stream: epochs read from the file (issue 48)
     data = prepared_data(comm, lambda: prepare_streamed(config.data, config.loss.task, seed) if streamed else
                          prepare(config.data, config.loss.task, seed, fold))
-    if data.settled:  # what the data file said (its number style): saved, so new files are read alike
-        config = config.model_copy(update={"data": config.data.model_copy(update=data.settled)})
+    config = config.with_data_settled(data.settled)  # what the data file said: saved, so new files are read alike
     groups = parallel_layout(config, comm, reporter, strategy)
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from, sweep))
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
@@ -181,23 +190,3 @@ def build_optimizer(config: Config, steps_per_epoch: int, network: Network | Non
     if network is not None:
         optimizer.set_segments(network.parameter_shapes)
     return optimizer
-
-
-def pin_conv_algorithms(config: Config, network: Network) -> Config:
-    """The config with every `conv_algorithm: auto` or `fastest` layer set to the algorithm it ran:
-    `fastest` times the machine, so a written config repeats its run only with the choices pinned
-    (and a pinned auto layer keeps its algorithm if a later version changes the rule)."""
-    ran = iter(network.conv_algorithms().values())  # the network's convolutions, in the specs' order
-
-    def pinned(specs: list[Any]) -> list[Any]:
-        out = []
-        for spec in specs:
-            if "conv_algorithm" in type(spec).model_fields:
-                algorithm = next(ran)
-                spec = spec.model_copy(update={"conv_algorithm": algorithm}) if spec.conv_algorithm in ("auto", "fastest") \
-                    else spec
-            elif getattr(spec, "layers", None):
-                spec = spec.model_copy(update={"layers": pinned(spec.layers)})
-            out.append(spec)
-        return out
-    return config.model_copy(update={"model": config.model.model_copy(update={"layers": pinned(config.model.layers)})})

@@ -74,7 +74,7 @@ def _values(spec: list[Any] | Distribution) -> list[Any]:
 def one_process(config: Config) -> Config:
     """A trial's config: trials run one process each, so without the multi-rank layouts (whose
     one-process warnings would repeat for every trial; `split_layouts` says it once)."""
-    return config.model_copy(update={"distributed": DistributedConfig(sync_batchnorm=config.distributed.sync_batchnorm)})
+    return config.revised(distributed=DistributedConfig(sync_batchnorm=config.distributed.sync_batchnorm))
 
 
 def split_layouts(config: Config) -> str | None:
