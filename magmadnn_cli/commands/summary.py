@@ -44,7 +44,7 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
     data), its caption listing the inputs wider than a number column and conv algorithms; and why
     the output does not fit the data's classes or targets (None: it does, or they are not known)."""
     known = inputs is not None
-    with looking_only():  # an image folder: listed and one image decoded, not all
+    with looking_only():  # an image folder: listed, the first header read, nothing decoded
         inputs = inputs or sample_inputs(config.data, config.loss.task, config.seed or 0)
     shape, encoder = inputs.shape, inputs.encoder
     title = f"{config.name}: each sample's input is {_values(shape)}"

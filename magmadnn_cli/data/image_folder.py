@@ -53,9 +53,11 @@ def decode_progress(say: Callable[[str], None]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def looking_only(check: bool = False) -> Iterator[None]:
-    """Within it (summary, validate), a folder is listed and one image decoded, not all: each sample
-    stands for the first image (same size, colours and count), nothing is cached. With `check`
-    (validate) every file is also checked cheaply (`check_all`), each bad one named."""
+    """Within it (summary, validate), a folder is listed, not decoded: the size and colours come from
+    the first image's header (or data.image), every sample stands for one image of them (the same
+    shape and count), nothing is cached. Summary decodes none (black pixels stand in); with `check`
+    (validate) every file is also checked cheaply (`check_all`), each bad one named, and the first
+    one decoded."""
     token = _looking.set("check" if check else "look")
     try:
         yield
@@ -329,12 +331,13 @@ def _checked(root: Path, listing: Listing, workers: int | None, skip: bool) -> l
 def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings, checked: list[tuple[int, str]]
             ) -> tuple[np.ndarray, list[tuple[int, str]], str | None]:
     """The folder's uint8 pixels (from the cache where it holds them), the files that failed, and the
-    note on the cache; looking only: the first image standing for every sample (`checked`: the
-    files validate found bad)."""
+    note on the cache; looking only: one image standing for every sample, black for summary (nothing
+    decoded), the first that decodes for validate (`checked`: the files it found bad)."""
     skip = settings.on_error == "skip"
     if _looking.get():
         bad = {where for where, _ in checked}
-        first = _first_pixels([f for i, f in enumerate(listing.files) if i not in bad] or listing.files, how, skip)
+        first = np.zeros(how.shape, np.uint8) if _looking.get() == "look" else \
+            _first_pixels([f for i, f in enumerate(listing.files) if i not in bad] or listing.files, how, skip)
         return np.broadcast_to(first, (len(listing.files), *how.shape)), checked, None
     folder = None if is_image_file(root) or not settings.cache else \
         Path(settings.cache_dir).expanduser() if settings.cache_dir else image_cache.default_dir()
