@@ -87,6 +87,7 @@ class AsyncParallel(DataParallel):
 
     captures = False
     whole_gradient = False
+    loop = "asynchronous"  # workers push, the server applies: `AsyncTrainer`
 
     def __init__(self, network: Any, optimizer: Any, comm: Communicator, max_staleness: int | None = None) -> None:
         super().__init__(network, optimizer, comm, sync_batchnorm=False)  # each worker has whole batches

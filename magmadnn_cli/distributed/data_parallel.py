@@ -31,6 +31,7 @@ class DataParallel:
     saves the same model."""
 
     exact = True  # N ranks compute what one process computes
+    loop = "synchronous"  # the training loop it needs (training/ runs it: `Trainer.loop`)
     captures = True  # a step of this strategy can be captured as a CUDA graph (its work stays on the device)
     whole_gradient = True  # after `reduce`, every rank holds the whole summed gradient
 

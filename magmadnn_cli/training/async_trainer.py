@@ -22,6 +22,7 @@ from .trainer import Array, History, Trainer
 
 
 class AsyncTrainer(Trainer):
+    loop = "asynchronous"
     parallel: AsyncParallel
     diverged: str | None = None  # the server's divergence message, until every rank has it
 

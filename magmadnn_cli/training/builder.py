@@ -17,7 +17,6 @@ from ..data.prepare import Prepared, class_weights, prepare
 from ..data.columns import Embedded
 from ..data.stream_prepare import prepare_streamed, streaming
 from ..distributed import Communicator, strategies
-from ..distributed.async_sgd import AsyncParallel
 from ..distributed.comm import on_every_rank
 from ..distributed.model_parallel import ModelGroups, model_groups
 from ..errors import MagmaError
@@ -99,7 +98,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, folder: Ru
     parallel = strategy.wrapper(network, optimizer, comm, groups, config.distributed)
     policy = config.training.checkpoint if folder is not None else None
     saver = Saver(folder, policy, config, data.train, comm) if folder is not None and policy else None
-    loop = StreamTrainer if streamed else AsyncTrainer if isinstance(parallel, AsyncParallel) else Trainer
+    loop = StreamTrainer if streamed else {t.loop: t for t in (Trainer, AsyncTrainer)}[parallel.loop]  # the strategy's
     es = config.training.early_stopping
     stopper = EarlyStopper(es.monitor, es.patience, es.min_delta, es.restore_best) if es else None
     trainer = loop(parallel, plan(config, saver, data.task), reporter, saver, stopper,

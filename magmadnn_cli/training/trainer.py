@@ -20,7 +20,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, ClassVar, Iterator, Protocol
 
 import numpy as np
 
@@ -113,6 +113,8 @@ class Checkpointer(Protocol):
 class Trainer:
     """Runs the loop for `parallel`'s network and optimizer as `plan` says, showing progress through
     `reporter` and writing checkpoints through `checkpointer`."""
+
+    loop: ClassVar[str] = "synchronous"  # the strategy wrappers' `loop` this class runs
 
     def __init__(self, parallel: DataParallel, plan: Plan, reporter: Reporter | None = None,
                  checkpointer: Checkpointer | None = None, stopper: EarlyStopper | None = None,
