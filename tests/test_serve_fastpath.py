@@ -101,10 +101,10 @@ def expected_with(body, spec, cell):
 
 def encoded_both_ways(model, spec, payload):
     """(the compiled encoding's rows or None, the general path's: json_table, then encode)."""
-    from magmadnn_cli.commands.serve.json_columns import JsonColumns
+    from magmadnn_cli.commands.serve.compiled import Compiled
     from magmadnn_cli.inference import new_tally
     with model.using():
-        fast = JsonColumns(model, spec).encoded(payload)
+        fast = Compiled(model, spec).from_json(payload)
         return (None if fast is None else fast[1]), model.encoded(json_table(payload, spec, "request"), False,
                                                                   new_tally())
 
@@ -118,7 +118,8 @@ def test_the_compiled_encoding_gives_the_general_paths_rows_bit_for_bit(heart):
         record["thal"] = [record["thal"], float(record["thal"] or 3), "?"][i % 3]
         record["age"] = [record["age"], None, float(record["age"])][i % 3]
     split = {"columns": HEART_NAMES, "data": [[r[n] for n in HEART_NAMES] for r in body]}
-    for payload in (body, {"dataframe_records": body}, {"dataframe_split": split}, split, body[:1]):
+    turned = {"columns": HEART_NAMES[::-1], "data": [[r[n] for n in HEART_NAMES[::-1]] for r in body]}
+    for payload in (body, {"dataframe_records": body}, {"dataframe_split": split}, split, body[:1], turned):
         fast, general = encoded_both_ways(model, spec, payload)
         assert fast is not None and fast.dtype == general.dtype and fast.flags.c_contiguous
         np.testing.assert_array_equal(fast, general)
@@ -132,11 +133,64 @@ def test_the_compiled_encoding_gives_the_general_paths_rows_bit_for_bit(heart):
     lambda r: r.update(age=True),               # a boolean in a number column
     lambda r: r.update(age=1e300),              # beyond float32: refused by cell
     lambda r: r.update(chol=2**1100),           # beyond float64
+    lambda r: r.update(age=[41]),               # not a flat value, in a number column
 ])
 def test_what_the_compiled_encoding_does_not_take_goes_the_general_way(heart, change):
     model, spec = heart
     body = records(HEART_NAMES, heart_rows(count=5))
     change(body[2])
-    from magmadnn_cli.commands.serve.json_columns import JsonColumns
+    from magmadnn_cli.commands.serve.compiled import Compiled
     with model.using():
-        assert JsonColumns(model, spec).encoded(body) is None
+        assert Compiled(model, spec).from_json(body) is None
+
+
+def csv_both_ways(model, spec, text):
+    from magmadnn_cli.commands.serve.compiled import Compiled
+    from magmadnn_cli.data.records import csv_table
+    from magmadnn_cli.inference import new_tally
+    with model.using():
+        fast = Compiled(model, spec).from_csv(text, spec)
+        return (None if fast is None else fast[1]), model.encoded(csv_table(text, spec, "request"), False, new_tally())
+
+
+def test_csv_bodies_encoded_by_the_compiled_encoding_give_the_general_paths_rows(heart):
+    model, spec = heart
+    rows = [list(r) for r in heart_rows(count=150, start=100)]  # '?' cells
+    for i, row in enumerate(rows):  # cells as people write them: spaced, NA, nan, unseen, 1 for 1.0
+        row[2] = [row[2], f" {row[2]} ", "NA", "9", row[2].replace(".0", ""), ""][i % 6]
+        row[0] = [row[0], f" {row[0]}", "nan", "NaN", "1e2", row[0]][i % 6]
+    order = HEART_NAMES[::-1]  # columns in another order
+    for names, cells, header in ((HEART_NAMES, rows, True), (order, [r[::-1] for r in rows], True),
+                                 (HEART_NAMES, rows, False), (HEART_NAMES, rows[:1], True)):
+        text = ("" if not header else ",".join(names) + "\n") + "".join(",".join(r) + "\n" for r in cells)
+        fast, general = csv_both_ways(model, spec, text)
+        assert fast is not None and fast.dtype == general.dtype and fast.flags.c_contiguous
+        np.testing.assert_array_equal(fast, general)
+
+
+@pytest.mark.parametrize("change", [
+    lambda text: text.replace("\n", "\r\n"),           # Windows line ends: the line reader's
+    lambda text: text.replace("63.0", '"63.0"', 1),     # a quoted cell
+    lambda text: text.replace("63.0", "sixty", 1),      # text in a number column (named by the line reader)
+    lambda text: text.replace("63.0", "63.0,1", 1),     # a ragged row
+    lambda text: text.replace("age,", "", 1),           # a column missing
+    lambda text: text.replace("63.0", "1e39", 1),       # beyond float32
+])
+def test_csv_the_compiled_encoding_does_not_take_goes_the_general_way(heart, change):
+    model, spec = heart
+    from magmadnn_cli.commands.serve.compiled import Compiled
+    rows = heart_rows(count=4, start=0)
+    assert rows[0][0] == "63.0"
+    text = change(",".join(HEART_NAMES) + "\n" + "".join(",".join(r) + "\n" for r in rows))
+    with model.using():
+        assert Compiled(model, spec).from_csv(text, spec) is None
+
+
+def test_a_split_body_naming_odd_columns_goes_the_general_way(heart):
+    model, spec = heart
+    from magmadnn_cli.commands.serve.compiled import Compiled
+    data = [[1] * len(HEART_NAMES)]
+    with model.using():
+        compiled = Compiled(model, spec)
+        for columns in ([{"a": 1}] + HEART_NAMES[1:], HEART_NAMES[:-1] + ["age"], HEART_NAMES[:-1]):
+            assert compiled.from_json({"columns": columns, "data": data}) is None

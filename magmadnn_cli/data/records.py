@@ -10,6 +10,7 @@ import base64
 import binascii
 import csv
 import io
+from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
 from typing import Any
@@ -160,9 +161,20 @@ def _typed_cells(texts: dict[int, list[str]], rows: int, x: np.ndarray, text: se
     return {positions[k]: column for k, column in found.items()}
 
 
-def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
-    """CSV text (a header row, or rows of data.names' columns without one) as a table, its cells
-    parsed by the CSV line reader: dialect and number style as for a file."""
+@dataclass(frozen=True)
+class CsvBody:
+    """A CSV body as the line reader takes it: its data lines (the first is line `first_line`), their
+    format, the columns they hold and the model's among them (checked)."""
+    rows: list[str]
+    fmt: CsvFormat
+    names: list[str]
+    wanted: list[str]
+    first_line: int
+
+
+def csv_body(text: str, spec: ReadSpec, source: str) -> CsvBody:
+    """CSV text (a header row, or rows of data.names' columns without one): its lines and columns,
+    dialect and number style as for a file."""
     lines = [line for line in io.StringIO(text).readlines() if line.strip()]
     if not lines:
         raise DataError(f"{source}: empty CSV body; expected a header row and data rows")
@@ -174,12 +186,17 @@ def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
         header = False
         targets = _targets(spec)
         names = [n for n in spec.header if len(first) == len(spec.header) or n not in targets]
-    rows = lines[1:] if header else lines
-    wanted = _wanted(names, spec, source)
-    if not rows:
+    return CsvBody(lines[1:] if header else lines, fmt, names, _wanted(names, spec, source), 1 + header)
+
+
+def csv_table(text: str, spec: ReadSpec, source: str) -> Table:
+    """CSV text as a table, its cells parsed by the CSV line reader (`csv_body`)."""
+    body = csv_body(text, spec, source)
+    wanted = body.wanted
+    if not body.rows:
         return Table(RawColumns(np.zeros((0, len(wanted)), spec.dtype or np.float32)), None, wanted, source)
-    position = {n: i for i, n in enumerate(names)}
-    x, strings = parse_cells(rows, source, names, [position[n] for n in wanted], 1 + header, fmt,
+    position = {n: i for i, n in enumerate(body.names)}
+    x, strings = parse_cells(body.rows, source, body.names, [position[n] for n in wanted], body.first_line, body.fmt,
                              spec.dtype or np.float32, spec.text_columns(wanted))
     return spec.blanked(Table(RawColumns(x, strings), None, wanted, source))
 

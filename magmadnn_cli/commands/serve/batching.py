@@ -16,7 +16,7 @@ from ...data.columns import RawColumns
 from ...data.readers import Table
 from ...inference import Predictor, new_tally, read_spec
 from .bodies import SOURCE, parse
-from .json_columns import JsonColumns
+from .compiled import Compiled
 from .metrics import Metrics
 
 
@@ -40,8 +40,8 @@ class Service:
     together; the network runs once per request, on that request's rows (in the memory layout their
     own encoding gives), as `predict` runs it on a file of them, so an answer is exactly what the
     request alone gets whatever else is queued (BLAS sums a row differently in a batch of another
-    shape or layout: a merged network batch would change answers in their 7th digit). A JSON request
-    the model's compiled encoding takes (`JsonColumns`) comes encoded from its parse; a batch whose
+    shape or layout: a merged network batch would change answers in their 7th digit). A request the
+    model's compiled encoding takes (`Compiled`) comes encoded from its parse; a batch whose
     encoding fails is answered request by request (each its own error or answer)."""
 
     def __init__(self, model: Predictor, max_rows: int, max_wait: float, metrics: "Metrics") -> None:
@@ -51,7 +51,7 @@ class Service:
         self.thread = threading.Thread(target=self._run, name="magmadnn-model", daemon=True)
         with model.using():
             self.spec = read_spec(model.path, model.saved, False)
-        self.columns = JsonColumns(model, self.spec)
+        self.compiled = Compiled(model, self.spec)
 
     def start(self) -> None:
         self.thread.start()
@@ -105,7 +105,7 @@ class Service:
         if job.cancelled:
             return 0
         try:
-            job.table, job.x = parse(job, self.spec, self.columns)
+            job.table, job.x = parse(job, self.spec, self.compiled)
         except Exception as exc:  # noqa: BLE001 (answered: a bad request never stops the thread)
             job.answer(None, exc)
             return 0

@@ -19,7 +19,7 @@ from ...errors import MagmaError
 
 if TYPE_CHECKING:
     from .batching import Job
-    from .json_columns import JsonColumns
+    from .compiled import Compiled
 
 SOURCE = "request"
 
@@ -29,7 +29,7 @@ class BadRequest(MagmaError):
 
 
 
-def parse(job: Job, spec: Any, columns: JsonColumns | None = None) -> tuple[Table, np.ndarray | None]:
+def parse(job: Job, spec: Any, compiled: Compiled | None = None) -> tuple[Table, np.ndarray | None]:
     """A request body as a table: CSV for text/csv, image files for multipart/form-data, else JSON
     (records, dataframe_split, ..., or {"images": [base64, ...]}); and its rows encoded where the
     model's compiled encoding (`columns`) takes them (else None: encoded later, by `encode`)."""
@@ -41,12 +41,13 @@ def parse(job: Job, spec: Any, columns: JsonColumns | None = None) -> tuple[Tabl
     except UnicodeDecodeError as exc:
         raise BadRequest(f"{SOURCE}: the body is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     if kind in ("text/csv", "application/csv", "text/plain"):
-        return csv_table(text, spec, SOURCE), None
+        fast = compiled.from_csv(text, spec) if compiled is not None else None
+        return fast if fast is not None else (csv_table(text, spec, SOURCE), None)
     if kind not in ("", "application/json"):
         raise BadRequest(f"{SOURCE}: content type {kind!r}; expected application/json, text/csv or (image files) "
                          "multipart/form-data")
     payload = _json(text if job.body.startswith(codecs.BOM_UTF8) else job.body)
-    fast = columns.encoded(payload) if columns is not None else None
+    fast = compiled.from_json(payload) if compiled is not None else None
     return fast if fast is not None else (json_table(payload, spec, SOURCE), None)
 
 

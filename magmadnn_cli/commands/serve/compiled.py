@@ -1,10 +1,11 @@
-"""A JSON request's rows encoded straight into the network's inputs, by the model's own encoding
-compiled once: number columns read a column at a time, and each category or boolean column through a
-table of the values requests have sent, each encoded once by its column's own `encode` (so a cell
-costs a dict lookup, not its text's parsing, case folding and spelling). Exactly the rows the general
-path (`records.json_table`, then `encoding.encode`) gives: whatever it does not take the same way (a
-column missing, extra or typed otherwise, a missing cell the model refuses, an unseen category it
-refuses, an infinite cell, a date) answers None, and that path reads the request, with its messages."""
+"""A request's rows (JSON, or CSV text) encoded straight into the network's inputs by the model's own
+encoding compiled once: number columns read a column at a time, and each category or boolean column
+through a table of the values requests have sent, each encoded once by its column's own `encode` (so a
+cell costs a dict lookup, not its text's parsing, case folding and spelling). Exactly the rows the
+general path (`records.json_table` or `csv_table`, then `encoding.encode`) gives: whatever it does not
+take the same way (a column missing, extra or typed otherwise, a missing cell the model refuses, an
+unseen category it refuses, an infinite cell, a date, a quoted CSV cell) answers None, and that path
+reads the request, with its messages."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from ...data.cells import RawColumns
 from ...data.column_kinds import Encoding
 from ...data.fitting import column_strategy
 from ...data.numbers import typed_cells
-from ...data.records import NUMERIC, _cell
+from ...data.records import NUMERIC, _cell, csv_body
 from ...data.table import ReadSpec, Table
+from ...errors import DataError
 from ...inference import Predictor
 
 CACHED = 4096  # distinct values a column's table holds; a request past it goes the general way
@@ -27,8 +29,9 @@ LOOKED_UP = ("category", "boolean")
 FLAT = NUMERIC | {str, bool}  # the JSON values a cell may hold  # the kinds whose encoding is a lookup per cell
 
 
-class JsonColumns:
-    """The model's encoding of rows of JSON values (lists in `features` order, or records)."""
+class Compiled:
+    """The model's encoding of a request's rows: JSON values (lists in `features` order, or records), or CSV
+    text (for a model with category or boolean columns: the line reader is quick on numbers)."""
 
     def __init__(self, model: Predictor, spec: ReadSpec) -> None:
         saved, cfg = model.saved, model.saved.config.data
@@ -47,12 +50,50 @@ class JsonColumns:
         self.tables: dict[int, tuple[dict[tuple[type, Any], int], list[np.ndarray], list[bool]]] = {
             j: ({}, [], []) for j in self.text}
 
-    def encoded(self, payload: Any) -> tuple[Table, np.ndarray] | None:
+    def from_json(self, payload: Any) -> tuple[Table, np.ndarray] | None:
         """(a table of the rows' count, for messages, and their network inputs), or None."""
         cells = self._rows(payload) if self.usable else None
-        if not cells:
+        return self._normalized(self._encode(cells)) if cells else None
+
+    def from_csv(self, text: str, spec: ReadSpec) -> tuple[Table, np.ndarray] | None:
+        """`from_json`'s for CSV text read as `csv_table` reads it, or None."""
+        if not (self.usable and self.text) or '"' in text or "\r" in text:
             return None
-        x = self._encode(cells)
+        try:
+            body = csv_body(text, spec, self.source)
+        except DataError:  # the general path says what is wrong
+            return None
+        fields = [line.rstrip("\n").split(body.fmt.delimiter) for line in body.rows]
+        if body.wanted != self.features or not fields or not body.fmt.plain_numbers or \
+                any(len(f) != len(body.names) for f in fields):
+            return None
+        cells = np.array(list(chain.from_iterable(fields)), dtype=object).reshape(len(fields), len(body.names))
+        return self._normalized(self._csv_encode(cells[:, [body.names.index(n) for n in self.features]]))
+
+    def _csv_encode(self, cells: np.ndarray) -> np.ndarray | None:
+        """CSV cells' (Python strings) encoded rows: number columns typed as the line reader types
+        them, the others looked up (each distinct cell read once as a text cell)."""
+        x = np.full(cells.shape, np.nan, self.how.dtype)
+        for j in range(cells.shape[1]):
+            if j in self.tables:
+                continue
+            try:  # every cell a number (a missing one is not): float() of each, as typed_cells reads them
+                with np.errstate(over="ignore"):
+                    x[:, j] = cells[:, j].astype(np.float64)
+            except ValueError:
+                numbers, text = typed_cells(cells[:, j:j + 1].astype(str), self.how.dtype)
+                if text:
+                    return None
+                x[:, j] = numbers[:, 0]
+        if not self._numbers_taken(x, [j for j in range(x.shape[1]) if j not in self.tables]):
+            return None
+        return self._blocks(x, {j: tuple(cells[:, j].tolist()) for j in self.tables})
+
+    def _numbers_taken(self, x: np.ndarray, numeric: list[int]) -> bool:
+        """No infinite cell, and no missing one where the model refuses them."""
+        return not (np.isinf(x).any() or any(self.refuses[j] and np.isnan(x[:, j]).any() for j in numeric))
+
+    def _normalized(self, x: np.ndarray | None) -> tuple[Table, np.ndarray] | None:
         if x is None:
             return None
         with np.errstate(all="ignore"):
@@ -72,18 +113,25 @@ class JsonColumns:
             return self._split(payload["columns"], payload["data"])
         if not isinstance(payload, list) or not payload or not isinstance(payload[0], dict):
             return None
-        keys = payload[0].keys()
-        if len(keys) != len(self.features) or set(keys) != set(self.features) or \
-                not all(type(r) is dict and r.keys() == keys for r in payload):
+        if set(map(type, payload)) != {dict} or set(map(len, payload)) != {len(self.features)}:
             return None
         get = itemgetter(*self.features)
-        return [get(r) for r in payload] if len(self.features) > 1 else [(get(r),) for r in payload]
-
-    def _split(self, names: Any, rows: Any) -> list[tuple[Any, ...]] | None:
-        if not isinstance(names, list) or names != self.features or not isinstance(rows, list) or \
-                not all(type(r) is list and len(r) == len(names) for r in rows):
+        try:  # each record holds the model's columns (and, as long, only them)
+            return [get(r) for r in payload] if len(self.features) > 1 else [(get(r),) for r in payload]
+        except KeyError:
             return None
-        return rows
+
+    def _split(self, names: Any, rows: Any) -> list[Any] | None:
+        """dataframe_split's rows in feature order, where its columns are the model's (in any order)."""
+        k = len(self.features)
+        if not isinstance(names, list) or set(map(type, names)) != {str} or len(names) != k or \
+                set(names) != set(self.features) or \
+                not isinstance(rows, list) or set(map(type, rows)) != {list} or set(map(len, rows)) != {k}:
+            return None
+        if names == self.features:
+            return rows
+        get = itemgetter(*(names.index(n) for n in self.features))
+        return [get(r) for r in rows] if k > 1 else [(get(r),) for r in rows]
 
     def _encode(self, cells: list[Any]) -> np.ndarray | None:
         """The encoded rows before normalization, or None."""
@@ -100,12 +148,12 @@ class JsonColumns:
         with np.errstate(over="ignore"):
             x = np.full((n, len(self.features)), np.nan, dtype)
             x[:, numeric] = wide.T if columns is not None else wide
-        if np.isinf(x).any() or any(self.refuses[j] and np.isnan(x[:, j]).any() for j in numeric):
+        if not self._numbers_taken(x, numeric):
             return None
         return self._blocks(x, columns) if columns is not None else \
             self.saved.encoder.transform(RawColumns(x), self.source)[0]
 
-    def _blocks(self, x: np.ndarray, columns: list[tuple[Any, ...]]) -> np.ndarray | None:
+    def _blocks(self, x: np.ndarray, columns: Any) -> np.ndarray | None:
         """Each column's block: numbers by their column's encoding, the others looked up."""
         blocks = []
         for j, column in enumerate(self.saved.encoder.columns):
