@@ -5,14 +5,16 @@ torchvision's ImageFolder + DataLoader(num_workers=cores) on the same files when
 
   --images files of each --format (10 classes of RGB --size x --size pixels) are written to a temporary
   folder (deleted after), with the same pixels as one NPZ. Each read runs in a fresh process (a cold
-  start, as a run has); times are the best of --repeats. torchvision runs in --torchvision PYTHON (an
-  interpreter with torch and torchvision, e.g. a separate venv; default: this one where it has them),
-  timed from building the ImageFolder (its listing) to the epoch's last batch. Goals (issue 46): first
-  epoch >= torchvision's; a cached epoch >= 5x the first; training from the folder within 10% of
-  training from the NPZ (its first run decodes; later runs map the cache).
+  start, as a run has). Ours and torchvision's first epochs alternate (ABAB, --repeats pairs), so a
+  busy machine's drift falls on both; rates are medians, and the ratio is the median of the pairs'
+  ratios. torchvision runs in --torchvision PYTHON (an interpreter with torch and torchvision, e.g. a
+  separate venv; default: this one where it has them), timed from building the ImageFolder (its
+  listing) to the epoch's last batch. Training runs (first run, cached run, NPZ) alternate too,
+  --train-repeats times; medians. Goals (issue 46): first epoch >= torchvision's; a cached epoch >= 5x
+  the first; training from the folder within 10% of training from the NPZ.
 
-    python benchmarks/image_folder.py [--images 3000] [--size 32] [--format png,jpeg] [--repeats 2]
-                                      [--torchvision /path/to/venv/bin/python]
+    python benchmarks/image_folder.py [--images 3000] [--size 32] [--format png,jpeg] [--repeats 5]
+                                      [--train-repeats 3] [--torchvision /path/to/venv/bin/python]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,22 +110,35 @@ def python(code: str, *args: str, env: dict[str, str], interpreter: str = sys.ex
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def best(runs: list[dict], key: str) -> float:
-    return min(r[key] for r in runs)
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
 
 
-def pipeline(root: Path, repeats: int, env: dict[str, str], cache: Path) -> dict[str, float]:
-    """Images/s of the first epoch (an empty cache: decoding), a later epoch and a later run (the cache)."""
-    firsts = []
+def first_epochs(root: Path, repeats: int, env: dict[str, str], cache: Path, torch: str | None) -> dict:
+    """Our first epoch (an empty cache: decoding) and torchvision's, alternating `repeats` times; then
+    later runs (the cache): images/s, medians; the median of the pairs' ratios to torchvision."""
+    ours, theirs = [], []
+    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     for _ in range(repeats):
         for stale in cache.glob("*"):
             stale.unlink()
-        firsts.append(python(READ, str(root), str(BATCH), env=env))
+        ours.append(python(READ, str(root), str(BATCH), env=env))
+        if torch:
+            theirs.append(python(TORCH, str(root), str(BATCH), env=clean, interpreter=torch))
     later = [python(READ, str(root), str(BATCH), env=env) for _ in range(repeats)]
-    n = firsts[0]["images"]
     assert any("read from the cache" in note for note in later[0]["notes"]), later[0]["notes"]
-    return {"first_epoch": n / (best(firsts, "read") + best(firsts, "epoch")), "later_epoch": n / best(later, "epoch"),
-            "later_run": n / (best(later, "read") + best(later, "epoch"))}
+    n = ours[0]["images"]
+    first = [n / (r["read"] + r["epoch"]) for r in ours]
+    rates = {"first_epoch": statistics.median(first), "later_epoch": n / median(later, "epoch"),
+             "later_run": statistics.median(n / (r["read"] + r["epoch"]) for r in later),
+             "first_epoch_each": [round(r) for r in first]}
+    if not theirs:
+        return {"images_per_s": rates, "torchvision": "not installed: not compared"}
+    epochs = [r["images"] / r["epoch"] for r in theirs]
+    return {"images_per_s": rates, "torchvision": {
+        "epoch": statistics.median(epochs), "epoch_each": [round(r) for r in epochs], "versions": theirs[0]["versions"],
+        "first_epoch_over_torchvision": statistics.median(a / b for a, b in zip(first, epochs)),
+        "cached_epoch_over_torchvision": rates["later_epoch"] / statistics.median(epochs)}}
 
 
 def torch_python(given: str | None) -> str | None:
@@ -134,15 +150,6 @@ def torch_python(given: str | None) -> str | None:
     except ImportError:
         return None
     return sys.executable
-
-
-def torchvision(root: Path, repeats: int, env: dict[str, str], interpreter: str | None) -> dict | None:
-    """torchvision's images/s for one epoch and its versions (None without an interpreter that has it)."""
-    if interpreter is None:
-        return None
-    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    runs = [python(TORCH, str(root), str(BATCH), env=clean, interpreter=interpreter) for _ in range(repeats)]
-    return {"epoch": runs[0]["images"] / best(runs, "epoch"), "versions": runs[0]["versions"]}
 
 
 def train_seconds(source: Path, folder: Path, epochs: int, env: dict[str, str], tag: str) -> tuple[float, float]:
@@ -166,16 +173,17 @@ def same_weights(one: Path, two: Path) -> bool:
 
 
 def training_from(runs: dict[str, list[tuple[float, float]]]) -> dict:
-    """Wall times, and their split: setting up (reading the data) and training. Training from the
-    folder and from the NPZ is the same computation (the same weights, checked), so the ratio that
-    says what the folder costs is set-up's difference over the best training time of all runs; the
-    whole command's wall times, best of the repeats, are kept beside it (noisy on a shared machine)."""
-    setup = {k: min(wall - trained for wall, trained in v) for k, v in runs.items()}
-    trained = min(t for v in runs.values() for _, t in v)
-    return {"wall_s": {k: min(wall for wall, _ in v) for k, v in runs.items()}, "setup_s": setup,
-            "training_s": trained,
-            "folder_over_npz": {k: (setup[k] + trained) / (setup["npz"] + trained)
-                                for k in ("folder_first_run", "folder_cached_run")}}
+    """Medians of the whole commands' wall times and of their split: setting up (reading the data) and
+    training (the epochs). Training from the folder and from the NPZ is the same computation (the same
+    weights, checked), so two ratios say what the folder costs: the wall times' medians, and set-up's
+    median difference over the median training time of all runs (steadier on a shared machine)."""
+    wall = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
+    setup = {k: statistics.median(w - t for w, t in v) for k, v in runs.items()}
+    trained = statistics.median(t for v in runs.values() for _, t in v)
+    kinds = ("folder_first_run", "folder_cached_run")
+    return {"wall_s": wall, "setup_s": setup, "training_s": trained,
+            "folder_over_npz_wall": {k: wall[k] / wall["npz"] for k in kinds},
+            "folder_over_npz": {k: (setup[k] + trained) / (setup["npz"] + trained) for k in kinds}}
 
 
 def measure(folder: Path, fmt: str, args: argparse.Namespace, torch: str | None) -> dict:
@@ -183,23 +191,35 @@ def measure(folder: Path, fmt: str, args: argparse.Namespace, torch: str | None)
     env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache"), "PYTHONPATH": str(ROOT)}
     cache = folder / "cache" / "magmadnn" / "images"
     root, npz = write_images(folder, args.images, args.size, fmt)
-    rates = pipeline(root, args.repeats, env, cache)
-    tv = torchvision(root, args.repeats, env, torch)
+    loads = [os.getloadavg()[0]]
+    epochs = first_epochs(root, args.repeats, env, cache, torch)
+    loads.append(os.getloadavg()[0])
     runs: dict[str, list[tuple[float, float]]] = {"folder_first_run": [], "folder_cached_run": [], "npz": []}
-    for _ in range(args.repeats):  # interleaved: a busy machine's drift falls on all three alike
+    for _ in range(args.train_repeats):  # interleaved: a busy machine's drift falls on all three alike
         for stale in cache.glob("*"):
             stale.unlink()
         runs["folder_first_run"].append(train_seconds(root, folder, args.epochs, env, "folder"))
         runs["folder_cached_run"].append(train_seconds(root, folder, args.epochs, env, "folder"))
         runs["npz"].append(train_seconds(npz, folder, args.epochs, env, "npz"))
-    train = training_from(runs)
-    return {"images": args.images, "size": args.size, "format": fmt, "images_per_s": rates, "train": train,
+    loads.append(os.getloadavg()[0])
+    rates = epochs["images_per_s"]
+    return {"images": args.images, "size": args.size, "format": fmt, **epochs, "train": training_from(runs),
             "same_weights_folder_and_npz": same_weights(folder / "run-folder", folder / "run-npz"),
             "cached_epoch_over_first": rates["later_epoch"] / rates["first_epoch"],
-            "cached_run_over_first": rates["later_run"] / rates["first_epoch"],
-            "torchvision": {**tv, "first_epoch_over_torchvision": rates["first_epoch"] / tv["epoch"],
-                            "cached_epoch_over_torchvision": rates["later_epoch"] / tv["epoch"]}
-            if tv else "not installed: not compared"}
+            "cached_run_over_first": rates["later_run"] / rates["first_epoch"], "load_average_1min": loads}
+
+
+def said(result: dict) -> str:
+    """The ratios in a line each."""
+    tv, train = result["torchvision"], result["train"]
+    lines = [f"{result['format']}: first epoch {result['images_per_s']['first_epoch']:,.0f} images/s"]
+    if isinstance(tv, dict):
+        lines[0] += f", torchvision {tv['epoch']:,.0f}: {tv['first_epoch_over_torchvision']:.2f}x (median of pairs)"
+    for kind in ("folder_first_run", "folder_cached_run"):
+        lines.append(f"{result['format']}: training from the folder ({kind.split('_')[1]} run) over the NPZ: "
+                     f"{train['folder_over_npz'][kind]:.2f}x (set-up split), {train['folder_over_npz_wall'][kind]:.2f}x "
+                     "(whole commands), medians")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -207,7 +227,8 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=3000, help="files of each format")
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--format", default="png", help="png, jpeg or both: png,jpeg")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="first-epoch pairs (ours, torchvision)")
+    parser.add_argument("--train-repeats", type=int, default=3, help="training runs of each kind")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--torchvision", metavar="PYTHON", help="an interpreter with torch and torchvision")
     args = parser.parse_args()
@@ -220,6 +241,7 @@ def main() -> None:
             results.append(measure(Path(tmp), fmt, args, torch_python(args.torchvision)))
     print(json.dumps({"cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(), "results": results},
                      indent=2))
+    print("\n".join(said(r) for r in results), file=sys.stderr)
 
 
 if __name__ == "__main__":
