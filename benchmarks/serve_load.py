@@ -1,9 +1,9 @@
 """`magmadnn serve` under load, on loopback only: 16 concurrent clients sending single-row requests
 (requests per second, p50 and p99 latency), and 256-row requests in each body form (JSON records,
 dataframe_split, dataframe_records, CSV: rows per second) against `predict`'s in-process rate on the
-same rows, measured in turn (--rounds times: predict, then each form; medians, as the machine's load
-swings); for digits_mlp (64 number columns) and heart_raw (categories, missing cells). Bounded: each
-phase stops after --requests requests or --seconds, and the server runs on 127.0.0.1 with a free
+same rows (one BLAS thread, as the server), measured in turn (--rounds times: predict, then each
+form; medians, as the machine's load swings); for digits_mlp (64 number columns) and heart_raw
+(categories, missing cells). Bounded: each phase stops after --requests requests or --seconds, and the server runs on 127.0.0.1 with a free
 port. Models are trained first (a few epochs) into a temp folder. Run as one process:
 
     python benchmarks/serve_load.py [--clients 16] [--requests 4000] [--seconds 20] [--rows 256] [--rounds 5]
@@ -26,10 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection
 from pathlib import Path
 
-import numpy as np
+os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")  # predict in-process as the server runs
+import numpy as np  # (after: OpenBLAS reads its threads as it loads)
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+ENV = dict(os.environ)
 HEART = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal"]
 
 
