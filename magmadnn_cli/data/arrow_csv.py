@@ -51,13 +51,14 @@ SCAN_BYTES, NEWLINE = 1 << 26, ord("\n")  # a plain file's rows are counted 64 M
 
 
 def read_typed(path: Path, fmt: CsvFormat, features: list[str], target: str | None, text: list[str],
-               bound: ReadBound | None = None) -> "pa.Table | None":
+               bound: ReadBound | None = None, labels: tuple[str, ...] = ()) -> "pa.Table | None":
     """The file's feature and target columns as pyarrow types them (numbers, strings, booleans,
-    dates; the `text` columns and the target as strings; missing cells null), or None. The text and
-    its rows are counted by `bound` before any is parsed."""
+    dates; the `text` columns, the target and the 0/1 `labels` columns as strings; missing cells
+    null), or None. The text and its rows are counted by `bound` before any is parsed."""
     if pa is None:
         return None
-    wanted = features + ([target] if target else [])
+    as_text = text + ([target] if target else []) + list(labels)
+    wanted = features + ([target] if target else []) + list(labels)
     try:
         source = _source(path, bound or ReadBound(path))
         if source is None:
@@ -71,7 +72,7 @@ def read_typed(path: Path, fmt: CsvFormat, features: list[str], target: str | No
             convert_options=pacsv.ConvertOptions(
                 include_columns=wanted, null_values=NULLS, strings_can_be_null=True, decimal_point=fmt.decimal,
                 true_values=[], false_values=[],  # booleans stay text as written, as the line reader reads them
-                column_types={name: pa.string() for name in text + ([target] if target else [])}))
+                column_types={name: pa.string() for name in as_text}))
     except pa.ArrowCancelled as exc:  # SIGINT/SIGTERM stopped the read: pass it on (a fallback would lose it)
         raise KeyboardInterrupt from exc
     except (pa.ArrowException, *READ_ERRORS, ValueError, LookupError, UnicodeError):

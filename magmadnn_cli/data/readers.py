@@ -88,7 +88,7 @@ def read_csv(path: Path, spec: ReadSpec, fast: bool = True) -> Table:
     """The whole file: numeric feature columns through pyarrow when it takes them, else (text
     columns, anything unusual, or `fast` off) the line reader, chunk by chunk."""
     fmt = spec.csv_format(path)
-    table = _read_fast(path, spec, fmt) if fast and not spec.keep else None
+    table = _read_fast(path, spec, fmt) if fast and set(spec.keep) <= set(spec.labels) else None  # kept: as written
     table = table or joined(list(csv_chunks(path, spec, whole=True)), spec, path)
     if note := other_style_note(path, fmt.style_seen, fmt.decimal, fmt.thousands):
         table.notes.append(note)
@@ -109,7 +109,8 @@ def _read_fast(path: Path, spec: ReadSpec, fmt: CsvFormat) -> Table | None:
         return None
     target = spec.target if spec.need_target else None
     text = [wanted[j] for j in sorted(spec.text_columns(wanted))]
-    arrow = read_typed(path, fmt, wanted, target, text, whole_read(path, spec, len(wanted)))
+    arrow = read_typed(path, fmt, wanted, target, text, whole_read(path, spec, len(wanted) + len(spec.labels)),
+                       spec.labels)
     if arrow is None:
         return None
     try:

@@ -217,22 +217,34 @@ def label_sets(table: Table, labels: tuple[str, ...]) -> Table:
     or none); blank where a column's cell is missing (the row has no target). Other cells are refused."""
     flags, missing = [], np.zeros(len(table.raw.x), bool)
     for name in labels:
-        cells = np.char.lower(np.char.strip(table.kept.pop(name).astype(str)))
+        values, rows = np.unique(table.kept.pop(name).astype(str), return_inverse=True)  # each distinct cell once
+        cells = np.char.lower(np.char.strip(values))
         blank = is_missing(cells)
         true, false = np.isin(cells, TRUE), np.isin(cells, FALSE)
-        bad = ~(true | false | blank)
+        bad = ~(true | false | blank)[rows.reshape(-1)]
         if bad.any():
             row = table.raw.first(bad)
             raise DataError(f"{table.source}: column {name!r}, data row {table.raw.row(row)}: "
-                            f"{str(cells[row])!r} is not 0 or 1; data.target lists the 0/1 label columns, each 1 "
-                            "where its row has that label (true/false and yes/no read too): fix the cell")
-        flags.append(true)
-        missing |= blank
-    sets, inverse = np.unique(np.stack(flags, axis=1), axis=0, return_inverse=True)
-    cells = np.array([LABEL_SEPARATOR.join(n for n, on in zip(labels, s) if on) + LABEL_SEPARATOR for s in sets],
-                     dtype=object)[inverse.reshape(-1)] if len(missing) else np.array([], dtype=object)
-    table.y = np.where(missing, "", cells).astype(str)
+                            f"{str(values[rows.reshape(-1)[row]]).strip()!r} is not 0 or 1; data.target lists the 0/1 "
+                            "label columns, each 1 where its row has that label (true/false and yes/no read too): "
+                            "fix the cell")
+        flags.append(true[rows.reshape(-1)])
+        missing |= blank[rows.reshape(-1)]
+    table.y = np.where(missing, "", _set_cells(np.stack(flags, axis=1), labels)).astype(str)
     return table
+
+
+def _set_cells(flags: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
+    """Each row's labels (a row of `flags`) as a '|'-joined, '|'-ended cell: each distinct set of
+    labels joined once (the rows' bits packed into bytes, so finding the sets sorts one key a row)."""
+    if not len(flags):
+        return np.array([], dtype=object)
+    packed = np.ascontiguousarray(np.packbits(flags, axis=1))
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    sets = np.unpackbits(distinct.view(np.uint8).reshape(len(distinct), -1), axis=1, count=len(labels)).astype(bool)
+    return np.array([LABEL_SEPARATOR.join(n for n, on in zip(labels, s) if on) + LABEL_SEPARATOR for s in sets],
+                    dtype=object)[inverse.reshape(-1)]
 
 
 def typed_labels(raw: np.ndarray) -> np.ndarray:
