@@ -8,6 +8,7 @@ predict, evaluate, serve); the pixels never depend on the number of workers."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 
 import numpy as np
@@ -20,6 +21,7 @@ from magmadnn_cli.data.readers import ReadSpec, read_table
 from magmadnn_cli.errors import DataError, MagmaError
 
 Image = pytest.importorskip("PIL.Image")
+ImageOps = pytest.importorskip("PIL.ImageOps")
 rng = np.random.default_rng(4610)
 
 
@@ -123,14 +125,14 @@ def test_a_large_jpeg_is_decoded_at_a_reduced_scale_everywhere_alike(tmp_path, m
     _, block, failed, _ = image_decode.decode_block(0, [str(path)], how)
     assert not failed
     np.testing.assert_array_equal(block[0], one)
-    np.testing.assert_array_equal(image_decode.decode(__import__("io").BytesIO(path.read_bytes()), how), one)
+    np.testing.assert_array_equal(image_decode.decode(io.BytesIO(path.read_bytes()), how), one)
     drafted = Image.open(path)
     drafted.draft(None, (64, 48))  # the README's recipe: 2 x the size, (W, H)
     assert drafted.size == (100, 75)  # 1/4 scale
     full = Image.open(path).convert(MODE[color])
     fits = {"stretch": lambda im: im.resize((32, 24), Image.Resampling.BILINEAR),
-            "crop": lambda im: __import__("PIL.ImageOps").ImageOps.fit(im, (32, 24), Image.Resampling.BILINEAR),
-            "pad": lambda im: __import__("PIL.ImageOps").ImageOps.pad(im, (32, 24), Image.Resampling.BILINEAR)}[resize]
+            "crop": lambda im: ImageOps.fit(im, (32, 24), Image.Resampling.BILINEAR),
+            "pad": lambda im: ImageOps.pad(im, (32, 24), Image.Resampling.BILINEAR)}[resize]
     reference = planar(fits(drafted.convert(MODE[color])))
     np.testing.assert_array_equal(one, reference)
     assert np.abs(one.astype(int) - planar(fits(full))).mean() < 2.0  # a few levels at most from a full decode

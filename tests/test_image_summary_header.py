@@ -81,7 +81,7 @@ def test_summary_reads_the_header_and_decodes_nothing(tmp_path, capsys, decodes,
     out = summary(capsys, tmp_path, tmp_path / "train")
     assert decodes == []
     assert f"each sample's input is ({channels}, 6, 5)" in out, out
-    assert f"(4, 6, 5)" in out and f"{4 * 6 * 5 * 2 + 2:,}" in out  # conv output, dense parameters
+    assert "(4, 6, 5)" in out and f"{4 * 6 * 5 * 2 + 2:,}" in out  # conv output, dense parameters
     assert not (tmp_path / "xdg").exists()  # nothing cached
 
 
