@@ -25,13 +25,14 @@ from ...errors import DataError
 from ...inference import Predictor
 
 CACHED = 4096  # distinct values a column's table holds; a request past it goes the general way
-LOOKED_UP = ("category", "boolean")
-FLAT = NUMERIC | {str, bool}  # the JSON values a cell may hold  # the kinds whose encoding is a lookup per cell
+LOOKED_UP = ("category", "boolean")  # the kinds whose encoding is a lookup per cell
+FLAT = NUMERIC | {str, bool}  # the JSON values a cell may hold
 
 
 class Compiled:
-    """The model's encoding of a request's rows: JSON values (lists in `features` order, or records), or CSV
-    text (for a model with category or boolean columns: the line reader is quick on numbers)."""
+    """The model's encoding of a request's rows: JSON values (lists or records), or CSV text (for a
+    model with category or boolean columns: the line reader is quick on numbers). Its tables of values
+    grow in the model's thread only."""
 
     def __init__(self, model: Predictor, spec: ReadSpec) -> None:
         saved, cfg = model.saved, model.saved.config.data
