@@ -6,8 +6,9 @@ bearer token; SIGTERM or Ctrl-C finish the requests in flight and end it (exit 0
 
 The package: this command's entry (`serve`: options checked, the model loaded, the socket bound, the
 server run until stopped); `app` (the ASGI app: endpoints, token, limits); `batching` (the model's
-thread: requests gathered and answered); `bodies` (a request body as a table); `metrics` (/metrics);
-`metadata` (/metadata)."""
+thread: requests gathered and answered); `bodies` (a request body as a table); `compiled` (a
+request's rows encoded by the model's encoding compiled once); `metrics` (/metrics); `metadata`
+(/metadata)."""
 
 import contextlib
 import signal

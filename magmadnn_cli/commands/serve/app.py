@@ -34,7 +34,6 @@ class Limits:
         return int(self.max_body_mb * 2**20)
 
 
-
 class BodyTooLarge(Exception):
     pass
 

@@ -28,11 +28,10 @@ class BadRequest(MagmaError):
     """A body that is not what the endpoint takes (not JSON, not UTF-8, another content type): 400."""
 
 
-
 def parse(job: Job, spec: Any, compiled: Compiled | None = None) -> tuple[Table, np.ndarray | None]:
     """A request body as a table: CSV for text/csv, image files for multipart/form-data, else JSON
     (records, dataframe_split, ..., or {"images": [base64, ...]}); and its rows encoded where the
-    model's compiled encoding (`columns`) takes them (else None: encoded later, by `encode`)."""
+    model's compiled encoding (`compiled`) takes them (else None: encoded later, by `encode`)."""
     kind = job.content_type.split(";")[0].strip().lower()
     if kind == "multipart/form-data":
         return image_table(_files(job), spec, SOURCE), None
@@ -80,7 +79,6 @@ def _files(job: Job) -> list[tuple[str, bytes]]:
                          "(curl -F file=@image.png)")
     return [(part.get_filename() or f"part {i + 1}", part.get_payload(decode=True) or b"")
             for i, part in enumerate(parts)]
-
 
 
 def status_of(exc: BaseException) -> int:
