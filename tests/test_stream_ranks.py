@@ -83,7 +83,7 @@ def test_the_plan_gives_the_rows_one_process_reads(tmp_path, shuffle):
         owned, got, held, loaded = OwnedRows(source, plan), [], [], []
         real = owned.load
         owned.load = lambda k: loaded.append(k) or real(k)
-        for _, xp, yp in owned.pieces(plan.pieces, skip, like):
+        for _, xp, yp in owned.batches(plan.pieces, skip, 50, like):
             got.append((xp, yp))
             held.append(sum(len(r[0]) for r in owned.rows.values()))
         np.testing.assert_array_equal(np.concatenate([a for a, _ in got]), x[skip:])

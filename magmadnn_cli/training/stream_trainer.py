@@ -23,7 +23,7 @@ from ..data import stream
 from ..data.prepare import Split
 from ..data.stream_prepare import InOrder, StreamSource
 from ..distributed.stream_ranks import exchange_rows
-from .batches import rebatched, split_bounds
+from .batches import prefetch_depth, prefetched, rebatched, split_bounds
 from .trainer import Array, History, Micro, Trainer, Update
 
 
@@ -61,26 +61,33 @@ class OwnedRows:
         self.pending: dict[int, np.ndarray] = {}  # k -> which of its training rows are still to come
         self.rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # k -> (x, y, row -> index)
 
-    def pieces(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int,
-               like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The plan's pieces after its first `skip` rows (a resumed epoch's), as (k, x, y): x and y hold
-        the rows of this rank's blocks (the others' are left unset: they come in the exchange)."""
+    def pieces(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The plan's (k, row) pieces after its first `skip` rows (a resumed epoch's, forgotten); this
+        rank's blocks still to come are read ahead in the background from the first piece given."""
         reading = False
         for k, row in plan:
-            mine = k % self.ranks == self.rank
             cut = min(skip, len(k))
-            self.given(k[:cut][mine[:cut]], row[:cut][mine[:cut]])
+            mine = k[:cut] % self.ranks == self.rank
+            self.given(k[:cut][mine], row[:cut][mine])
             skip -= cut
-            k, row, mine = k[cut:], row[cut:], mine[cut:]
-            if len(k) and not reading:  # this rank's blocks still to come, read ahead in the background
-                self.source.ahead(self.to_read(), stream.TRAIN)
-                reading = True
-            if len(k):
-                x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
-                y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
-                self.take(k, row, mine, x, y)
-                self.given(k[mine], row[mine])
-                yield k, x, y
+            if cut < len(k):
+                if not reading:
+                    self.source.ahead(self.to_read(), stream.TRAIN)
+                    reading = True
+                yield k[cut:], row[cut:]
+
+    def batches(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int, size: int,
+                like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The plan's updates of `size` rows after its first `skip`, as (k, x, y), each gathered when
+        drawn: x and y hold the rows of this rank's blocks (the others' are left unset: they come in
+        the exchange)."""
+        for k, row in rebatched(self.pieces(plan, skip), size):
+            mine = k % self.ranks == self.rank
+            x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
+            y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
+            self.take(k, row, mine, x, y)
+            self.given(k[mine], row[mine])
+            yield k, x, y
 
     def to_read(self) -> list[stream.Block]:
         """This rank's blocks with rows still to come, in the order the epoch takes them."""
@@ -89,7 +96,11 @@ class OwnedRows:
     def load(self, k: int) -> None:
         """Read block k, keeping its rows still to come."""
         _, x, y = self.source.encoded(self.blocks[k], stream.TRAIN)
-        keep = np.flatnonzero(self._pending(k))
+        pending = self._pending(k)
+        if pending.all():  # (a block's first read: its rows as they are, not copied)
+            self.rows[k] = (x, y, np.arange(len(x)))
+            return
+        keep = np.flatnonzero(pending)
         where = np.full(len(x), -1, np.int64)
         where[keep] = np.arange(len(keep))
         self.rows[k] = (x[keep], y[keep], where)
@@ -152,12 +163,13 @@ class StreamTrainer(Trainer):
         plan = EpochPlan(self.source, epoch, self.plan.shuffle)
         size, done = self.sizes.update_size(epoch), self.position.step
         owned = OwnedRows(self.source, plan, self.data_comm.rank, self.data_comm.size)
-        try:
-            for step, (k, x, y) in enumerate(rebatched(owned.pieces(plan.pieces, done * size, self.like), size),
-                                             done + 1):
-                yield step, self.exchanged(k, x, y, epoch, (step - 1) * size), len(k)
+        try:  # each update's rows gathered ahead by a thread (on the CPU) while the step runs; exchanged here
+            with prefetched(owned.batches(plan.pieces, done * size, size, self.like),
+                            prefetch_depth(B.current().device)) as drawn:
+                for step, (k, x, y) in enumerate(drawn, done + 1):
+                    yield step, self.exchanged(k, x, y, epoch, (step - 1) * size), len(k)
         finally:
-            self.source.close()  # the reader ahead stopped
+            self.source.close()  # (after the thread drawing batches stopped) the reader ahead stopped
 
     def exchanged(self, k: np.ndarray, x: np.ndarray, y: np.ndarray, epoch: int, first: int) -> Micro:
         """This rank's micro-batches of the update of blocks `k` (x, y: the rows of this rank's blocks),
