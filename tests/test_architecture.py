@@ -287,6 +287,30 @@ def _locals(function: ast.AST) -> set[str]:
     return bound
 
 
+def _attribute_assignments(function: ast.AST) -> list[ast.Attribute]:
+    targets = [t for node in ast.walk(function) for t in (
+        node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+        else [])]
+    flat = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+    return [t for t in flat if isinstance(t, ast.Attribute)]
+
+
+def test_commands_set_no_attribute_of_another_object():
+    """A command hands objects what they need through their constructors: it assigns no attribute of an
+    object it was given (a parameter) nor of one reached through another (`run.trainer.origin = ...`)."""
+    found = []
+    for path in sorted((PACKAGE / "commands").rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            given = {a.arg for a in function.args.args + function.args.kwonlyargs} - {"self", "cls"}
+            for target in _attribute_assignments(function):
+                reached = isinstance(target.value, ast.Attribute) and not ast.unparse(target.value).startswith("self.")
+                if reached or (isinstance(target.value, ast.Name) and target.value.id in given):
+                    found.append(f"{path.relative_to(PACKAGE)}:{target.lineno} {ast.unparse(target)} =")
+    assert not found, found
+
+
 def test_the_backend_is_one_object_and_tests_need_no_reset_for_it():
     from magmadnn_cli.core import backend as B
     assert not any(hasattr(B, name) for name in ("xp", "device", "floatx")), "module globals are back"

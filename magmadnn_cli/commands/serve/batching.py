@@ -8,7 +8,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,6 +31,12 @@ class Job:
     cancelled: bool = False
     table: Table | None = None
     x: np.ndarray | None = None  # its rows encoded (the network's inputs), once they are
+
+    def parse(self, spec: Any, compiled: Compiled) -> int:
+        """The body read into its table (and its rows encoded, where the compiled encoding took it);
+        returns its row count."""
+        self.table, self.x = parse(self, spec, compiled)
+        return len(self.table.x)
 
 
 class Service:
@@ -105,11 +111,10 @@ class Service:
         if job.cancelled:
             return 0
         try:
-            job.table, job.x = parse(job, self.spec, self.compiled)
+            return job.parse(self.spec, self.compiled)
         except Exception as exc:  # noqa: BLE001 (answered: a bad request never stops the thread)
             job.answer(None, exc)
             return 0
-        return len(job.table.x)
 
     def _encode_together(self, jobs: list[Job]) -> None:
         """Two or more jobs' rows encoded as one table, each job's rows set apart (`x`); where the
