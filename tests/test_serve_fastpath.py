@@ -80,8 +80,8 @@ def test_columns_of_json_values_become_cells_without_a_call_per_cell(heart, monk
         record["slope"] = str(record["slope"]) if record["slope"] is not None else None  # text a client sends
     expected = json_table(body, spec, "request")
     calls = []
-    original = records_module._cell
-    monkeypatch.setattr(records_module, "_cell", lambda *a: calls.append(a) or original(*a))
+    original = records_module.json_cell
+    monkeypatch.setattr(records_module, "json_cell", lambda *a: calls.append(a) or original(*a))
     same(json_table(body, spec, "request"), expected)
     assert calls == []
     mixed = [dict(r, cp=True if i == 3 else r["cp"]) for i, r in enumerate(body)]  # a boolean among numbers

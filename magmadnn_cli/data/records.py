@@ -248,7 +248,7 @@ def _numbers(values: list[Any], shape: tuple[int, int], dtype: Any) -> np.ndarra
 
 
 def _texts(column: tuple[Any, ...], name: str, source: str) -> list[str]:
-    """A column of JSON values as CSV cells would hold them (`_cell`'s), a column at a time where it
+    """A column of JSON values as CSV cells would hold them (`json_cell`'s), a column at a time where it
     holds strings or numbers only (and nulls), else a cell at a time."""
     kinds = set(map(type, column))
     if kinds <= {str}:
@@ -257,10 +257,10 @@ def _texts(column: tuple[Any, ...], name: str, source: str) -> list[str]:
         return list(map(repr, column))
     if kinds <= {str, type(None)} or kinds <= NUMERIC:
         return ["" if v is None else v if type(v) is str else repr(v) for v in column]
-    return [_cell(v, name, source, i) for i, v in enumerate(column)]
+    return [json_cell(v, name, source, i) for i, v in enumerate(column)]
 
 
-def _cell(value: Any, column: str, source: str, row: int) -> str:
+def json_cell(value: Any, column: str, source: str, row: int) -> str:
     """A JSON value as a CSV cell would hold it (null: a missing cell)."""
     if value is None:
         return ""

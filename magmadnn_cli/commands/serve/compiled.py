@@ -19,7 +19,7 @@ from ...data.cells import RawColumns
 from ...data.column_kinds import Encoding
 from ...data.fitting import column_strategy
 from ...data.numbers import typed_cells
-from ...data.records import NUMERIC, _cell, csv_body
+from ...data.records import NUMERIC, csv_body, json_cell
 from ...data.table import ReadSpec, Table
 from ...errors import DataError
 from ...inference import Predictor
@@ -193,7 +193,7 @@ class Compiled:
         where that path would refuse it."""
         column = self.saved.encoder.columns[j]
         try:
-            text = _cell(value, column.name, self.source, 0)
+            text = json_cell(value, column.name, self.source, 0)
             _, found = typed_cells(np.array([[text]], dtype=str), self.how.dtype, {0})
             block, _ = column.form.encode(column, RawColumns(np.full((1, 1), np.nan, self.how.dtype), found), 0,
                                           self.how)
