@@ -30,6 +30,32 @@ def test_outputs_stay_in_the_declared_range(name, float64):
     assert low - 1e-9 <= y.min() and y.max() <= high + 1e-9, (name, y.min(), y.max())
 
 
+@pytest.mark.parametrize("name", sorted(DECLARATIONS))
+def test_every_activations_gradient_matches_finite_differences(name, float64):
+    """Derived from the registry: a new activation's gradient is checked without a test of its own."""
+    x = np.random.default_rng(0).normal(size=(4, 5)) * 3
+    check_op_grads(lambda v: nn.Activate(v, get_activation(name)), x)
+
+
+@pytest.mark.parametrize("name", sorted(DECLARATIONS))
+def test_every_activations_onnx_form_computes_what_it_does(name):
+    """Derived from the registry: each activation's ONNX form, alone in a graph, run by onnxruntime,
+    equals its own math (float32), over both signs and the saturated ends."""
+    ort = pytest.importorskip("onnxruntime")
+    from magmadnn_cli.training.onnx_graph import OPSET, Graph
+    activation = get_activation(name)
+    g = Graph()
+    g.inputs.append(g.helper.make_tensor_value_info("z", g.onnx.TensorProto.FLOAT, ["N", 7]))
+    g.output(activation.onnx(g, "z"), "y", g.onnx.TensorProto.FLOAT, ["N", 7])
+    model = g.helper.make_model(g.helper.make_graph(g.nodes, name, g.inputs, g.outputs, g.constants),
+                                opset_imports=[g.helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    z = np.concatenate([np.linspace(-12, 12, 49), [-40.0, 40.0, 0.0, 1e-3, -1e-3, 0.5, -0.5]]).reshape(-1, 7)
+    z = z.astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"z": z})[0], activation(z.copy()), rtol=2e-5, atol=2e-6)
+
+
 def test_silu_is_z_times_its_sigmoid_with_the_right_gradient(float64):
     z = np.linspace(-20, 20, 401)
     np.testing.assert_allclose(get_activation("silu")(z.copy()), z / (1 + np.exp(-z)), rtol=1e-12, atol=1e-15)

@@ -8,6 +8,7 @@ import json
 import random
 
 import numpy as np
+import pydantic_core
 import pytest
 
 from magmadnn_cli.commands.serve.batching import Job
@@ -194,3 +195,21 @@ def test_a_split_body_naming_odd_columns_goes_the_general_way(heart):
         compiled = Compiled(model, spec)
         for columns in ([{"a": 1}] + HEART_NAMES[1:], HEART_NAMES[:-1] + ["age"], HEART_NAMES[:-1]):
             assert compiled.from_json({"columns": columns, "data": data}) is None
+
+
+def test_nan_cells_share_one_entry_of_a_columns_table(heart):
+    """JSON NaN in a category column (pandas' missing value, as json.dumps writes it) is one value of
+    the column's table, however many requests send it: the table does not fill up with NaNs, and
+    a later request with a value not yet seen still takes the compiled encoding."""
+    from magmadnn_cli.commands.serve.compiled import CACHED, Compiled
+    model, spec = heart
+    rows = heart_rows(count=50, start=0)
+    with model.using():
+        compiled = Compiled(model, spec)
+        body = json.dumps([{**r, "cp": float("nan")} for r in records(HEART_NAMES, rows)]).encode()
+        for _ in range(CACHED // len(rows) + 2):  # parsed afresh each time: a new NaN object a cell
+            assert compiled.from_json(pydantic_core.from_json(body, allow_inf_nan=True)) is not None
+        later = [{**r, "cp": "2"} for r in records(HEART_NAMES, rows[:5])]
+        fast, general = encoded_both_ways(model, spec, later)
+        assert fast is not None
+        np.testing.assert_array_equal(fast, general)

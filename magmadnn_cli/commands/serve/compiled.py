@@ -25,6 +25,7 @@ from ...errors import DataError
 from ...inference import Predictor
 
 CACHED = 4096  # distinct values a column's table holds; a request past it goes the general way
+NAN = float("nan")  # the one NaN the tables key (NaN != NaN: each parsed NaN would be a new key)
 LOOKED_UP = ("category", "boolean")  # the kinds whose encoding is a lookup per cell
 FLAT = NUMERIC | {str, bool}  # the JSON values a cell may hold
 
@@ -172,7 +173,8 @@ class Compiled:
         index, rows, missing = self.tables[j]
         if not set(map(type, values)) <= FLAT:
             return None
-        keys = list(zip(map(type, values), values))
+        keys = [(kind, NAN) if kind is float and value != value else (kind, value)  # one key for every NaN
+                for kind, value in zip(map(type, values), values)]
         for key in set(keys) - index.keys():
             if len(index) >= CACHED:
                 return None
