@@ -79,3 +79,12 @@ def test_silu_trains_summarizes_predicts_and_exports(capsys, tmp_path):
     assert code == 0, err
     data = ROOT / "datasets" / "heart_cleveland.csv"
     _export_and_compare(capsys, tmp_path / "run", data, None, "disease", tmp_path)
+
+
+def test_the_readme_lists_every_declared_activation_and_its_alpha():
+    """README's "Activations:" line is the registry's: every name, `alpha` where one is declared."""
+    import re
+    line = next(t for t in (ROOT / "README.md").read_text().splitlines() if t.startswith("Activations: "))
+    shown = dict(re.findall(r"(\w+)( \(`alpha`\))?", line.removeprefix("Activations: ")))
+    assert set(shown) == set(DECLARATIONS), line
+    assert {n for n, alpha in shown.items() if alpha} == {n for n, d in DECLARATIONS.items() if d.alpha is not None}

@@ -311,6 +311,14 @@ def test_commands_set_no_attribute_of_another_object():
     assert not found, found
 
 
+def test_configs_change_only_through_validated_revisions():
+    """Outside config/ a config is changed by `revised` or a config method (validated), never by
+    pydantic's `model_copy(update=...)`, which checks nothing."""
+    found = [f"{p.relative_to(PACKAGE)}:{i}" for p in sorted(PACKAGE.rglob("*.py")) if "config" not in p.parts
+             for i, line in enumerate(p.read_text().splitlines(), 1) if "model_copy(" in line]
+    assert not found, found
+
+
 def test_the_backend_is_one_object_and_tests_need_no_reset_for_it():
     from magmadnn_cli.core import backend as B
     assert not any(hasattr(B, name) for name in ("xp", "device", "floatx")), "module globals are back"

@@ -310,7 +310,7 @@ def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec:
     keep[[where for where, _ in failed]] = False
     x = np.broadcast_to(pixels[0].astype(dtype), (int(keep.sum()), *how.shape)) if _looking.get() else \
         pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
-    resolved = settings.model_copy(update={"size": list(how.size), "color": how.color})
+    resolved = settings.revised(size=list(how.size), color=how.color)
     return ReadImages(keep, x, [n for n in (said, _skipped(root, listing, failed) if failed else None) if n], resolved)
 
 
