@@ -28,7 +28,6 @@ from ..training.run_folder import RunFolder
 
 Warn = Callable[[str], None]
 EVALUATE_CHUNK_ROWS = 65536  # rows a streamed evaluation holds at a time
-STREAMED_READERS = ("csv", "parquet", "feather", "jsonl")  # tables read in chunks: evaluate may stream them
 
 
 def evaluate_model(model_path: Path, data_path: Path | None, device: str = "auto", split: str | None = None,
@@ -78,7 +77,7 @@ def _evaluate(model: Predictor, data_path: Path | None, split: str | None, stric
 def streams_evaluation(data_path: Path, saved: SavedModel) -> bool:
     """Whether `evaluate` reads `data_path` in chunks: a table format read in chunks, and the model's
     data.stream is true or the file is over the memory budget (data.stream: auto's rule)."""
-    if reader_for(data_path).name not in STREAMED_READERS or not data_path.is_file():
+    if not reader_for(data_path).format.table or not data_path.is_file():  # a table: read in chunks
         return False
     return saved.config.data.stream is True or over_budget(data_path)
 

@@ -24,7 +24,6 @@ from ..training.modelfile import SavedModel
 from ..training.run_folder import RunFolder
 
 Warn = Callable[[str], None]
-IMAGE_READERS = ("image_folder", "image_file")  # their rows are files: each output row starts with its path
 IMAGE_PATH = ("path",)
 
 
@@ -46,7 +45,7 @@ def predict(model_path: Path, data_path: Path, out: Path | None, proba: bool = F
     with model.using():
         _check_keep(keep, model.columns(proba).names)
         tally, tables = new_tally(), _input_chunks(data_path, model.saved, tuple(keep), chunk_rows, warn)
-        keep = (*IMAGE_PATH, *keep) if reader_for(data_path).name in IMAGE_READERS else tuple(keep)
+        keep = (*IMAGE_PATH, *keep) if reader_for(data_path).format.files else tuple(keep)  # rows of files
         rows = (model.predict_table(table, proba, keep, strict, tally) for table in tables)
         first = next(rows, None)  # predicted before the header is written: its mistakes leave no output behind
         if first is None and warn:  # a header and no rows (a batch with nothing new): the header alone

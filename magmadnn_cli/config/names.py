@@ -15,12 +15,15 @@ PACKED = (".gz", ".bz2", ".xz")  # compressions a text format is read through, b
 @dataclass(frozen=True)
 class Format:
     """One reader's declaration. `suffixes`: the names it reads (lower case; none where it recognises a
-    file otherwise); `packed`: each also compressed (`PACKED`); `table`: it reads named columns."""
+    file otherwise); `packed`: each also compressed (`PACKED`); `table`: it reads named columns, and
+    in chunks (so `evaluate` may stream a large one); `files`: each row is a file (predict's rows
+    start with its path)."""
     name: str
     description: str
     suffixes: tuple[str, ...] = ()
     packed: bool = False
     table: bool = False
+    files: bool = False
 
     def names(self) -> tuple[str, ...]:
         """Every suffix it reads, packed forms included (.csv, .csv.gz, ...)."""
@@ -50,9 +53,9 @@ FORMATS = {f.name: f for f in (  # in the order a file is matched
     Format("parquet", "Parquet", (".parquet", ".pq"), table=True),
     Format("feather", "Feather", (".feather", ".arrow", ".ipc"), table=True),
     Format("jsonl", "JSON Lines", (".jsonl", ".ndjson"), packed=True, table=True),
-    Format("image_folder", "a folder of class folders of images (train/<class>/*.png)"),
+    Format("image_folder", "a folder of class folders of images (train/<class>/*.png)", files=True),
     Format("image_file", "one image file, to predict on",
-           (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")),
+           (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"), files=True),
 )}
 
 
