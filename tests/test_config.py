@@ -267,3 +267,16 @@ def test_a_revised_config_is_validated_and_keeps_where_it_was_read_from():
         config.revised(loss={"type": "mse"}, training=config.training.revised(class_weight="balanced"))
     with pytest.raises(TypeError, match="no field 'epoch'"):
         config.training.revised(epoch=3)
+
+
+def test_the_run_seed_is_defaulted_in_one_place_only():
+    """A config's seed is its own or drawn once (`seeded`); runtime code reads `Config.run_seed`, the
+    one default, and never re-defaults `config.seed` itself."""
+    import re
+    config = load_config(ROOT / "configs" / "iris.yaml").revised(seed=None)  # as ranks load it: not drawn yet
+    assert config.seed is None and config.run_seed == 0 and config.revised(seed=9).run_seed == 9
+    package = ROOT / "magmadnn_cli"
+    found = [f"{p.relative_to(package)}:{i}" for p in sorted(package.rglob("*.py")) if "config" not in p.parts
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\.seed (or|if .* else) ", line)]
+    assert not found, found

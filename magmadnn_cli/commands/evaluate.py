@@ -152,7 +152,7 @@ def _run_split(saved: SavedModel, model_path: Path, split: str) -> Split:
         if file_sha256(cfg.train) != recorded:
             raise DataError(f"{cfg.train}: the file changed since the run (sha256 differs), so its {split} split "
                             "cannot be rebuilt; evaluate on a file instead: magmadnn evaluate MODEL DATA")
-    chosen = rebuilt_split(cfg, saved.task, saved.config.seed or 0, split, saved.encoder, saved.normalizer,
+    chosen = rebuilt_split(cfg, saved.task, saved.config.run_seed, split, saved.encoder, saved.normalizer,
                            saved.targets)
     if chosen is None:
         held = [s for s in ("validation", "test") if s != split and (getattr(cfg, f"{s}_split") > 0 or getattr(cfg, s))]

@@ -45,7 +45,7 @@ def summarize(config: Config, inputs: SampleInputs | None = None) -> tuple[Any, 
     the output does not fit the data's classes or targets (None: it does, or they are not known)."""
     known = inputs is not None
     with looking_only():  # an image folder: listed, the first header read, nothing decoded
-        inputs = inputs or sample_inputs(config.data, config.loss.task, config.seed or 0)
+        inputs = inputs or sample_inputs(config.data, config.loss.task, config.run_seed)
     shape, encoder = inputs.shape, inputs.encoder
     title = f"{config.name}: each sample's input is {_values(shape)}"
     if not known and config.seed is None and not (config.data.shape or config.data.synthetic):

@@ -231,6 +231,12 @@ class Config(Strict):
             raise problems_at(self, problems)
         return self
 
+    @property
+    def run_seed(self) -> int:
+        """The seed a run uses: its own (drawn once by `loading.seeded` where the config has none), or
+        0 for the commands that draw none (lr-find, summary, validate): the one default."""
+        return self.seed if self.seed is not None else 0
+
     def with_data_settled(self, settled: dict[str, Any]) -> "Config":
         """The config with the data settings read off the training file (its number style, an image
         folder's size and color, 8-bit scaling): saved, so new files are read alike."""

@@ -87,7 +87,7 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, folder: Ru
     before its first step (`validate` runs exactly this). `folder`: the run folder its checkpoints
     (and metrics.csv beside them) go to; `sweep`: each step's learning rate in place of the
     schedule (lr-find's range test)."""
-    seed = config.seed if config.seed is not None else 0
+    seed = config.run_seed
     strategy = strategies.checked_strategy(config)
     streamed = streaming(config, comm.size, fold, strategy.stale_gradients)  # data.stream: epochs read from the file (issue 48)
     data = prepared_data(comm, lambda: prepare_streamed(config.data, config.loss.task, seed) if streamed else
@@ -119,7 +119,7 @@ def plan(config: Config, saver: Saver | None, task: str) -> Plan:
     `task`: the loss's task as the data make it (`Prepared.task`)."""
     training, aug = config.training, config.training.augment
     policy = training.checkpoint
-    return Plan(task, batch_schedule(config), config.seed or 0, training.shuffle, training.eval_batch_size,
+    return Plan(task, batch_schedule(config), config.run_seed, training.shuffle, training.eval_batch_size,
                 (lambda xb, rows, key: augment(xb, rows, key, aug.crop_padding, aug.horizontal_flip)) if aug else None,
                 stop_on_signal=bool(saver is not None and policy and policy.on_signal),
                 cuda_graph=training.cuda_graph == "auto")
@@ -173,7 +173,7 @@ def build_network(config: Config, sample_shape: tuple[int, ...], seed: int | Non
     `class_weights`: per-class loss weights on the device (training.class_weight)."""
     first = [ColumnEmbeddings(embedded)] if embedded else []
     return Network(first + build_layers(config.model.layers), sample_shape, build_loss(config),
-                   seed=config.seed if seed is None else seed, group=group, class_weights=class_weights)
+                   seed=config.run_seed if seed is None else seed, group=group, class_weights=class_weights)
 
 
 def build_optimizer(config: Config, steps_per_epoch: int, network: Network | None = None,
