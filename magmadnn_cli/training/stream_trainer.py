@@ -59,6 +59,7 @@ class OwnedRows:
         self.order, self.rank, self.ranks = plan.order, rank, ranks
         self.finished: set[int] = set()  # blocks whose rows were all given out
         self.pending: dict[int, np.ndarray] = {}  # k -> which of its training rows are still to come
+        self.left: dict[int, int] = {}  # k -> how many
         self.rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # k -> (x, y, row -> index)
 
     def pieces(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -112,27 +113,33 @@ class OwnedRows:
 
     def take(self, k: np.ndarray, row: np.ndarray, mine: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
         """Fill x and y where `mine` with the rows (k, row) of this rank's blocks."""
-        for block in np.unique(k[mine]).tolist():
+        blocks = np.unique(k[mine]).tolist()
+        for block in blocks:
             if block not in self.rows:
                 self.load(block)
             bx, by, where = self.rows[block]
-            at = mine & (k == block)
+            if len(blocks) == 1 and mine.all():  # (most updates: one block's rows, one rank)
+                np.take(bx, where[row], axis=0, out=x), np.take(by, where[row], axis=0, out=y)
+                return
+            at = np.flatnonzero(mine & (k == block))
             x[at], y[at] = bx[where[row[at]]], by[where[row[at]]]
 
     def given(self, k: np.ndarray, row: np.ndarray) -> None:
-        """The rows (k, row) of this rank's blocks are used: forget them."""
+        """The rows (k, row) of this rank's blocks are used: forget them (a block's rows are counted
+        down, and scanned only when they are compacted or dropped)."""
         for block in np.unique(k).tolist():
-            pending = self._pending(block)
-            pending[row[k == block]] = False
-            left = np.flatnonzero(pending)
-            if not len(left):
-                self.pending.pop(block), self.rows.pop(block, None)
+            pending, used = self._pending(block), row[k == block]
+            pending[used] = False
+            left = self.left[block] = self.left.get(block, len(pending)) - len(used)
+            if not left:
+                self.pending.pop(block), self.rows.pop(block, None), self.left.pop(block)
                 self.finished.add(block)
-            elif block in self.rows and 2 * len(left) <= len(self.rows[block][0]):
+            elif block in self.rows and 2 * left <= len(self.rows[block][0]):
                 bx, by, where = self.rows[block]
-                at = where[left]
+                kept = np.flatnonzero(pending)
+                at = where[kept]
                 where[:] = -1
-                where[left] = np.arange(len(left))
+                where[kept] = np.arange(len(kept))
                 self.rows[block] = (bx[at], by[at], where)
 
 
