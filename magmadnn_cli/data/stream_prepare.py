@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,7 @@ SAMPLE_ROWS = 1 << 16  # training rows the column types and fills are fitted on
 DISTINCT_NUMBERS = 1 << 16  # distinct number cells a column's survey collects (for a column text elsewhere)
 BUFFER_ROWS = 1 << 16  # rows an epoch's shuffle mixes at a time
 SPLIT_CODES = {"train": stream.TRAIN, "validation": stream.VALIDATION, "test": stream.TEST}
+T = TypeVar("T")
 
 
 @dataclass
@@ -139,6 +140,9 @@ class InOrder:
     def __getitem__(self, part: Any) -> np.ndarray:
         if not isinstance(part, slice) or part.step not in (None, 1):
             self.__array__()
+        return within_memory(self.source.cfg, True, "reading the held-out rows", lambda: self._rows(part))
+
+    def _rows(self, part: slice) -> np.ndarray:
         start, stop, _ = part.indices(len(self))
         if self._pieces is None or start < self._start:
             self._pieces, self._held, self._start = self.source.in_file_order(self.code), self._held[:0], 0
@@ -359,3 +363,23 @@ def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None, stale_gr
         (any(getattr(c, "type", c) == "image" for c in data.columns.values()), "image columns are not streamed yet"),
     ]
     return next((why for bad, why in checks if bad), None)
+
+
+def within_memory(cfg: DataConfig, streamed: bool, doing: str, make: Callable[[], T]) -> T:
+    """`make()`; a MemoryError in it (reading, encoding or streaming the data, in any thread) raised
+    as a DataError saying what ran out, the memory budget and the fix."""
+    try:
+        return make()
+    except MemoryError:
+        raise DataError(out_of_memory(cfg, streamed, doing)) from None
+
+
+def out_of_memory(cfg: DataConfig, streamed: bool, doing: str) -> str:
+    """The message for running out of memory while `doing` (e.g. 'reading and encoding the data')."""
+    available = B.host_memory_available()
+    budget = B.budget_text(available) if available is not None else "no memory budget could be read"
+    fix = ("a streamed run holds one block of the file (64 MiB of CSV or JSON Lines text, or one Parquet row group), "
+           "the batches and the model: set a smaller training.batch_size (and training.eval_batch_size), write a "
+           "Parquet file with smaller row groups, or give the process more memory") if streamed else \
+        ("set data.stream: true to read the file block by block instead of whole, or give the process more memory")
+    return f"{cfg.train or 'the data'}: ran out of memory while {doing}; the memory budget: {budget}. To fix: {fix}"

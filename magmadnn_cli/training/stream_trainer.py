@@ -21,7 +21,7 @@ import numpy as np
 from ..core import backend as B
 from ..data import stream
 from ..data.prepare import Split
-from ..data.stream_prepare import InOrder, StreamSource
+from ..data.stream_prepare import InOrder, StreamSource, within_memory
 from ..distributed.stream_ranks import exchange_rows
 from .batches import prefetch_depth, prefetched, rebatched, split_bounds
 from .trainer import Array, History, Micro, Trainer, Update
@@ -159,9 +159,11 @@ class StreamTrainer(Trainer):
 
     def run_epoch(self, train: Split, x: Array, y: Array) -> dict[str, float]:
         """The rest of the epoch at `self.position`, its updates read as they come."""
-        updates = self.updates(self.position.epoch)
+        epoch = self.position.epoch
+        updates = self.updates(epoch)
         try:
-            return self.run_steps(updates, self.sizes.steps(self.rows, self.position.epoch))
+            return within_memory(self.source.cfg, True, f"streaming epoch {epoch}'s blocks",
+                                 lambda: self.run_steps(updates, self.sizes.steps(self.rows, epoch)))
         finally:
             updates.close()
 
