@@ -103,10 +103,11 @@ class StreamSource:
             self._ahead[1].close()
         self._ahead, self._read = None, None
 
-    def in_file_order(self, code: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        self.ahead(self.blocks, code)
+    def in_file_order(self, code: int, first: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Split `code`'s rows (x, y) block by block in file order, from block `first` on."""
+        self.ahead(self.blocks[first:], code)
         try:
-            for block in self.blocks:
+            for block in self.blocks[first:]:
                 _, x, y = self.encoded(block, code)
                 yield x, y
         finally:
@@ -126,13 +127,16 @@ class StreamSource:
 
 class InOrder:
     """A split's encoded rows, read from the file in order as evaluation asks for them (slices in
-    increasing order: one block and one batch held). Anything needing the rows at once is refused."""
+    increasing order: one block and one batch held), from the block holding the first row asked for
+    (a rank's share of the rows reads the blocks of its share). Anything needing the rows at once is
+    refused."""
 
     def __init__(self, source: StreamSource, code: int, rows: int, width: int, dtype: np.dtype) -> None:
         self.source, self.code = source, code
         self.shape, self.dtype, self.ndim = (rows, width), dtype, 2
         self._pieces: Iterator[tuple[np.ndarray, np.ndarray]] | None = None
         self._held, self._start = np.empty((0, width), dtype), 0
+        self._firsts: np.ndarray | None = None  # the split's row at each block's start (by the hash rule)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -144,12 +148,24 @@ class InOrder:
 
     def _rows(self, part: slice) -> np.ndarray:
         start, stop, _ = part.indices(len(self))
-        if self._pieces is None or start < self._start:
-            self._pieces, self._held, self._start = self.source.in_file_order(self.code), self._held[:0], 0
+        if self._pieces is None or start < self._start or start >= self._start + len(self._held) + BUFFER_ROWS:
+            first, self._start = self._block_of(start)
+            self._pieces, self._held = self.source.in_file_order(self.code, first), self._held[:0]
         while self._start + len(self._held) < stop:
             self._held = np.concatenate([self._held, next(self._pieces)[0]])
         self._held, self._start = self._held[start - self._start:], start
         return self._held[:stop - start]
+
+    def _block_of(self, row: int) -> tuple[int, int]:
+        """The block holding the split's row `row` (the last block for the end), and its first row
+        of the split (counted by the hash rule, without reading, once)."""
+        if row == 0:
+            return 0, 0
+        if self._firsts is None:
+            counts = [np.count_nonzero(self.source.codes(block) == self.code) for block in self.source.blocks]
+            self._firsts = np.concatenate([[0], np.cumsum(counts)])
+        block = max(0, min(int(np.searchsorted(self._firsts, row, side="right")) - 1, len(self.source.blocks) - 1))
+        return block, int(self._firsts[block])
 
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
         raise DataError(f"{self.source.path}: with data.stream, the rows are read block by block and never held "
