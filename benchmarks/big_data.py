@@ -4,11 +4,15 @@ chunk by chunk), trained by `magmadnn train` with data.stream: true under an add
 (`ulimit -v`, default 3 GiB); and a table that fits (`--fits-mb`) trained both ways, for the rows/s
 of the in-memory path. Each run is its own process; its peak RSS is read from wait4.
 
+On the table that fits, the in-memory run and the streamed variants (as is; without the cache of
+encoded rows; with nothing read ahead) run in turn `--repeats` times, and their epoch rows/s are
+compared by medians (the load of a shared machine drifts; the load average is printed with each).
 The streamed runs over the big table make both fitting passes over the whole file; their epoch (and
 final evaluation) is bounded to the file's first `--blocks` blocks when a whole epoch would take too
 long on a shared machine (the child keeps those blocks after fitting; 0: the whole file).
 
-    python benchmarks/big_data.py [--gb 10] [--fits-mb 300] [--blocks 24] [--limit-gb 3] [--folder /tmp/big_data] [--keep]
+    python benchmarks/big_data.py [--gb 10] [--fits-mb 300] [--repeats 3] [--variants stream,no-cache,no-ahead]
+                                  [--blocks 24] [--limit-gb 3] [--folder /tmp/big_data] [--keep]
 """
 
 from __future__ import annotations
@@ -74,14 +78,26 @@ def generate(folder: Path, name: str, size: float, seed: int, parquet: bool) -> 
     return csv_path, pq_path, rows
 
 
-def child(config: Path, out: Path, blocks: int) -> None:
+VARIANTS = {"memory": "in memory", "stream": "streamed", "no-cache": "streamed, no cache of encoded rows",
+            "no-gather-ahead": "streamed, blocks read ahead, batches not", "no-ahead": "streamed, nothing read ahead"}
+
+
+def child(config: Path, out: Path, blocks: int, variant: str = "stream") -> None:
     """In the measured process: `magmadnn train`, its streamed epoch bounded to the first `blocks`
-    blocks (after both fitting passes over the whole file) when `blocks` > 0; with a negative
-    `blocks`, the whole epoch with the trainer's read-ahead hook (`read_ahead`)."""
+    blocks (after both fitting passes over the whole file) when `blocks` > 0; `variant` no-cache:
+    each pass parses the file again (data/stream_cache.py off); no-gather-ahead: no batch gathered
+    ahead; no-ahead: neither a block nor a batch (each when its step needs it)."""
     if blocks > 0:
         bound_epoch(blocks)
-    if blocks < 0:
-        read_ahead()
+    if variant == "no-cache":
+        from magmadnn_cli.data import stream_cache
+        stream_cache.room_for = lambda nbytes, folder=None: False
+    if variant in ("no-ahead", "no-gather-ahead"):
+        from magmadnn_cli.training import stream_trainer
+        stream_trainer.prefetch_depth = lambda device: 0
+    if variant == "no-ahead":
+        from magmadnn_cli.data.stream_prepare import StreamSource
+        StreamSource.ahead = lambda self, order, code: self.close()
     from magmadnn_cli import cli
     sys.argv = ["magmadnn", "train", str(config), "--out", str(out), "-q", "--overwrite"]
     cli.main()
@@ -108,26 +124,7 @@ def bound_epoch(blocks: int) -> None:
     builder.prepare_streamed = first_blocks
 
 
-def read_ahead() -> None:
-    """What StreamTrainer.updates does not call yet: StreamSource.ahead with this rank's blocks in the
-    epoch's order, so the next blocks are read and encoded while steps run (closed after the epoch)."""
-    from magmadnn_cli.data import stream
-    from magmadnn_cli.training.stream_trainer import StreamTrainer
-    updates = StreamTrainer.updates
-
-    def ahead(self, epoch):
-        source, ranks, rank = self.source, self.data_comm.size, self.data_comm.rank
-        order = stream.block_order(source.blocks, source.seed, epoch) if self.plan.shuffle else source.blocks
-        source.ahead(order[rank::ranks], stream.TRAIN)
-        try:
-            yield from updates(self, epoch)
-        finally:
-            source.close()
-
-    StreamTrainer.updates = ahead
-
-
-def measured(config: Path, out: Path, blocks: int, limit_gb: float) -> dict:
+def measured(config: Path, out: Path, blocks: int, limit_gb: float, variant: str) -> dict:
     """One run in its own process under the address-space limit: wall seconds, peak RSS, its metrics."""
     def limit() -> None:
         if limit_gb:
@@ -136,7 +133,7 @@ def measured(config: Path, out: Path, blocks: int, limit_gb: float) -> dict:
     start = time.perf_counter()
     log = out.parent / f"{out.name}.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen([sys.executable, __file__, "--child", str(config), str(out), str(blocks)],
+        proc = subprocess.Popen([sys.executable, __file__, "--child", str(config), str(out), str(blocks), variant],
                                 preexec_fn=limit, stdout=f, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -148,57 +145,83 @@ def measured(config: Path, out: Path, blocks: int, limit_gb: float) -> dict:
     return {"seconds": seconds, "epoch_s": float(epoch["time"]), "metrics": metrics, "peak": usage.ru_maxrss / 1024}
 
 
-def run(folder: Path, table: Path, stream: bool, blocks: int, limit_gb: float, rows: int) -> dict:
+def run(folder: Path, table: Path, variant: str, blocks: int, limit_gb: float, rows: int) -> dict:
+    stream = variant != "memory"
     config = folder / f"{table.stem}_{table.suffix[1:]}_{stream}.yaml"
     config.write_text(CONFIG.format(table=table, stream=str(stream).lower()))
-    result = measured(config, folder / f"run_{config.stem}", blocks, limit_gb)
+    result = measured(config, folder / f"run_{config.stem}_{variant}", blocks, limit_gb, variant)
     train = result["metrics"]["train"]["per_class"]
     trained = sum(c["support"] for c in train.values())
     result.update(trained=trained, epoch_rate=trained / result["epoch_s"], run_rate=rows / result["seconds"])
     bound = "all" if blocks <= 0 else blocks
-    print(f"{table.name:18} stream {str(stream):5} limit {limit_gb or '-'} GiB  blocks {bound:>4}{' +ahead' * (blocks < 0)}: "
+    print(f"{table.name:18} {VARIANTS[variant]:40} limit {limit_gb or '-'} GiB  blocks {bound:>4}: "
           f"{trained:,} training rows, epoch {result['epoch_s']:.1f} s = {result['epoch_rate']:,.0f} rows/s; "
           f"whole run {result['seconds']:.1f} s; peak RSS {result['peak']:,.0f} MiB; "
-          f"val accuracy {result['metrics']['validation']['accuracy']:.3f}", flush=True)
+          f"val accuracy {result['metrics']['validation']['accuracy']:.3f}; load {os.getloadavg()[0]:.1f}", flush=True)
     return result
+
+
+def interleaved(folder: Path, table: Path, rows: int, variants: list[str], repeats: int) -> None:
+    """Each variant's epoch rows/s on the table that fits, the variants run in turn `repeats` times
+    (a shared machine's load drifts), with their medians and ratios to the in-memory path's."""
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    loads = []
+    for _ in range(repeats):
+        for variant in variants:
+            loads.append(os.getloadavg()[0])
+            rates[variant].append(run(folder, table, variant, 0, 0, rows)["epoch_rate"])
+    memory = float(np.median(rates["memory"]))
+    for variant, found in rates.items():
+        print(f"{VARIANTS[variant]:40} epoch rows/s median {np.median(found):,.0f} (runs {', '.join(f'{r:,.0f}' for r in found)}): "
+              f"{np.median(found) / memory:.2f}x in memory", flush=True)
+    print(f"load average (1 min) before each run: {min(loads):.1f}-{max(loads):.1f}, median {np.median(loads):.1f}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--gb", type=float, default=10.0)
+    parser.add_argument("--gb", type=float, default=10.0, help="the big table's size (0: none)")
     parser.add_argument("--fits-mb", type=float, default=300.0)
     parser.add_argument("--blocks", type=int, default=24, help="the big runs' epoch: the first N blocks (0: all)")
     parser.add_argument("--limit-gb", type=float, default=3.0)
+    parser.add_argument("--repeats", type=int, default=3, help="turns of the runs on the table that fits")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (memory is always run)")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/big_data"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(Path(args.child[0]), Path(args.child[1]), int(args.child[2]))
+        return child(Path(args.child[0]), Path(args.child[1]), int(args.child[2]), args.child[3])
     args.folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(args.folder).free
-    if free < 2.0 * args.gb * 1e9:  # the CSV, its Parquet (smaller) and room to spare
-        raise SystemExit(f"{args.folder}: {free / 1e9:.0f} GB free; {2 * args.gb:.0f} GB needed for --gb {args.gb}")
+    if free < 3.5 * args.gb * 1e9:  # the CSV, its Parquet (smaller), the streamed runs' cache and room to spare
+        raise SystemExit(f"{args.folder}: {free / 1e9:.0f} GB free; {3.5 * args.gb:.0f} GB needed for --gb {args.gb}")
     try:
         start = time.perf_counter()
         small, _, small_rows = generate(args.folder, "fits", args.fits_mb * 1e6, 1, parquet=False)
-        big, big_pq, big_rows = generate(args.folder, "big", args.gb * 1e9, 0, parquet=True)
-        print(f"generated in {time.perf_counter() - start:.0f} s: {small.name} {small.stat().st_size / 1e6:,.0f} MB "
-              f"({small_rows:,} rows); {big.name} {big.stat().st_size / 1e9:.2f} GB and {big_pq.name} "
-              f"{big_pq.stat().st_size / 1e9:.2f} GB ({big_rows:,} rows)", flush=True)
-        memory = run(args.folder, small, False, 0, 0, small_rows)
-        for blocks, what in ((0, "as is"), (-1, "with the read-ahead hook")):
-            streamed = run(args.folder, small, True, blocks, 0, small_rows)
-            print(f"table that fits, streamed {what}: epoch {streamed['epoch_rate'] / memory['epoch_rate']:.2f}x the "
-                  f"in-memory rows/s; whole run {streamed['run_rate'] / memory['run_rate']:.2f}x", flush=True)
-        for table in (big, big_pq):
-            big_run = run(args.folder, table, True, args.blocks, args.limit_gb, big_rows)
-            print(f"{table.name}: streamed epoch {big_run['epoch_rate'] / memory['epoch_rate']:.2f}x the in-memory "
-                  f"rows/s on the table that fits; fitting passes and the rest {big_run['seconds'] - big_run['epoch_s']:.0f} s",
-                  flush=True)
+        print(f"generated {small.name} {small.stat().st_size / 1e6:,.0f} MB ({small_rows:,} rows) in "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
+        variants = ["memory"] + [v for v in args.variants.split(",") if v in VARIANTS and v != "memory"]
+        interleaved(args.folder, small, small_rows, variants, args.repeats)
+        if args.gb > 0:
+            big_runs(args, small_rows)
     finally:
         if not args.keep:
             shutil.rmtree(args.folder, ignore_errors=True)
+
+
+def big_runs(args: argparse.Namespace, small_rows: int) -> None:
+    """The big table as CSV and Parquet, streamed under the address-space limit (epoch bounded to
+    --blocks blocks), against one in-memory run on the table that fits, just before."""
+    start = time.perf_counter()
+    big, big_pq, big_rows = generate(args.folder, "big", args.gb * 1e9, 0, parquet=True)
+    print(f"generated in {time.perf_counter() - start:.0f} s: {big.name} {big.stat().st_size / 1e9:.2f} GB and "
+          f"{big_pq.name} {big_pq.stat().st_size / 1e9:.2f} GB ({big_rows:,} rows)", flush=True)
+    for table in (big, big_pq):
+        memory = run(args.folder, args.folder / "fits.csv", "memory", 0, 0, small_rows)
+        big_run = run(args.folder, table, "stream", args.blocks, args.limit_gb, big_rows)
+        print(f"{table.name}: streamed epoch {big_run['epoch_rate'] / memory['epoch_rate']:.2f}x the in-memory "
+              f"rows/s on the table that fits; fitting passes and the rest {big_run['seconds'] - big_run['epoch_s']:.0f} s",
+              flush=True)
 
 
 if __name__ == "__main__":

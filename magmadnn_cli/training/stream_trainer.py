@@ -184,6 +184,8 @@ class StreamTrainer(Trainer):
         """This rank's micro-batches of the update of blocks `k` (x, y: the rows of this rank's blocks),
         each rank sent the rows it holds of the others' shares."""
         ranks, rank = self.data_comm.size, self.data_comm.rank
+        if ranks == 1:  # one process: its rows, in order, are the update's
+            return self.micro((B.to_device(x), B.to_device(y)), self.shares_of(len(k), epoch, 0), first)
         shares = [self.shares_of(len(k), epoch, d) for d in range(ranks)]
         wanted = [np.concatenate([np.arange(a, b) for a, b in bounds]) for bounds in shares]
         held = [w[k[w] % ranks == rank] for w in wanted]
