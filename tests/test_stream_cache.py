@@ -79,9 +79,10 @@ def test_regression_and_multilabel_targets_from_the_cache_are_the_files(tmp_path
 
 def test_a_cache_gives_back_each_blocks_arrays_and_travels_to_a_process_on_the_same_host(tmp_path, monkeypatch):
     cache = stream_cache.EncodedBlocks(str(tmp_path))
-    blocks = [stream.Block(0, 10, 0, 3), stream.Block(10, 20, 3, 2)]
+    blocks = [(stream.Block(0, 10, 0, 3), 0), (stream.Block(10, 20, 3, 2), 0), (stream.Block(10, 20, 3, 2), 1)]
     arrays = [(np.arange(12, dtype=np.float32).reshape(3, 4), np.array([0, 1, 1], np.uint8)),
-              (np.full((2, 4), -1.5, np.float32), np.array([[1.0, 0.0], [0.0, 1.0]]))]
+              (np.full((2, 4), -1.5, np.float32), np.array([[1.0, 0.0], [0.0, 1.0]])),
+              (np.empty((0, 4), np.float32), np.empty((0, 2)))]  # a block without rows of a split
     for block, (x, y) in zip(blocks, arrays):
         cache.put(block, x, y)
     assert list(tmp_path.iterdir()) == []  # unlinked: nothing is left behind, whatever ends the process
@@ -90,7 +91,7 @@ def test_a_cache_gives_back_each_blocks_arrays_and_travels_to_a_process_on_the_s
         for block, (x, y) in zip(blocks, arrays):
             got = reader.get(block)
             assert got is not None and all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got, (x, y)))
-        assert reader.get(stream.Block(20, 30, 5, 1)) is None
+        assert reader.get((stream.Block(20, 30, 5, 1), 0)) is None
     sent = pickle.dumps(cache)
     monkeypatch.setattr(stream_cache.socket, "gethostname", lambda: "another-node")
     assert pickle.loads(sent).get(blocks[0]) is None  # on another host: the file is read instead

@@ -16,11 +16,9 @@ import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Hashable
 
 import numpy as np
-
-from .stream import Block
 
 MEMORY_FILE_SYSTEMS = ("tmpfs", "ramfs")
 
@@ -34,23 +32,23 @@ class _Entry:
 
 
 class EncodedBlocks:
-    """Each block's (encoded features, targets), written once (`put`) and read back by any thread
-    (`get`: None for a block never written). Pickled for a node's other ranks, it opens the same
+    """Encoded (features, targets) by key (a block and a split), written once (`put`) and read back
+    by any thread (`get`: None for a key never written). Pickled for a node's other ranks, it opens the same
     file through /proc on the same host; elsewhere it is empty."""
 
     def __init__(self, folder: str | None = None) -> None:
         self.file: Any = tempfile.TemporaryFile(prefix="magmadnn-stream-", dir=folder)  # unlinked at once
         self.fd, self.size = self.file.fileno(), 0
-        self.entries: dict[Block, _Entry] = {}
+        self.entries: dict[Hashable, _Entry] = {}
 
-    def put(self, block: Block, x: np.ndarray, y: np.ndarray) -> None:
+    def put(self, key: Hashable, x: np.ndarray, y: np.ndarray) -> None:
         entry = _Entry(self.size, (x.shape, x.dtype.str), (y.shape, y.dtype.str))
         for array in (x, y):
             self.size += _write_at(self.fd, np.ascontiguousarray(array), self.size)
-        self.entries[block] = entry
+        self.entries[key] = entry
 
-    def get(self, block: Block) -> tuple[np.ndarray, np.ndarray] | None:
-        entry = self.entries.get(block) if self.fd is not None else None
+    def get(self, key: Hashable) -> tuple[np.ndarray, np.ndarray] | None:
+        entry = self.entries.get(key) if self.fd is not None else None
         if entry is None:
             return None
         x = np.empty(*entry.x)
@@ -74,6 +72,8 @@ class EncodedBlocks:
 
 def _write_at(fd: int, array: np.ndarray, offset: int) -> int:
     """Write the array's bytes at `offset` (in pieces where the kernel writes part); their count."""
+    if not array.nbytes:
+        return 0
     view, done = memoryview(array).cast("B"), 0
     while done < len(view):
         done += os.pwrite(fd, view[done:], offset + done)
@@ -82,6 +82,8 @@ def _write_at(fd: int, array: np.ndarray, offset: int) -> int:
 
 def _read_at(fd: int, array: np.ndarray, offset: int) -> None:
     """Fill the array from the file's bytes at `offset`."""
+    if not array.nbytes:
+        return
     view, done = memoryview(array).cast("B"), 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)

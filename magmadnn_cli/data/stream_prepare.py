@@ -79,9 +79,9 @@ class StreamSource:
 
     def _encoded(self, read: Any, block: stream.Block, code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         keep = np.flatnonzero(self.codes(block) == code)
-        cached = self.cache.get(block) if self.cache is not None else None
-        if cached is not None:  # the block's rows as the fitting pass encoded them (row by row: the same)
-            x, y = cached[0][keep], cached[1][keep]
+        cached = self.cache.get((block, code)) if self.cache is not None else None
+        if cached is not None:  # the split's rows as the fitting pass encoded them (row by row: the same)
+            x, y = cached
         else:
             table = read(block, block.first_row)
             part = Table(table.raw.rows(keep), table.y[keep], table.features, table.source)
@@ -269,10 +269,10 @@ def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tupl
     dtype, numbers = np.dtype(B.current().floatx), number_columns(source.encoder, width)
     for block, (x, y) in zip(source.blocks, stream.prefetched(work, source.blocks)):
         codes, dtype = source.codes(block), x.dtype
-        if source.cache is not None:
-            source.cache.put(block, x, y)
         for code in targets:
             targets[code].append(y[codes == code])
+            if source.cache is not None:  # each split's rows apart: a pass reads its own, whole
+                source.cache.put((block, code), x[codes == code], targets[code][-1])
         train = x[np.flatnonzero(codes == stream.TRAIN)[:, None], numbers].astype(np.float64)  # (number columns only)
         moments.add(train)
         if len(train):
