@@ -6,6 +6,7 @@ weights are bitwise those of a run without the cache."""
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import pickle
 
@@ -103,3 +104,28 @@ def test_no_cache_where_the_temporary_folder_is_memory_or_lacks_room(tmp_path, m
     assert not stream_cache.room_for(1 << 62, str(tmp_path))
     monkeypatch.setattr(stream_cache, "file_system", lambda folder: "tmpfs")  # RAM: the cache would eat memory
     assert not stream_cache.room_for(1 << 20, str(tmp_path))
+
+
+def test_a_disk_that_fills_or_a_temporary_folder_that_fails_leaves_the_run_parsing_the_file(tmp_path, capsys,
+                                                                                          monkeypatch, small_blocks):
+    config = _config(tmp_path, _write(tmp_path, "csv"))
+    written, write = [], stream_cache._write_at
+
+    def filling(fd, array, offset):
+        written.append(1)
+        if len(written) > 6:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(fd, array, offset)
+
+    def unwritable(*args):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    for run, name, change in (("file", "room_for", lambda nbytes, folder=None: False),
+                              ("full", "_write_at", filling), ("no_folder", "EncodedBlocks", unwritable)):
+        with monkeypatch.context() as patched:
+            patched.setattr(stream_cache, name, change)
+            code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / run)
+            assert code == 0, out + err
+    assert len(written) > 6
+    for run in ("full", "no_folder"):
+        got, parsed = _weights(tmp_path / run), _weights(tmp_path / "file")
+        assert all(np.array_equal(got[k], parsed[k]) for k in parsed), run

@@ -42,10 +42,24 @@ class EncodedBlocks:
         self.entries: dict[Hashable, _Entry] = {}
 
     def put(self, key: Hashable, x: np.ndarray, y: np.ndarray) -> None:
+        """Keep (x, y) under `key`; where the disk fills (other processes, a node's other ranks), the
+        cache is dropped and later passes parse the file."""
+        if self.fd is None:
+            return
         entry = _Entry(self.size, (x.shape, x.dtype.str), (y.shape, y.dtype.str))
-        for array in (x, y):
-            self.size += _write_at(self.fd, np.ascontiguousarray(array), self.size)
+        try:
+            for array in (x, y):
+                self.size += _write_at(self.fd, np.ascontiguousarray(array), self.size)
+        except OSError:
+            self.drop()
+            return
         self.entries[key] = entry
+
+    def drop(self) -> None:
+        """Forget every entry and free the file's space."""
+        if self.file is not None:
+            self.file.close()
+        self.file, self.fd, self.entries = None, None, {}
 
     def get(self, key: Hashable) -> tuple[np.ndarray, np.ndarray] | None:
         entry = self.entries.get(key) if self.fd is not None else None
@@ -58,11 +72,12 @@ class EncodedBlocks:
         return x, y
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "path": f"/proc/{os.getpid()}/fd/{self.fd}", "entries": self.entries}
+        path = f"/proc/{os.getpid()}/fd/{self.fd}" if self.fd is not None else None
+        return {"host": socket.gethostname(), "path": path, "entries": self.entries if path else {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.entries, self.size, self.file, self.fd = state["entries"], 0, None, None
-        if state["host"] == socket.gethostname():
+        if state["path"] and state["host"] == socket.gethostname():
             try:
                 self.file = open(state["path"], "rb")  # the writer's unlinked file, while it lives
                 self.fd = self.file.fileno()
@@ -115,5 +130,9 @@ def room_for(nbytes: int, folder: str | None = None) -> bool:
 
 
 def encoded_blocks(nbytes: int) -> EncodedBlocks | None:
-    """A cache for `nbytes` of encoded rows, where there is room for one (`room_for`)."""
-    return EncodedBlocks() if room_for(nbytes) else None
+    """A cache for `nbytes` of encoded rows, where there is room for one (`room_for`) and the
+    temporary folder takes a file."""
+    try:
+        return EncodedBlocks() if room_for(nbytes) else None
+    except OSError:
+        return None
