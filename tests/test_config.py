@@ -53,7 +53,8 @@ def _replace(old: str, new: str) -> str:
      [r"c.yaml:11: model.layers.0.activation: invalid value", "received: 'rleu'", "did you mean 'relu'?"]),
     # loss vs output activation
     ("units: 3, activation: softmax", "units: 3, activation: relu",
-     ["c.yaml:13: loss: cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu'"]),
+     ["c.yaml:13: loss: cross_entropy needs a final softmax activation (model.layers.1.activation); received 'relu': "
+      "set model.layers.1.activation: softmax"]),
     # whole-config checks at the key to fix, not the file's first line
     ("units: 3, activation: softmax", "units: 3, activation: softmax, name: dense_0",
      ["c.yaml:12: model.layers.1: named 'dense_0', like model.layers.0: weights are saved by layer name"]),

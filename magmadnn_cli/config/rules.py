@@ -50,7 +50,8 @@ def head_problem(layers: Sequence[Any], loss: str) -> tuple[tuple[str | int, ...
     where = f"model.layers.{head.index}.activation"
     required = LossSpec.declarations[loss].fuses
     if required and head.activation != required:
-        return ("loss",), f"{loss} needs a final {required} activation ({where}); received {head.activation!r}"
+        return ("loss",), (f"{loss} needs a final {required} activation ({where}); received {head.activation!r}: "
+                           f"set {where}: {required}")
     if required and not head.fused:
         after = head.index + 1
         return ("model", "layers", after), (
