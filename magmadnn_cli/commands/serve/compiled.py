@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class Compiled:
         saved, cfg = model.saved, model.saved.config.data
         self.saved, self.source = saved, "request"
         self.features = list(saved.features)
+        self.order = tuple(self.features)
         columns = saved.encoder.columns
         text = spec.text_columns(self.features)
         self.usable = ([c.name for c in columns] == self.features and not cfg.missing_tokens and saved.encoder.width > 0
@@ -104,8 +105,9 @@ class Compiled:
             return None
         return Table(RawColumns(np.empty((len(x), 0), x.dtype)), None, self.features, self.source), normalized
 
-    def _rows(self, payload: Any) -> list[tuple[Any, ...]] | None:
-        """The rows' values in feature order, where the body names exactly the model's columns."""
+    def _rows(self, payload: Any) -> list[Iterable[Any]] | None:
+        """The rows' values in feature order, where the body names exactly the model's columns (records
+        whose keys all come in the model's order: their values as they are, no lookup per key)."""
         if isinstance(payload, dict) and len(payload) == 1:
             (key, body), = payload.items()
             if key == "dataframe_split" and isinstance(body, dict) and body.keys() == {"columns", "data"}:
@@ -117,6 +119,8 @@ class Compiled:
             return None
         if set(map(type, payload)) != {dict} or set(map(len, payload)) != {len(self.features)}:
             return None
+        if set(map(tuple, payload)) == {self.order}:  # keys as the model orders them: the values as they are
+            return list(map(dict.values, payload))
         get = itemgetter(*self.features)
         try:  # each record holds the model's columns (and, as long, only them)
             return [get(r) for r in payload] if len(self.features) > 1 else [(get(r),) for r in payload]
@@ -135,18 +139,19 @@ class Compiled:
         get = itemgetter(*(names.index(n) for n in self.features))
         return [get(r) for r in rows] if k > 1 else [(get(r),) for r in rows]
 
-    def _encode(self, cells: list[Any]) -> np.ndarray | None:
+    def _encode(self, cells: list[Iterable[Any]]) -> np.ndarray | None:
         """The encoded rows before normalization, or None."""
         dtype, n = self.how.dtype, len(cells)
         columns = list(zip(*cells)) if self.text else None
         numeric = [j for j in range(len(self.features)) if j not in self.tables]
-        values = [columns[j] for j in numeric] if columns is not None else cells
-        if not set(map(type, chain.from_iterable(values))) <= NUMERIC:
+        values = list(chain.from_iterable([columns[j] for j in numeric] if columns is not None else cells))
+        if not set(map(type, values)) <= NUMERIC:
             return None
         try:
-            wide = np.array(values, dtype=np.float64).reshape((len(numeric), n) if columns is not None else (n, -1))
+            wide = np.fromiter(values, np.float64, len(values))
         except OverflowError:  # an integer past float64: the general path reads it as text
             return None
+        wide = wide.reshape((len(numeric), n) if columns is not None else (n, -1))
         with np.errstate(over="ignore"):
             x = np.full((n, len(self.features)), np.nan, dtype)
             x[:, numeric] = wide.T if columns is not None else wide
