@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from ..config.names import FORMATS
+from . import image_png
 
 try:
     from PIL import Image, ImageOps
@@ -66,9 +67,10 @@ def decode(path: Path, how: Decoding) -> np.ndarray:
 
 
 def decode_into(path: Path | str, how: Decoding, hwc: np.ndarray) -> None:
-    """The image's pixels into `hwc` (H, W, C) uint8: opened, drafted (a large JPEG), coloured,
-    resized, copied once."""
-    with _opened(path) as im:
+    """The image's pixels into `hwc` (H, W, C) uint8: a simple PNG read by `image_png`, any other file
+    opened by Pillow (a large JPEG drafted); coloured, resized, copied once."""
+    simple = image_png.simple_png(path) if str(path).lower().endswith(".png") else None
+    with simple or _opened(path) as im:
         _drafted(im, how)
         im = _resized(_colored(im, how.color), how)
         hwc[...] = np.frombuffer(im.tobytes(), np.uint8).reshape(hwc.shape)
