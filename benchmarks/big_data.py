@@ -5,13 +5,13 @@ chunk by chunk), trained by `magmadnn train` with data.stream: true under an add
 of the in-memory path. Each run is its own process; its peak RSS is read from wait4.
 
 On the table that fits, the in-memory run and the streamed variants (as is; without the cache of
-encoded rows; with nothing read ahead) run in turn `--repeats` times, and their epoch rows/s are
+encoded rows, blocks parsed ahead or not; cached blocks read ahead) run in turn `--repeats` times, and their epoch rows/s are
 compared by medians (the load of a shared machine drifts; the load average is printed with each).
 The streamed runs over the big table make both fitting passes over the whole file; their epoch (and
 final evaluation) is bounded to the file's first `--blocks` blocks when a whole epoch would take too
 long on a shared machine (the child keeps those blocks after fitting; 0: the whole file).
 
-    python benchmarks/big_data.py [--gb 10] [--fits-mb 300] [--repeats 3] [--variants stream,no-cache,no-ahead]
+    python benchmarks/big_data.py [--gb 10] [--fits-mb 300] [--repeats 3] [--variants stream,no-cache,no-cache-no-ahead,ahead]
                                   [--blocks 24] [--limit-gb 3] [--folder /tmp/big_data] [--keep]
 """
 
@@ -78,29 +78,40 @@ def generate(folder: Path, name: str, size: float, seed: int, parquet: bool) -> 
     return csv_path, pq_path, rows
 
 
-VARIANTS = {"memory": "in memory", "stream": "streamed", "no-cache": "streamed, no cache of encoded rows",
-            "no-gather-ahead": "streamed, blocks read ahead, batches not", "no-ahead": "streamed, nothing read ahead"}
+VARIANTS = {"memory": "in memory", "stream": "streamed", "no-cache": "streamed, no cache (blocks parsed ahead)",
+            "no-cache-no-ahead": "streamed, no cache, nothing ahead", "ahead": "streamed, cached blocks read ahead"}
 
 
 def child(config: Path, out: Path, blocks: int, variant: str = "stream") -> None:
     """In the measured process: `magmadnn train`, its streamed epoch bounded to the first `blocks`
     blocks (after both fitting passes over the whole file) when `blocks` > 0; `variant` no-cache:
-    each pass parses the file again (data/stream_cache.py off); no-gather-ahead: no batch gathered
-    ahead; no-ahead: neither a block nor a batch (each when its step needs it)."""
+    each pass parses the file again (data/stream_cache.py off), the next blocks in a thread;
+    no-cache-no-ahead: each block parsed when its step needs it; ahead: cached blocks read ahead in
+    a thread too (what StreamSource.ahead leaves out)."""
     if blocks > 0:
         bound_epoch(blocks)
-    if variant == "no-cache":
+    if variant.startswith("no-cache"):
         from magmadnn_cli.data import stream_cache
         stream_cache.room_for = lambda nbytes, folder=None: False
-    if variant in ("no-ahead", "no-gather-ahead"):
-        from magmadnn_cli.training import stream_trainer
-        stream_trainer.prefetch_depth = lambda device: 0
-    if variant == "no-ahead":
+    if variant == "no-cache-no-ahead":
         from magmadnn_cli.data.stream_prepare import StreamSource
         StreamSource.ahead = lambda self, order, code: self.close()
+    if variant == "ahead":
+        read_ahead_always()
     from magmadnn_cli import cli
     sys.argv = ["magmadnn", "train", str(config), "--out", str(out), "-q", "--overwrite"]
     cli.main()
+
+
+def read_ahead_always() -> None:
+    from magmadnn_cli.data import stream
+    from magmadnn_cli.data.stream_prepare import StreamSource
+
+    def ahead(self, order, code):
+        self.close()
+        read = self.file.reader()
+        self._ahead = (code, stream.Prefetcher(lambda block: self._encoded(read, block, code), order))
+    StreamSource.ahead = ahead
 
 
 def bound_epoch(blocks: int) -> None:

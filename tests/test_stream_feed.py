@@ -1,6 +1,6 @@
-"""A streamed epoch's rows are gathered batch by batch, ahead of the step, in the background (issue
-48, speed), as the in-memory path gathers its batches (`training/batches.Prefetch`): the main thread
-only exchanges rows and steps. The weights are those of one process, gathered any way."""
+"""A streamed epoch's rows are gathered an update at a time, when it is drawn (issue 48, speed), not
+a block's rows at once; with the cache of encoded rows, no thread reads ahead (its hand-offs cost
+the steps more than a cached read). The weights are those of one process, gathered any way."""
 
 from __future__ import annotations
 
@@ -21,21 +21,20 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(stream_prepare, "BUFFER_ROWS", 128)
 
 
-def test_rows_are_gathered_a_batch_at_a_time_off_the_main_thread(tmp_path, capsys, monkeypatch, small_blocks):
+def test_rows_are_gathered_an_update_at_a_time_and_nothing_cached_is_read_ahead(tmp_path, capsys, monkeypatch, small_blocks):
     config = _config(tmp_path, _write(tmp_path, "csv"))
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "before")
     assert code == 0, out + err
-    gathers: list[tuple[int, bool]] = []
-    take = stream_trainer.OwnedRows.take
-
-    def counted(self, k, row, mine, x, y):
-        gathers.append((len(k), threading.current_thread() is threading.main_thread()))
-        return take(self, k, row, mine, x, y)
-    monkeypatch.setattr(stream_trainer.OwnedRows, "take", counted)
+    gathers: list[int] = []
+    take, prefetcher = stream_trainer.OwnedRows.take, stream.Prefetcher
+    monkeypatch.setattr(stream_trainer.OwnedRows, "take",
+                        lambda self, k, row, mine, x, y: gathers.append(len(k)) or take(self, k, row, mine, x, y))
+    started = []
+    monkeypatch.setattr(stream, "Prefetcher", lambda *a, **k: started.append(1) or prefetcher(*a, **k))
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "after")
     assert code == 0, out + err
-    assert gathers and max(n for n, _ in gathers) <= 32  # training.batch_size: no piece gathered whole
-    assert not any(main for _, main in gathers)  # drawn ahead by the batch thread
+    assert gathers and max(gathers) <= 32  # training.batch_size: no piece gathered whole
+    assert len(started) == 1  # the fitting pass's reader ahead; epochs and evaluations read the cache
     before, after = _weights(tmp_path / "before"), _weights(tmp_path / "after")
     assert all(np.array_equal(before[k], after[k]) for k in before)
 

@@ -146,7 +146,7 @@ def test_a_ranks_blocks_are_read_ahead_of_the_steps(tmp_path, capsys, monkeypatc
     """Each epoch, the blocks this rank reads are read and encoded in the background, in the order
     it takes them (`StreamSource.ahead`); a resumed epoch reads ahead only those it still needs."""
     from conftest import run_cli
-    from magmadnn_cli.data import stream
+    from magmadnn_cli.data import stream, stream_cache
     from magmadnn_cli.data.stream_prepare import StreamSource
     asked, served = [], []
     real_ahead, real_get = StreamSource.ahead, stream.Prefetcher.get
@@ -161,6 +161,7 @@ def test_a_ranks_blocks_are_read_ahead_of_the_steps(tmp_path, capsys, monkeypatc
         return found
     monkeypatch.setattr(StreamSource, "ahead", ahead)
     monkeypatch.setattr(stream.Prefetcher, "get", get)
+    monkeypatch.setattr(stream_cache, "room_for", lambda nbytes, folder=None: False)  # blocks parsed: read ahead
     config, _ = _project(tmp_path, "csv")
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "run", "--set", "training.epochs=2",
                              "--set", "training.checkpoint.every_steps=25", "--set", "training.checkpoint.keep=10")

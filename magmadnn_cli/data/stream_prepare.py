@@ -92,8 +92,12 @@ class StreamSource:
 
     def ahead(self, order: list[stream.Block], code: int) -> None:
         """A new pass: the file reopened, and `order`'s blocks (those this process reads next, in the
-        order it reads them) read and encoded for split `code` in a background thread."""
+        order it reads them) read and encoded for split `code` in a background thread, unless the
+        cache holds them: a cached block is one copy from the page cache, cheaper than what the
+        thread's hand-offs cost the steps (docs/performance.md, streamed epochs)."""
         self.close()
+        if self.cache is not None and all((block, code) in self.cache.entries for block in order):
+            return
         read = self.file.reader()
         self._ahead = (code, stream.Prefetcher(lambda block: self._encoded(read, block, code), order))
 
