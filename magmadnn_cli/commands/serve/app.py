@@ -104,20 +104,23 @@ class Predictions:
         proba = query.get("proba", "false").lower() in ("true", "1", "yes")
         if proba and self.service.model.task == "regression":
             return 422, "proba=true gives class probabilities; this is a regression model (leave it out)", []
-        try:
-            body = await _body(receive)
-        except BodyTooLarge:
-            return 413, _too_large(self.limits), []
         headers = dict(scope["headers"])
-        content_type = headers.get(b"content-type", b"").decode("latin-1")
+        with self.service.receiving():  # a batch being gathered waits for it
+            try:
+                body = await _body(receive)
+            except BodyTooLarge:
+                return 413, _too_large(self.limits), []
+            job, answered = _submitted(self.service, body, headers.get(b"content-type", b"").decode("latin-1"), proba)
         try:
-            rows = await asyncio.wait_for(_submitted(self.service, body, content_type, proba), self.limits.timeout)
+            rows = await asyncio.wait_for(answered, self.limits.timeout)
         except asyncio.TimeoutError:
             return 504, (f"{SOURCE}: not answered within --timeout-s {self.limits.timeout:g} s; send fewer rows a "
                          "request, or start the server with a larger --timeout-s"), []
         except Exception as exc:  # noqa: BLE001  every error is an answer; the server goes on
             status = status_of(exc)
             return status, str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}", []
+        finally:
+            job.cancelled = True  # answered, or given up on (timed out): nothing more to do for it
         return 200, *_answer(rows, self.columns[proba], headers.get(b"accept", b"").decode("latin-1"))
 
 
@@ -133,8 +136,9 @@ async def _body(receive: Callable) -> bytes:
             return b"".join(chunks)
 
 
-async def _submitted(service: Service, body: bytes, content_type: str, proba: bool) -> np.ndarray:
-    """The output rows of one request, from the model's thread (cancelled there if it times out)."""
+def _submitted(service: Service, body: bytes, content_type: str, proba: bool) -> tuple[Job, asyncio.Future]:
+    """One request queued for the model's thread, and the future of its output rows (the job is
+    cancelled there once its answer is given up on)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -144,10 +148,7 @@ async def _submitted(service: Service, body: bytes, content_type: str, proba: bo
 
     job = Job(body, content_type, proba, lambda rows, exc: loop.call_soon_threadsafe(settle, rows, exc))
     service.submit(job)
-    try:
-        return await future
-    finally:
-        job.cancelled = True  # answered, or given up on (timed out): nothing more to do for it
+    return job, future
 
 
 def _answer(rows: np.ndarray, columns: Columns, accept: str) -> tuple[bytes, list]:

@@ -4,11 +4,12 @@ as it would alone. No web framework here."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -18,6 +19,8 @@ from ...inference import Predictor, new_tally, read_spec
 from .bodies import SOURCE, parse
 from .compiled import Compiled
 from .metrics import Metrics
+
+POLL = 0.001  # seconds between looks at whether a request is still on its way
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Service:
 
     def __init__(self, model: Predictor, max_rows: int, max_wait: float, metrics: "Metrics") -> None:
         self.model, self.max_rows, self.max_wait, self.metrics = model, max_rows, max_wait, metrics
+        self.arriving = 0  # requests whose body is being read, not yet submitted (`receiving`)
         self.ready = threading.Event()
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="magmadnn-model", daemon=True)
@@ -70,6 +74,16 @@ class Service:
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
 
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[None]:
+        """Around a request's body read and `submit`: a batch waits (at most max_wait) only for
+        requests on their way (used from the event loop's thread only)."""
+        self.arriving += 1
+        try:
+            yield
+        finally:
+            self.arriving -= 1
+
     def _run(self) -> None:
         with self.model.using():
             self._warm_up()
@@ -86,8 +100,9 @@ class Service:
         self.model.outputs(np.zeros(shape, self.spec.dtype), "warm-up", lambda rows: [int(r) + 1 for r in rows])
 
     def _gather(self) -> list[Job] | None:
-        """The next batch: the first request queued, then those that arrive within max_wait while
-        the rows stay under max_rows (None: stop)."""
+        """The next batch: the first request queued, then those queued meanwhile and those on their way
+        (`receiving`) within max_wait, while the rows stay under max_rows (None: stop). With none on
+        its way the batch waits for nobody: the network runs per request, so a wait buys little."""
         first = self.jobs.get()
         if first is None:
             return None
@@ -95,10 +110,15 @@ class Service:
         deadline = time.monotonic() + self.max_wait
         while rows < self.max_rows:
             try:
-                job = self.jobs.get(timeout=max(0.0, deadline - time.monotonic())) if self.max_wait else \
-                    self.jobs.get_nowait()
+                job = self.jobs.get_nowait()
             except queue.Empty:
-                break
+                left = deadline - time.monotonic()
+                if not self.arriving or left <= 0:
+                    break
+                try:
+                    job = self.jobs.get(timeout=min(left, POLL))
+                except queue.Empty:
+                    continue
             if job is None:
                 self.jobs.put(None)  # stop after this batch
                 break
