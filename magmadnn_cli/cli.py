@@ -209,7 +209,7 @@ def serve(model: ModelArg,
                                             "other machines)")] = "127.0.0.1",
           port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: a free one)")] = 8080,
           max_batch_rows: Annotated[int, typer.Option(help="rows the model's thread takes at once")] = 1024,
-          max_wait_ms: Annotated[float, typer.Option(help="how long it waits for more requests to join")] = 5.0,
+          max_wait_ms: Annotated[float, typer.Option(help="the longest a batch waits for requests whose bodies are still arriving (a lone request waits for none)")] = 5.0,
           max_body_mb: Annotated[float, typer.Option(help="larger request bodies are refused (413)")] = 16.0,
           timeout_s: Annotated[float, typer.Option(help="a request not answered in time gets 504")] = 30.0,
           token_file: Annotated[Optional[Path], typer.Option(help="every endpoint but /health needs "
