@@ -9,8 +9,9 @@ the streamed path is built from, each a function of the file, the seed and the e
   most `buffer_rows` rows (`epoch_rows`).
 The fitting passes (exact moments merged block by block: data/metrics.py's `Moments`) are
 `data/stream_prepare.py`'s.
-`data.stream` wires them to `train` (data/stream_prepare.py, training/stream_trainer.py); the ranks'
-disjoint blocks are still to come.
+`data.stream` wires them to `train` (data/stream_prepare.py, training/stream_trainer.py); several
+ranks read disjoint blocks and swap rows (distributed/stream_ranks.py); the encoded blocks are kept
+for later passes in an unlinked temp file (data/stream_cache.py).
 """
 
 from __future__ import annotations
