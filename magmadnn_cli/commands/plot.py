@@ -150,7 +150,7 @@ def _checkpoints(folder: Path) -> list[Path]:
 def _checkpointed_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
     """The epochs a checkpoint holds (a run that has not ended, or was stopped), and a title note."""
     from ..training.checkpoint import read, unpack
-    from ..training.trainer import epochs_of
+    from ..training.history import epochs_of
     ckpt = read(path)
     try:
         rows = epochs_of(unpack(ckpt.meta["state"], ckpt.arrays)["trainer"])

@@ -28,7 +28,8 @@ from ..training.run_checks import bias_warnings
 from ..training.checkpoint import Checkpoint, check_compatible, check_config_matches, load_for_resume, restore
 from ..training.evaluation import split_report
 from ..training.modelfile import save as save_model
-from ..training.trainer import History, Trainer
+from ..training.history import History
+from ..training.trainer import Trainer
 from ..training.tracking import check_tracking, tracked
 from ..distributed.comm import on_root
 from ..training.run_folder import FolderLock, RunFolder, locked, remove_made, say_replacing

@@ -18,7 +18,8 @@ from ..core.counter_random import derive_key
 from ..data.prepare import Split
 from ..distributed.async_sgd import AsyncParallel
 from ..errors import DivergenceError
-from .trainer import Array, History, Trainer
+from .history import History
+from .trainer import Array, Trainer
 
 
 class AsyncTrainer(Trainer):

@@ -34,7 +34,8 @@ from .early_stopping import EarlyStopper
 from .stream_trainer import StreamTrainer
 from .run_checks import check_memory, check_run
 from .run_folder import RunFolder
-from .trainer import History, Plan, Trainer
+from .history import History
+from .trainer import Plan, Trainer
 
 
 @dataclass

@@ -12,13 +12,11 @@ what one process computes.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Protocol
 
@@ -34,6 +32,7 @@ from .. import signals
 from ..signals import StopSignals
 from .batches import BatchSchedule, prefetch_depth, prefetched, split_bounds
 from .early_stopping import EarlyStopper
+from .history import History, epochs_of
 from .evaluation import evaluate_split
 from ..data.targets import target_task
 from .segments import Segments
@@ -46,34 +45,6 @@ Array = Any
 Augment = Callable[[Array, np.ndarray, int], Array]  # (batch, rows' global positions, epoch key) -> batch
 Micro = list[tuple[Array, Array, Array]]  # this rank's (rows, targets, epoch positions) of each batch of an update
 Update = tuple[int, Micro, int]  # (step, this rank's micro-batches, the update's global rows)
-
-
-@dataclass
-class History:
-    epochs: list[dict[str, Any]] = field(default_factory=list)
-    stopped_early: bool = False
-    pruned: bool = False
-    best_epoch: int | None = None
-
-    def csv(self) -> str:
-        """metrics.csv: one row per epoch, a column per metric any epoch has."""
-        columns = list(dict.fromkeys(k for row in self.epochs for k in row))
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=columns or ["epoch"], lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(self.epochs)
-        return text.getvalue()
-
-
-def epochs_of(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """The history's epochs in a trainer's state: JSON lines (checkpoint format 3), or a list (format 2)."""
-    lines = state.get("history_epochs")
-    if lines is None:
-        return list(state["history"].get("epochs", []))
-    epochs = [json.loads(line) for line in lines.tobytes().split(b"\n") if line]
-    if not all(isinstance(e, dict) for e in epochs):
-        raise ValueError("the history's epochs are not JSON objects")
-    return epochs
 
 
 @dataclass
