@@ -52,7 +52,8 @@ def test_a_streamed_epoch_that_runs_out_of_memory_names_the_budget_and_the_fix(t
 
 
 def test_the_fitting_pass_running_out_of_memory_is_named(tmp_path, capsys, monkeypatch, small_blocks):
-    monkeypatch.setattr(stream_prepare, "encode_features", _fails_after(3, stream_prepare.encode_features))
+    from magmadnn_cli.data import stream_fit  # (the fitting passes' module)
+    monkeypatch.setattr(stream_fit, "encode_features", _fails_after(3, stream_fit.encode_features))
     config = _config(tmp_path, _write(tmp_path, "parquet"))
     _refused(capsys, config, tmp_path, "t.parquet", "row groups")
 

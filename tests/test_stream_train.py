@@ -233,6 +233,7 @@ def test_category_values_of_blocks_read_as_numbers_are_categories(tmp_path, monk
     column = next(c for c in data.encoder.columns if c.name == "code")
     train = stream.split_codes(np.arange(rows), 3, 0.2, 0.0) == stream.TRAIN
     assert column.kind == "category" and set(codes[train]) <= set(column.categories)
-    monkeypatch.setattr(stream_prepare, "DISTINCT_NUMBERS", 100)
+    from magmadnn_cli.data import stream_fit  # (the fitting passes' module)
+    monkeypatch.setattr(stream_fit, "DISTINCT_NUMBERS", 100)
     with pytest.raises(DataError, match="'code'.*over 100 distinct.*data.columns.code.*data.stream: false"):
         stream_prepare.prepare_streamed(cfg, "classification", 3)

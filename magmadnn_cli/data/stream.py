@@ -7,8 +7,8 @@ the streamed path is built from, each a function of the file, the seed and the e
   file and the seed (`split_codes`), so no pass is needed to split, and any reader of any block agrees.
 - An epoch's order: the blocks permuted by the seed and the epoch, their rows mixed in a buffer of at
   most `buffer_rows` rows (`epoch_rows`).
-The fitting passes (exact moments merged block by block: data/metrics.py's `Moments`) are
-`data/stream_prepare.py`'s.
+The fitting passes (exact moments merged block by block: data/metrics.py's `Moments`), split over
+the ranks, are `data/stream_fit.py`'s.
 `data.stream` wires them to `train` (data/stream_prepare.py, training/stream_trainer.py); several
 ranks read disjoint blocks and swap rows (distributed/stream_ranks.py); the encoded blocks are kept
 for later passes in an unlinked temp file (data/stream_cache.py).
@@ -44,6 +44,7 @@ except ImportError:  # a dependency; BlockFile.of refuses through open_source / 
 
 BLOCK_BYTES = 1 << 26  # a CSV block's size (64 MiB of text)
 TRAIN, VALIDATION, TEST = 0, 1, 2
+SPLITS = (TRAIN, VALIDATION, TEST)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,15 @@ class BlockFile:
             opened = pq.ParquetFile(str(self.path))
             return lambda block, first: self._table(opened.read_row_group(block.lo, columns=self.columns), first)
         return self._lines
+
+    def count(self, block: Block) -> int:
+        """A block's rows without parsing it: its row group's count, or its non-empty lines (as a read
+        counts them: a read whose rows differ is refused)."""
+        if block.rows >= 0:
+            return block.rows
+        with open(self.path, "rb") as f:
+            f.seek(block.lo)
+            return _lines(f.read(block.hi - block.lo))
 
     def _table(self, table: Any, first_row: int) -> Table:
         fmt = self.fmt

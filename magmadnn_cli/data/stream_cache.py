@@ -85,6 +85,19 @@ class EncodedBlocks:
                 pass
 
 
+class JoinedBlocks:
+    """Several caches read as one (the ranks' caches of the blocks each encoded): `get` and `entries` as
+    `EncodedBlocks`', from whichever holds the key."""
+
+    def __init__(self, parts: list[EncodedBlocks]) -> None:
+        self.parts = parts
+        self.entries: dict[Hashable, int] = {key: i for i, part in enumerate(parts) for key in part.entries}
+
+    def get(self, key: Hashable) -> tuple[np.ndarray, np.ndarray] | None:
+        at = self.entries.get(key)
+        return self.parts[at].get(key) if at is not None else None
+
+
 def _write_at(fd: int, array: np.ndarray, offset: int) -> int:
     """Write the array's bytes at `offset` (in pieces where the kernel writes part); their count."""
     if not array.nbytes:

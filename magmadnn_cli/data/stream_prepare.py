@@ -1,6 +1,7 @@
 """Streamed epochs wired to `train` (issue 48, item 2; `data.stream`): the file is never held whole.
 
-Two bounded passes over the blocks (data/stream.py) fit what `prepare` fits on the training rows:
+Two bounded passes over the blocks (data/stream.py; data/stream_fit.py, split over the ranks) fit
+what `prepare` fits on the training rows:
 1. a survey: every row's split by the hash rule, the labels of all rows, each text column's values
    over the training rows, and a uniform sample of `SAMPLE_ROWS` training rows (bottom-k by hash);
    the column encoder is fitted on the sample (types, fills: medians of the sample) and its
@@ -23,17 +24,15 @@ from ..config.data import DataConfig
 from ..core import backend as B
 from ..errors import DataError
 from . import stream
-from .columns import ColumnEncoder, RawColumns, canonical, is_missing
+from .columns import ColumnEncoder
 from .fitting import fit
-from .metrics import Moments
-from .normalize import Normalizer, TargetScaler, normalize_method
+from .normalize import Normalizer, TargetScaler
 from .prepare import Prepared, Split, encode_features, map_labels
-from .stream_cache import EncodedBlocks, encoded_blocks
+from .stream_cache import EncodedBlocks, JoinedBlocks, encoded_blocks
+from .stream_fit import SAMPLE_ROWS, FitRanks, Survey, compact, fitted_normalizer, joined_caches, survey, widened
 from .table import ReadSpec, Table, typed_labels
 from .targets import table_task, target_task
 
-SAMPLE_ROWS = 1 << 16  # training rows the column types and fills are fitted on
-DISTINCT_NUMBERS = 1 << 16  # distinct number cells a column's survey collects (for a column text elsewhere)
 BUFFER_ROWS = 1 << 16  # rows an epoch's shuffle mixes at a time
 SPLIT_CODES = {"train": stream.TRAIN, "validation": stream.VALIDATION, "test": stream.TEST}
 T = TypeVar("T")
@@ -56,7 +55,7 @@ class StreamSource:
     buffer_rows: int = BUFFER_ROWS
     targets: TargetScaler = field(default_factory=TargetScaler)  # regression targets' scaling
     file: stream.BlockFile | None = None  # None: worked out from path and spec
-    cache: EncodedBlocks | None = None  # each block's encoded rows, kept by the fitting pass
+    cache: EncodedBlocks | JoinedBlocks | None = None  # each block's encoded rows, kept by the fitting pass
     _read: Any = field(default=None, repr=False)  # this pass's reader (the caller's thread)
     _ahead: tuple[int, stream.Prefetcher] | None = field(default=None, repr=False)  # (split code, reader ahead)
 
@@ -176,158 +175,23 @@ class InOrder:
                         "at once; this needs them all (a checkpoint's data check, --resume): set data.stream: false")
 
 
-@dataclass
-class Survey:
-    """The first pass: blocks counted, rows per split, the labels, training text values, a sample."""
-    blocks: list[stream.Block] = field(default_factory=list)
-    rows: np.ndarray = field(default_factory=lambda: np.zeros(3, np.int64))
-    labels: set = field(default_factory=set)  # the distinct target cells (labelled tasks only)
-    values: dict[int, set] = field(default_factory=dict)  # text columns' training values
-    numbers: dict[int, set | None] = field(default_factory=dict)  # number-typed cells' (None: too many)
-    keys: np.ndarray = field(default_factory=lambda: np.empty(0))
-    sample: RawColumns | None = None
-    features: list[str] = field(default_factory=list)
-    source: str = ""
-    file: stream.BlockFile | None = None
-
-
-def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: int, labelled: bool = True,
-           sample_rows: int = SAMPLE_ROWS) -> Survey:
-    """One pass over the blocks in file order (memory: a block, the sample, the distinct values; the
-    distinct target cells when `labelled`, the loss's targets being labels)."""
-    found = Survey()  # (the file's dialect sniffed, its header read, once)
-    found.file = stream.BlockFile.of(path, spec)
-    for block, table in stream.counted(found.file, found.file.blocks(block_bytes)):
-        found.blocks.append(block)
-        found.features, found.source = table.features, table.source
-        positions = np.arange(block.first_row, block.first_row + block.rows)
-        codes = stream.split_codes(positions, seed, cfg.validation_split, cfg.test_split)
-        found.rows += np.bincount(codes, minlength=3)
-        if table.y is None:
-            raise DataError(f"{table.source}: no target column {cfg.target!r}")
-        if labelled:
-            found.labels.update(np.unique(map_labels(table.y, cfg.label_map).astype(str)).tolist())
-        train = np.flatnonzero(codes == stream.TRAIN)
-        for j, cells in table.raw.text.items():
-            found.values.setdefault(j, set()).update(np.unique(cells[train]).tolist())
-        _numbers_seen(found, table.raw, train)
-        _sampled(found, table.raw.rows(train), stream.row_hash(positions[train], seed, salt=1), sample_rows)
-    return found
-
-
-def _sampled(found: Survey, raw: RawColumns, keys: np.ndarray, k: int) -> None:
-    """Keep the k rows whose keys are lowest: a uniform sample, whatever the blocks."""
-    both, old = raw, found.sample
-    if old is not None:  # a column read as text in any block is text (its number cells written out)
-        text = {j: np.concatenate([old.cells(j), raw.cells(j)]) for j in set(old.text) | set(raw.text)}
-        both = RawColumns(np.concatenate([old.x, raw.x]), text, np.concatenate([old.row_ids, raw.row_ids]))
-    keys = np.concatenate([found.keys, keys])
-    lowest = np.sort(np.argsort(keys, kind="stable")[:k])  # in file order
-    found.keys, found.sample = keys[lowest], both.rows(lowest)
-
-
-def _numbers_seen(found: Survey, raw: RawColumns, rows: np.ndarray) -> None:
-    """Each column's distinct training values in the blocks that read it as numbers, up to
-    DISTINCT_NUMBERS (then None): a column text in other blocks is a category holding them too."""
-    for j in range(raw.x.shape[1]):
-        if j in raw.text or found.numbers.get(j, set()) is None:
-            continue
-        column = raw.x[rows, j]
-        seen = found.numbers.setdefault(j, set())
-        seen.update(np.unique(column[~np.isnan(column)]).tolist())
-        if len(seen) > DISTINCT_NUMBERS:
-            found.numbers[j] = None
-
-
-def widened(encoder: ColumnEncoder, found: Survey) -> ColumnEncoder:
-    """The sample's category columns given every value the training rows hold (number cells written
-    as text is, `RawColumns.cells`); a category whose number cells are too many to collect is refused."""
-    for j, column in enumerate(encoder.columns):
-        if column.kind != "category":
-            continue
-        if j in found.numbers and found.numbers[j] is None:
-            raise DataError(f"{found.source}: column {column.name!r} is read as categories, but in blocks where its "
-                            f"cells are all numbers they hold over {DISTINCT_NUMBERS:,} distinct values, more than a "
-                            "streamed run collects in its bounded pass. Declare the column (data.columns."
-                            f"{column.name}: number, or ignore), or set data.stream: false")
-        numbers = [np.format_float_positional(v, trim="-") for v in sorted(found.numbers.get(j) or ())]
-        cells = np.array(sorted(found.values.get(j, set())) + numbers, dtype=object).astype(str)
-        column.categories = sorted(set(column.categories) | set(canonical(cells[~is_missing(cells)]).tolist()))
-    return encoder
-
-
-def fitted_normalizer(source: StreamSource, cfg: DataConfig, width: int) -> tuple[Normalizer, dict[int, np.ndarray]]:
-    """The second pass: the encoded training rows' exact moments and range give the normalizer (as
-    `Normalizer.fit` gives it on all of them, with its checks); each split's targets are kept, in file
-    order. The next blocks are read and encoded ahead, in a background thread."""
-    moments, low, high = Moments(), np.full(width, np.inf), np.full(width, -np.inf)
-    targets: dict[int, list[np.ndarray]] = {code: [] for code in SPLIT_CODES.values()}
-    read, rule = source.file.reader(), target_task(source.task)
-
-    def work(block: stream.Block) -> tuple[np.ndarray, np.ndarray]:
-        table = read(block, block.first_row)
-        y = compact(rule.encode(map_labels(table.y, cfg.label_map), source.classes, table.source, table.raw),
-                    len(source.classes))
-        return encode_features(table, source.encoder)[0], y
-
-    dtype, numbers = np.dtype(B.current().floatx), number_columns(source.encoder, width)
-    for block, (x, y) in zip(source.blocks, stream.prefetched(work, source.blocks)):
-        codes, dtype = source.codes(block), x.dtype
-        for code in targets:
-            targets[code].append(y[codes == code])
-            if source.cache is not None:  # each split's rows apart: a pass reads its own, whole
-                source.cache.put((block, code), x[codes == code], targets[code][-1])
-        train = x[np.flatnonzero(codes == stream.TRAIN)[:, None], numbers].astype(np.float64)  # (number columns only)
-        moments.add(train)
-        if len(train):
-            low[numbers], high[numbers] = np.minimum(low[numbers], train.min(axis=0)), np.maximum(high[numbers],
-                                                                                              train.max(axis=0))
-    s, method = float(cfg.scale or 1.0), normalize_method(cfg, np.empty((0, width)))
-    shift, spread = np.zeros(width), np.ones(width)
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by Normalizer.of, named
-        if method == "standard" and len(moments.count):
-            std = np.sqrt(moments.variance) * s
-            shift[numbers], spread[numbers] = moments.mean * s, np.where(std > 0, std, 1.0)
-        elif method == "minmax":
-            shift, spread = low * s, np.where(high > low, (high - low) * s, 1.0)
-    numbers = source.encoder.number_mask() if source.encoder.columns else None
-    largest = lambda j: float(max(abs(low[j]), abs(high[j])))  # noqa: E731  (for the message only)
-    normalizer = Normalizer.of(shift, spread, s, method, numbers, dtype, source.encoder.output_names(),
-                               str(source.path), largest)
-    return normalizer, {code: np.concatenate(parts) for code, parts in targets.items()}
-
-
-def compact(y: np.ndarray, classes: int) -> np.ndarray:
-    """Class indices in the smallest unsigned type that holds them (1 byte a row for up to 256
-    classes, not 8: a streamed run keeps every row's target); other targets as they are."""
-    if y.dtype != np.int64 or y.ndim != 1:
-        return y
-    return y.astype(np.min_scalar_type(max(0, classes - 1)))
-
-
-def number_columns(encoder: ColumnEncoder, width: int) -> np.ndarray:
-    """The encoded columns the normalizer scales (every one for arrays without an encoder)."""
-    return np.flatnonzero(encoder.number_mask()) if encoder.columns else np.arange(width)
-
-
-def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | None = None) -> Prepared:
+def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | None = None,
+                     ranks: FitRanks = FitRanks()) -> Prepared:
     """`prepare`'s result for a streamed run: the encoder, classes and normalizer fitted in two bounded
-    passes; each split a `Split` of `InOrder` rows and its targets."""
+    passes (on N `ranks`, each reads its share of the blocks: data/stream_fit.py); each split a
+    `Split` of `InOrder` rows and its targets."""
     path, spec = Path(cfg.train), ReadSpec.of(cfg)
     labelled = target_task(task).decl.labels
-    found = survey(path, spec, cfg, seed, block_bytes or stream.BLOCK_BYTES, labelled)
-    if found.sample is None or not len(found.sample.x):
-        raise DataError(f"{path}: no training rows left after the validation/test split")
-    cells = typed_labels(np.array(sorted(found.labels)))
-    task = table_task(task, cells) if labelled else task  # label sets make a binary loss's task multi-label
-    classes = target_task(task).labels(cells, found.source)
-    encoder, notes = fit(found.sample, found.features, cfg, found.source)
-    encoder = widened(encoder, found)
+    ranks = ranks.guarded(lambda make: within_memory(cfg, True, "reading and encoding the data", make))
+    found = survey(path, spec, cfg, seed, block_bytes or stream.BLOCK_BYTES, labelled, ranks=ranks)
+    encoder, notes, classes, task = ranks.together(lambda: _fitted(found, cfg, task, labelled))
     source = StreamSource(path, spec, cfg, found.blocks, seed, encoder, Normalizer(), classes, task, BUFFER_ROWS,
                           file=found.file)
     width = encoder.width or len(found.features)
-    source.cache = encoded_blocks(int(found.rows.sum()) * (width * np.dtype(B.current().floatx).itemsize + 8))
-    source.normalizer, targets = fitted_normalizer(source, cfg, width)
+    mine = sum(found.blocks[i].rows for i in ranks.mine(len(found.blocks)))
+    source.cache = encoded_blocks(mine * (width * np.dtype(B.current().floatx).itemsize + 8))
+    source.normalizer, targets = ranks.together(lambda: fitted_normalizer(source, cfg, width, ranks))
+    source.cache = joined_caches(source.cache, ranks)
     if not labelled and cfg.target_normalize != "none":  # as `prepare` scales them: the training targets' moments
         source.targets = TargetScaler.fit(targets[stream.TRAIN], found.source)
     splits = {name: Split(InOrder(source, code, int(found.rows[code]), width, source.normalizer.shift.dtype),
@@ -339,6 +203,17 @@ def prepare_streamed(cfg: DataConfig, task: str, seed: int, block_bytes: int | N
               f"{min(SAMPLE_ROWS, int(found.rows[0])):,} training rows"]
     return Prepared(splits["train"], splits["validation"], splits["test"], classes, found.features, (width,),
                     source.normalizer, found.source, encoder, source.targets, notes, {}, task)
+
+
+def _fitted(found: Survey, cfg: DataConfig, task: str, labelled: bool) -> tuple[ColumnEncoder, list[str], list, str]:
+    """The column encoder (fitted on the sample, its categories widened), its notes, the classes and the task."""
+    if found.sample is None or not len(found.sample.x):
+        raise DataError(f"{cfg.train}: no training rows left after the validation/test split")
+    cells = typed_labels(np.array(sorted(found.labels)))
+    task = table_task(task, cells) if labelled else task  # label sets make a binary loss's task multi-label
+    classes = target_task(task).labels(cells, found.source)
+    encoder, notes = fit(found.sample, found.features, cfg, found.source)
+    return widened(encoder, found), notes, classes, task
 
 
 def streaming(config: Any, ranks: int, fold: tuple[int, int] | None, stale_gradients: bool = False) -> bool:

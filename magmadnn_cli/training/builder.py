@@ -18,6 +18,7 @@ from ..data.columns import Embedded
 from ..data.stream_prepare import prepare_streamed, streaming, within_memory
 from ..distributed import Communicator, strategies
 from ..distributed.comm import on_every_rank
+from ..distributed.stream_ranks import fit_ranks
 from ..distributed.model_parallel import ModelGroups, model_groups
 from ..errors import MagmaError
 from ..nn.embedding import ColumnEmbeddings
@@ -91,9 +92,10 @@ def build_run(config: Config, comm: Communicator, reporter: Reporter, folder: Ru
     seed = config.run_seed
     strategy = strategies.checked_strategy(config)
     streamed = streaming(config, comm.size, fold, strategy.stale_gradients)  # data.stream: epochs read from the file (issue 48)
-    data = prepared_data(comm, lambda: within_memory(config.data, streamed, "reading and encoding the data", lambda:
-                         prepare_streamed(config.data, config.loss.task, seed) if streamed else
-                         prepare(config.data, config.loss.task, seed, fold)))
+    data = within_memory(config.data, True, "reading and encoding the data", lambda: prepare_streamed(
+        config.data, config.loss.task, seed, ranks=fit_ranks(comm))) if streamed else prepared_data(
+        comm, lambda: within_memory(config.data, False, "reading and encoding the data", lambda:
+                                    prepare(config.data, config.loss.task, seed, fold)))  # streamed: every rank fits its share
     config = config.with_data_settled(data.settled)  # what the data file said: saved, so new files are read alike
     groups = parallel_layout(config, comm, reporter, strategy)
     network, optimizer = on_every_rank(comm, lambda: network_and_optimizer(config, data, seed, groups, init_from, sweep))
