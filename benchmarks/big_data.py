@@ -120,8 +120,8 @@ def bound_epoch(blocks: int) -> None:
     from magmadnn_cli.training import builder
     fitted = stream_prepare.prepare_streamed
 
-    def first_blocks(cfg, task, seed, block_bytes=None):
-        data = fitted(cfg, task, seed, block_bytes)
+    def first_blocks(cfg, task, seed, block_bytes=None, **ranks):
+        data = fitted(cfg, task, seed, block_bytes, **ranks)
         source = data.train.x.source
         source.blocks = source.blocks[:blocks]
         counts = sum(np.bincount(source.codes(b), minlength=3) for b in source.blocks)
