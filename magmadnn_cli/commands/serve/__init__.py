@@ -11,6 +11,7 @@ request's rows encoded by the model's encoding compiled once); `metrics` (/metri
 (/metadata)."""
 
 import contextlib
+import ctypes
 import gc
 import signal
 import socket
@@ -26,6 +27,7 @@ from .batching import Service
 from .metrics import Metrics
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
 def serve(model_path: Path, host: str = "127.0.0.1", port: int = 8080, max_batch_rows: int = 1024,
@@ -48,6 +50,7 @@ def serve(model_path: Path, host: str = "127.0.0.1", port: int = 8080, max_batch
     if host not in LOCAL:
         warn(f"listening on {host} ({url}): reachable from other machines"
              + ("" if limits.token else "; anyone who reaches it can use the model (--token-file asks for a token)"))
+    _heap_kept()
     service.start()
     try:
         with _stop_signals(server), _frozen():  # from here on a stop signal ends `run` (exit 0)
@@ -113,6 +116,19 @@ def _server_class(uvicorn: Any) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
     return Server
+
+
+def _heap_kept() -> None:
+    """Arrays of 128 KB or more (a 256-row body's bytes, the scan's masks and positions) taken from
+    the heap and left there between requests, not fresh pages each time: glibc maps them anew past its
+    mmap threshold and trims the heap's top after each request, a page fault per 4 KB (0.1-0.3 ms an
+    array here; docs/performance.md). A no-op where the C library has no `mallopt`."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(M_TRIM_THRESHOLD, 64 << 20)
+    except (OSError, AttributeError):
+        pass
 
 
 @contextlib.contextmanager

@@ -45,6 +45,9 @@ def parse(job: Job, spec: Any, compiled: Compiled | None = None) -> tuple[Table,
     if kind not in ("", "application/json"):
         raise BadRequest(f"{SOURCE}: content type {kind!r}; expected application/json, text/csv or (image files) "
                          "multipart/form-data")
+    fast = compiled.from_bytes(job.body) if compiled is not None else None
+    if fast is not None:  # a body of plain numbers, read from its bytes
+        return fast
     payload = _json(text if job.body.startswith(codecs.BOM_UTF8) else job.body)
     fast = compiled.from_json(payload) if compiled is not None else None
     return fast if fast is not None else (json_table(payload, spec, SOURCE), None)

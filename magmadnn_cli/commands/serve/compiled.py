@@ -23,6 +23,7 @@ from ...data.records import NUMERIC, csv_body, json_cell
 from ...data.table import ReadSpec, Table
 from ...errors import DataError
 from ...inference import Predictor
+from . import scan
 
 CACHED = 4096  # distinct values a column's table holds; a request past it goes the general way
 NAN = float("nan")  # the one NaN the tables key (NaN != NaN: each parsed NaN would be a new key)
@@ -52,6 +53,15 @@ class Compiled:
                             "unseen: error" if saved.encoder.unseen == "error" else None, True)
         self.tables: dict[int, tuple[dict[tuple[type, Any], int], list[np.ndarray], list[bool]]] = {
             j: ({}, [], []) for j in self.text}
+        self.layout = scan.Layout(self.features) if self.usable and not self.text else None
+
+    def from_bytes(self, body: bytes) -> tuple[Table, np.ndarray] | None:
+        """`from_json`'s for a JSON body of plain numbers read straight from its bytes (`scan`), or None."""
+        wide = scan.numbers(body, self.layout) if self.layout is not None else None
+        if wide is None:
+            return None
+        with np.errstate(over="ignore"):
+            return self._normalized(self._transformed(wide.astype(self.how.dtype)))
 
     def from_json(self, payload: Any) -> tuple[Table, np.ndarray] | None:
         """(a table of the rows' count, for messages, and their network inputs), or None."""
@@ -155,10 +165,15 @@ class Compiled:
         with np.errstate(over="ignore"):
             x = np.full((n, len(self.features)), np.nan, dtype)
             x[:, numeric] = wide.T if columns is not None else wide
-        if not self._numbers_taken(x, numeric):
+        if columns is not None:
+            return self._blocks(x, columns) if self._numbers_taken(x, numeric) else None
+        return self._transformed(x)
+
+    def _transformed(self, x: np.ndarray) -> np.ndarray | None:
+        """A model of number columns only: its cells (C order) encoded, or None (an infinite or refused cell)."""
+        if not self._numbers_taken(x, list(range(x.shape[1]))):
             return None
-        return self._blocks(x, columns) if columns is not None else \
-            self.saved.encoder.transform(RawColumns(x), self.source)[0]
+        return self.saved.encoder.transform(RawColumns(x), self.source)[0]
 
     def _blocks(self, x: np.ndarray, columns: Any) -> np.ndarray | None:
         """Each column's block: numbers by their column's encoding, the others looked up."""
