@@ -20,6 +20,7 @@ import numpy as np
 RECORDS = (b"", b'{"dataframe_records":', b'{"instances":', b'{"inputs":')
 END = re.compile(rb"[^,\]}]*")  # a token: up to its end
 NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+KEPT = 4096  # rows of a skeleton kept for the next body of its shape
 SLOW = 1 / 16  # the share of tokens read one at a time past which a body goes the general way
 U64 = np.uint64
 LENGTH = np.array([(1 << 8 * n) - 1 for n in range(9)], U64)  # a token's bytes in its window
@@ -48,12 +49,16 @@ class Layout:
         return next((f for f in forms if body.startswith(f)), None)
 
     def shape(self, form: bytes, n: int, spaced: bool) -> Shape:
-        """The skeleton of n rows of the form."""
-        if (form, n, spaced) not in self.shapes:
+        """The skeleton of n rows of the form (kept, for up to 16 forms and row counts of at most
+        KEPT rows: a client sends the same shape again and again)."""
+        found = self.shapes.get((form, n, spaced))
+        if found is None:
+            found = Shape(self._skeleton(form, n, spaced), spaced, form.endswith(b"[{"))
             if len(self.shapes) >= 16:
                 self.shapes.clear()
-            self.shapes[form, n, spaced] = Shape(self._skeleton(form, n, spaced), spaced, form.endswith(b"[{"))
-        return self.shapes[form, n, spaced]
+            if n <= KEPT:
+                self.shapes[form, n, spaced] = found
+        return found
 
     def _skeleton(self, form: bytes, n: int, spaced: bool) -> bytes:
         """A body of the form with n rows, its numbers taken out."""
