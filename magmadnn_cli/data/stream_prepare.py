@@ -58,6 +58,7 @@ class StreamSource:
     cache: EncodedBlocks | JoinedBlocks | None = None  # each block's encoded rows, kept by the fitting pass
     _read: Any = field(default=None, repr=False)  # this pass's reader (the caller's thread)
     _ahead: tuple[int, stream.Prefetcher] | None = field(default=None, repr=False)  # (split code, reader ahead)
+    _hints: tuple[int, list, dict, list] | None = field(default=None, repr=False)  # (code, order, at, [asked])
 
     def __post_init__(self) -> None:
         self.file = self.file or stream.BlockFile.of(self.path, self.spec)
@@ -73,6 +74,7 @@ class StreamSource:
             found = self._ahead[1].get(block)
             if found is not None:
                 return found
+        self._hint(block, code)
         self._read = self._read or self.file.reader()
         return self._encoded(self._read, block, code)
 
@@ -93,18 +95,30 @@ class StreamSource:
         """A new pass: the file reopened, and `order`'s blocks (those this process reads next, in the
         order it reads them) read and encoded for split `code` in a background thread, unless the
         cache holds them: a cached block is one copy from the page cache, cheaper than what the
-        thread's hand-offs cost the steps (docs/performance.md, streamed epochs)."""
+        thread's hand-offs cost the steps (docs/performance.md, streamed epochs); the kernel is asked
+        for each next cached block's bytes instead (a cache larger than the page cache is read from disk)."""
         self.close()
         if self.cache is not None and all((block, code) in self.cache.entries for block in order):
+            self._hints = (code, order, {block: i for i, block in enumerate(order)}, [0])
             return
         read = self.file.reader()
         self._ahead = (code, stream.Prefetcher(lambda block: self._encoded(read, block, code), order))
+
+    def _hint(self, block: stream.Block, code: int) -> None:
+        """Before a cached block of this pass is read: the kernel asked for the bytes of the pass's
+        blocks up to the next one (read in the background while this one is used)."""
+        if self._hints is None or self._hints[0] != code or block not in self._hints[2]:
+            return
+        _, order, at, asked = self._hints
+        for i in range(asked[0], min(at[block] + 2, len(order))):
+            self.cache.will_need((order[i], code))
+        asked[0] = max(asked[0], at[block] + 2)
 
     def close(self) -> None:
         """End the pass: the reader ahead stopped, the file closed."""
         if self._ahead is not None:
             self._ahead[1].close()
-        self._ahead, self._read = None, None
+        self._ahead, self._read, self._hints = None, None, None
 
     def in_file_order(self, code: int, first: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Split `code`'s rows (x, y) block by block in file order, from block `first` on."""
