@@ -12,7 +12,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import IO, Any, Callable, Collection
+from typing import IO, Any, Callable, Collection, Iterator
 
 import numpy as np
 
@@ -70,22 +70,19 @@ def disk_full(exc: BaseException | None) -> bool:
     return False
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """`write(f)` into a temp file beside `path`, fsync, rename over `path`. The file gets the mode a
-    new file gets (0666 less the umask), not mkstemp's private 0600."""
-    path, tmp = Path(path), None
+@contextlib.contextmanager
+def temp_beside(path: Path) -> Iterator[tuple[int, str]]:
+    """A new temp file beside `path`, open (its descriptor, for the block to close) and its name (the
+    mode a new file gets, 0666 less the umask, not mkstemp's private 0600), for the block to write and
+    fsync; renamed over `path` when the block ends without error, removed when it raises (an OSError
+    said as `cannot_write`)."""
+    tmp = None
     try:
         with signals.held():  # a stop signal waits until the temp file's name is known
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-                os.fchmod(fd, 0o666 & ~umask())
-            except OSError as exc:
-                raise cannot_write(path, exc) from exc
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.fchmod(fd, 0o666 & ~umask())
+        yield fd, tmp
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:
@@ -94,6 +91,14 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         if isinstance(exc, OSError):
             raise cannot_write(path, exc) from exc
         raise
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """`write(f)` into a temp file beside `path`, fsync, rename over `path` (`temp_beside`)."""
+    with temp_beside(Path(path)) as (fd, _), os.fdopen(fd, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_text(path: Path, text: str) -> None:

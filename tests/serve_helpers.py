@@ -27,6 +27,17 @@ def train_models(folder: Path, only: tuple[str, ...] = ("heart", "digits")) -> d
     return models
 
 
+def loaded_models(folder: Path) -> dict[str, tuple]:
+    """Each model `train_models` trains, loaded once: (Predictor, its read spec for request bodies)."""
+    from magmadnn_cli.inference import Predictor, read_spec
+    found = {}
+    for name, path in train_models(folder).items():
+        model = Predictor(path, "cpu")
+        with model.using():
+            found[name] = model, read_spec(model.path, model.saved, False)
+    return found
+
+
 def heart_rows(count: int = 40, start: int = 80) -> list[list[str]]:
     """Rows of the raw Cleveland file (their `?` cells missing), without the target."""
     lines = (ROOT / "datasets" / "processed.cleveland.data").read_text().splitlines()[start:start + count]

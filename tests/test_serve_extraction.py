@@ -11,19 +11,13 @@ import pytest
 
 from magmadnn_cli.commands.serve import compiled as compiled_module
 from magmadnn_cli.commands.serve.compiled import Compiled
-from magmadnn_cli.inference import Predictor, read_spec
-from serve_helpers import HEART_NAMES, digits_rows, heart_rows, records, train_models
+from serve_helpers import HEART_NAMES, digits_rows, heart_rows, loaded_models, records
 from test_serve_fastpath import encoded_both_ways
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    found = {}
-    for name, path in train_models(tmp_path_factory.mktemp("models")).items():
-        model = Predictor(path, "cpu")
-        with model.using():
-            found[name] = model, read_spec(model.path, model.saved, False)
-    return found
+    return loaded_models(tmp_path_factory.mktemp("models"))
 
 
 def bodies(name: str) -> list[dict]:

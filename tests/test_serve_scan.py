@@ -17,8 +17,7 @@ from magmadnn_cli.commands.serve import scan
 from magmadnn_cli.commands.serve.batching import Job
 from magmadnn_cli.commands.serve.bodies import parse
 from magmadnn_cli.commands.serve.compiled import Compiled
-from magmadnn_cli.inference import Predictor, read_spec
-from serve_helpers import HEART_NAMES, digits_rows, heart_rows, records, train_models
+from serve_helpers import HEART_NAMES, digits_rows, heart_rows, loaded_models, records
 from test_serve_fastpath import awkward_numbers, encoded_both_ways
 
 NAMES = ["a", "b_1", "c", "d2"]
@@ -111,12 +110,7 @@ def test_a_body_of_many_long_numbers_goes_the_general_way():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    found = {}
-    for name, path in train_models(tmp_path_factory.mktemp("models")).items():
-        model = Predictor(path, "cpu")
-        with model.using():
-            found[name] = model, read_spec(model.path, model.saved, False)
-    return found
+    return loaded_models(tmp_path_factory.mktemp("models"))
 
 
 def test_a_number_models_rows_from_bytes_are_the_general_paths_bit_for_bit(models, monkeypatch):

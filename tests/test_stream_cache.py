@@ -12,11 +12,10 @@ import pickle
 
 import numpy as np
 import pytest
-import yaml
 
 from conftest import run_cli
 from magmadnn_cli.data import stream, stream_cache, stream_prepare
-from test_stream_train import _config, _target_file, _weights, _write
+from test_stream_train import _config, _target_file, _task_config, _weights, _write
 
 
 @pytest.fixture
@@ -64,12 +63,7 @@ def test_epochs_read_the_cache_not_the_file_and_train_the_same_weights(tmp_path,
 def test_regression_and_multilabel_targets_from_the_cache_are_the_files(tmp_path, capsys, monkeypatch, small_blocks,
                                                                        task):
     data, _ = _target_file(tmp_path, task)
-    config = yaml.safe_load(open(_config(tmp_path, data, target="target")))
-    config["model"]["layers"][-1] = {"type": "dense", "units": 1 if task == "regression" else 2,
-                                     "activation": "linear" if task == "regression" else "sigmoid"}
-    config["loss"] = "mse" if task == "regression" else "binary_cross_entropy"
-    path = tmp_path / f"{task}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = _task_config(tmp_path, data, task)
     assert run_cli(capsys, "train", path, "--out", tmp_path / "cached")[0] == 0
     monkeypatch.setattr(stream_cache, "room_for", lambda nbytes, folder=None: False)
     assert run_cli(capsys, "train", path, "--out", tmp_path / "file")[0] == 0

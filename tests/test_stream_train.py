@@ -149,6 +149,18 @@ def test_pieces_regroup_into_full_batches_in_order(pieces, size):
     assert all(len(x) == size for x, _ in out[:-1]) and all((y == -x).all() for x, y in out)
 
 
+def _task_config(tmp_path, data, task: str):
+    """A streamed config for `data`'s "target": a regression (one linear output, mse) or multi-label
+    (sigmoid outputs, binary cross-entropy) head."""
+    config = yaml.safe_load(open(_config(tmp_path, data, target="target")))
+    config["model"]["layers"][-1] = {"type": "dense", "units": 1 if task == "regression" else 2,
+                                     "activation": "linear" if task == "regression" else "sigmoid"}
+    config["loss"] = "mse" if task == "regression" else "binary_cross_entropy"
+    path = tmp_path / f"{task}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def _target_file(tmp_path, task: str, rows: int = ROWS):
     """A regression target in the hundreds (so it must be scaled) or `|`-separated label sets."""
     cols = _columns(rows)
@@ -170,12 +182,7 @@ def _target_file(tmp_path, task: str, rows: int = ROWS):
 def test_regression_and_multilabel_targets_stream(tmp_path, capsys, small_blocks, task):
     from magmadnn_cli.training import modelfile
     data, target = _target_file(tmp_path, task)
-    config = yaml.safe_load(open(_config(tmp_path, data, target="target")))
-    config["model"]["layers"][-1] = {"type": "dense", "units": 1 if task == "regression" else 2,
-                                     "activation": "linear" if task == "regression" else "sigmoid"}
-    config["loss"] = "mse" if task == "regression" else "binary_cross_entropy"
-    path = tmp_path / f"{task}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = _task_config(tmp_path, data, task)
     code, out, err = run_cli(capsys, "train", path, "--out", tmp_path / "run")
     assert code == 0, out + err
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

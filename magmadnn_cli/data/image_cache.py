@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import zlib
 from dataclasses import asdict
 from pathlib import Path
@@ -26,9 +25,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .. import signals
 from ..errors import DataError
-from ..files import cannot_write, json_object, umask, write_json
+from ..files import json_object, temp_beside, write_json
 from .image_decode import Decoding, stamps
 
 VERSION = 2  # 2: large JPEGs decoded at a reduced scale (image_decode._drafted)
@@ -107,12 +105,8 @@ def new_npy(path: Path, shape: tuple[int, ...]) -> Iterator[tuple[np.ndarray, st
     it by name): a temp file beside `path`, its space allocated first (a full disk is said now, not a
     crash on a page later), flushed, fsynced and renamed to `path` where the block ends without error,
     removed where it raises."""
-    tmp = None
-    try:
-        with signals.held():  # a stop signal waits until the temp file's name is known
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            os.fchmod(fd, 0o666 & ~umask())
-            os.close(fd)
+    with temp_beside(path) as (fd, tmp):
+        os.close(fd)  # mapped by name, here and by the decoders
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
         with open(tmp, "r+b") as f:
             if hasattr(os, "posix_fallocate"):  # Linux and most Unixes; elsewhere the pages are written as decoded
@@ -121,14 +115,6 @@ def new_npy(path: Path, shape: tuple[int, ...]) -> Iterator[tuple[np.ndarray, st
         out.flush()
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise cannot_write(path, exc) from exc
-        raise
 
 
 def prune(folder: Path) -> None:
