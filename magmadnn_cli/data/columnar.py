@@ -58,19 +58,27 @@ def sliced(batches: Iterable[Any], rows: int) -> Iterator[Any]:
             yield batch.slice(start, rows)
 
 
+def _unmapped(path: Path) -> "pa.NativeFile":
+    """The file opened for reads into memory, not memory-mapped: a map of the whole file counts
+    against `ulimit -v`, so a file larger than the address space could not be read even in batches."""
+    return pa.OSFile(str(path), "rb")
+
+
 def _parquet(path: Path) -> Source:
-    f = pq.ParquetFile(str(path), memory_map=True)
+    """Row groups read as the batches are asked for (pre_buffer, pyarrow's default, reads every row
+    group asked for up front: the whole file, in memory, before the first batch)."""
+    f = pq.ParquetFile(_unmapped(path), memory_map=False, pre_buffer=False)
     return Source(list(f.schema_arrow.names), lambda columns, rows: f.iter_batches(batch_size=rows, columns=columns))
 
 
 def _feather(path: Path) -> Source:
     """Feather version 2 is the Arrow IPC file format; the IPC stream format is taken too."""
     try:
-        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+        reader = pa.ipc.open_file(_unmapped(path))
         parts: Callable[[], Iterator[Any]] = lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))  # noqa: E731
     except pa.ArrowInvalid:
         try:
-            stream = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+            stream = pa.ipc.open_stream(_unmapped(path))
         except pa.ArrowInvalid:
             raise DataError(f"{path}: not an Arrow IPC or Feather (version 2) file; a Feather version 1 file can be "
                             "rewritten with pyarrow.feather.write_feather(pyarrow.feather.read_table(path), path)")
