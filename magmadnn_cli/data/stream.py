@@ -17,6 +17,7 @@ for later passes in an unlinked temp file (data/stream_cache.py).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import queue
 import threading
 import io
@@ -26,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .. import signals
 from ..errors import DataError
 from .arrow_csv import NULLS
 from .columnar import BLOCK_BYTES as JSON_BLOCK_BYTES, _records as json_records, _text as json_text, batch_table, \
@@ -93,27 +95,39 @@ class BlockFile:
     def blocks(self, block_bytes: int = BLOCK_BYTES) -> list[Block]:
         """Parquet row groups (counted), or byte ranges of lines (counted when read)."""
         if self.kind == "parquet":
-            meta = pq.ParquetFile(str(self.path)).metadata
+            with _reading(self.path, "its footer (the row groups)"):
+                meta = pq.ParquetFile(str(self.path)).metadata
             counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
             return [Block(i, i + 1, int(s), n) for i, (s, n) in enumerate(zip(starts, counts))]
-        return _line_ranges(self.path, bool(self.fmt and self.fmt.header), block_bytes)
+        with _reading(self.path, "its line starts"):
+            return _line_ranges(self.path, bool(self.fmt and self.fmt.header), block_bytes)
 
     def reader(self) -> Callable[[Block, int], Table]:
         """`read(block, first_row)` for one pass: a Parquet file opened once for all its blocks."""
         if self.kind == "parquet":
-            opened = pq.ParquetFile(str(self.path))
-            return lambda block, first: self._table(opened.read_row_group(block.lo, columns=self.columns), first)
+            with _reading(self.path, "its footer"):
+                opened = pq.ParquetFile(str(self.path))
+            return lambda block, first: self._table(self._row_group(opened, block), first)
         return self._lines
+
+    def part(self, block: Block) -> str:
+        """The block as its message names it: 'row group 3' or 'bytes 100-200'."""
+        return f"row group {block.lo}" if self.kind == "parquet" else f"bytes {block.lo}-{block.hi}"
+
+    def _row_group(self, opened: Any, block: Block) -> Any:
+        with _reading(self.path, self.part(block)):
+            return opened.read_row_group(block.lo, columns=self.columns)
+
+    def _bytes(self, block: Block) -> bytes:
+        with _reading(self.path, self.part(block)), open(self.path, "rb") as f:
+            f.seek(block.lo)
+            return f.read(block.hi - block.lo)
 
     def count(self, block: Block) -> int:
         """A block's rows without parsing it: its row group's count, or its non-empty lines (as a read
         counts them: a read whose rows differ is refused)."""
-        if block.rows >= 0:
-            return block.rows
-        with open(self.path, "rb") as f:
-            f.seek(block.lo)
-            return _lines(f.read(block.hi - block.lo))
+        return block.rows if block.rows >= 0 else _lines(self._bytes(block))
 
     def _table(self, table: Any, first_row: int) -> Table:
         fmt = self.fmt
@@ -121,9 +135,7 @@ class BlockFile:
                            *((fmt.decimal, fmt.thousands) if fmt else ()))
 
     def _lines(self, block: Block, first_row: int) -> Table:
-        with open(self.path, "rb") as f:
-            f.seek(block.lo)
-            data = f.read(block.hi - block.lo)
+        data = self._bytes(block)
         try:
             table = self._csv(data) if self.fmt else self._json(data)
         except pa.ArrowInvalid as exc:
@@ -203,6 +215,20 @@ def blocks_of(path: Path, spec: ReadSpec, block_bytes: int = BLOCK_BYTES) -> lis
 def read_block(path: Path, spec: ReadSpec, block: Block, first_row: int) -> Table:
     """The block's rows as a Table, numbered from `first_row` (their positions in the file)."""
     return BlockFile.of(path, spec).reader()(block, first_row)
+
+
+@contextlib.contextmanager
+def _reading(path: Path, part: str) -> Iterator[None]:
+    """An OSError while reading `part` of the file (a failing disk, the file removed or its rights
+    changed mid-run) as a DataError naming the file, the part and the OS's reason, with the fix; the
+    fitting passes raise it on every rank together."""
+    try:
+        yield
+    except OSError as exc:
+        signals.check()  # a stop signal that interrupted the read stops the run
+        reason = exc.strerror or str(exc).strip() or type(exc).__name__
+        raise DataError(f"{path}: {part} could not be read ({reason}); check the file is readable and the disk "
+                        "healthy, then rerun") from None
 
 
 def _unsplittable(path: Path, block: Block, first_row: int, why: str) -> str:

@@ -102,7 +102,7 @@ def survey(path: Path, spec: ReadSpec, cfg: DataConfig, seed: int, block_bytes: 
             found.blocks.append(block)
             look(found, block, table)
         return found
-    blocks = counted_blocks(file, file.blocks(block_bytes), ranks)
+    blocks = counted_blocks(file, ranks.together(lambda: file.blocks(block_bytes)), ranks)  # (a read error alike)
 
     def local() -> Survey:
         found, read = Survey(), file.reader()
