@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from ..config.names import FORMATS
-from . import image_png
+from . import image_jpeg, image_png
 
 try:
     from PIL import Image, ImageOps
@@ -67,13 +67,20 @@ def decode(path: Path, how: Decoding) -> np.ndarray:
 
 
 def decode_into(path: Path | str, how: Decoding, hwc: np.ndarray) -> None:
-    """The image's pixels into `hwc` (H, W, C) uint8: a simple PNG read by `image_png`, any other file
-    opened by Pillow (a large JPEG drafted); coloured, resized, copied once."""
-    simple = image_png.simple_png(path) if str(path).lower().endswith(".png") else None
-    with simple or _opened(path) as im:
+    """The image's pixels into `hwc` (H, W, C) uint8: a simple PNG or JPEG read by `image_png` or
+    `image_jpeg`, any other file opened by Pillow (a large JPEG drafted); coloured, resized, copied once."""
+    with _simple(path, how) or _opened(path) as im:
         _drafted(im, how)
         im = _resized(_colored(im, how.color), how)
         hwc[...] = np.frombuffer(im.tobytes(), np.uint8).reshape(hwc.shape)
+
+
+def _simple(path: Path | str, how: Decoding) -> "Image.Image | None":
+    """The file decoded without Image.open where its suffix and kind allow (else None)."""
+    name = str(path).lower()
+    if name.endswith(".png"):
+        return image_png.simple_png(path)
+    return image_jpeg.simple_jpeg(path, how.size) if name.endswith(image_jpeg.SUFFIXES) else None
 
 
 def decode_block(start: int, paths: list[str], how: Decoding, into: str | None = None) -> Block:
@@ -168,7 +175,7 @@ def _drafted(im: "Image.Image", how: Decoding) -> None:
     """A JPEG at least 4x larger than `how.size` in both dimensions set to be decoded by libjpeg at
     1/2, 1/4 or 1/8 scale, still at least twice the size (the recipe: im.draft(None, (2 * W, 2 * H)))."""
     height, width = how.size
-    if im.format in DRAFTED and min(im.width // (2 * width), im.height // (2 * height)) >= 2:
+    if im.format in DRAFTED and image_jpeg.drafted(im.width, im.height, how.size):
         im.draft(None, (2 * width, 2 * height))
 
 

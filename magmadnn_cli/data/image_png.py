@@ -26,7 +26,7 @@ SHORTEST = {b"gAMA": 4, b"cHRM": 32, b"sRGB": 1, b"pHYs": 9}
 
 def simple_png(path: str | os.PathLike) -> "Image.Image | None":
     """The file's image (mode L, RGB or RGBA) where it is such a PNG, else None."""
-    data = _read(path)
+    data = read_whole(path)
     if data[:8] != SIGNATURE or data[12:16] != b"IHDR" or len(data) < 33:
         return None
     width, height, depth, kind, compression, filtering, interlace = struct.unpack_from(">IIBBBBB", data, 16)
@@ -43,8 +43,8 @@ def simple_png(path: str | os.PathLike) -> "Image.Image | None":
         return None
 
 
-def _read(path: str | os.PathLike) -> bytes:
-    """The file's bytes, in one read."""
+def read_whole(path: str | os.PathLike) -> bytes:
+    """The file's bytes, in one read (one system call for a small file)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.read(fd, os.fstat(fd).st_size + 1)
