@@ -50,13 +50,16 @@ class Normalizer:
         _check_statistics(shift, spread, method, dtype, names, source, largest)
         return cls(s, shift.astype(dtype), spread.astype(dtype))
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, own: bool = False) -> np.ndarray:
+        """x scaled and normalized, in x's float type (else the run's); `own`: x is the caller's to
+        overwrite (a fresh copy), so the result is computed in it where the type allows."""
         dtype = x.dtype if x.dtype.kind == "f" else np.dtype(B.current().floatx)
-        flat = x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(dtype, copy=False)  # (no rows too)
+        flat = x.reshape(len(x), int(np.prod(x.shape[1:])))  # (no rows too)
+        out = flat if own and flat.dtype == dtype and flat.flags.writeable else flat.astype(dtype)
         if self.scale != 1.0:
-            flat = flat * dtype.type(self.scale)
-        out = flat - self.shift.astype(dtype)
-        out /= self.spread.astype(dtype)  # in place: one copy of x, not two
+            np.multiply(out, dtype.type(self.scale), out=out)
+        np.subtract(out, self.shift.astype(dtype), out=out)
+        np.divide(out, self.spread.astype(dtype), out=out)  # one copy of x at most, not three
         return out.reshape(x.shape)
 
 

@@ -89,7 +89,7 @@ class StreamSource:
             x, _ = encode_features(part, self.encoder)
             y = target_task(self.task).encode(map_labels(part.y, self.cfg.label_map), self.classes, table.source,
                                               part.raw)
-        return block.first_row + keep, self.normalizer(x), compact(self.targets(y), len(self.classes))
+        return block.first_row + keep, self.normalizer(x, own=True), compact(self.targets(y), len(self.classes))
 
     def ahead(self, order: list[stream.Block], code: int) -> None:
         """A new pass: the file reopened, and `order`'s blocks (those this process reads next, in the

@@ -72,21 +72,24 @@ def split_bounds(lo: int, hi: int, shares: int, share: int) -> tuple[int, int]:
 
 def rebatched(pieces: Iterator[tuple[np.ndarray, ...]], size: int) -> Iterator[tuple[np.ndarray, ...]]:
     """Pieces of rows (tuples of arrays cut alike) regrouped into batches of `size` rows, in order;
-    the last may be shorter. Holds at most one batch and one piece."""
-    held: list[tuple[np.ndarray, ...]] = []
-    count = 0
+    the last may be shorter. A batch inside one piece is a view of it; only a batch that spans pieces
+    is copied. Holds at most one batch and one piece."""
+    held: tuple[np.ndarray, ...] | None = None  # rows left over from the pieces before (fewer than `size`)
     for piece in pieces:
-        held.append(piece)
-        count += len(piece[0])
-        if count < size:
-            continue
-        whole = held[0] if len(held) == 1 else tuple(np.concatenate(parts) for parts in zip(*held))  # once a piece
-        cut = count - count % size
-        for lo in range(0, cut, size):
-            yield tuple(a[lo:lo + size] for a in whole)
-        held, count = [tuple(a[cut:] for a in whole)], count - cut
-    if count:
-        yield tuple(np.concatenate(parts) for parts in zip(*held))
+        start, count = 0, len(piece[0])
+        if held is not None:
+            start = min(size - len(held[0]), count)
+            held = tuple(np.concatenate([a, b[:start]]) for a, b in zip(held, piece))
+            if len(held[0]) < size:
+                continue
+            yield held
+            held = None
+        cut = start + (count - start) // size * size
+        for lo in range(start, cut, size):
+            yield tuple(a[lo:lo + size] for a in piece)
+        held = tuple(a[cut:] for a in piece) if cut < count else None
+    if held is not None:
+        yield held
 
 
 class Prefetch:

@@ -26,6 +26,8 @@ from ..distributed.stream_ranks import exchange_rows
 from .batches import rebatched, split_bounds
 from .trainer import Array, History, Micro, Trainer, Update
 
+GATHER_ROWS = 1 << 13  # rows gathered at once from the blocks (a few MB): the per-update bookkeeping done per piece
+
 
 class EpochPlan:
     """An epoch's training rows as (k, row) pairs, in pieces, in the order one process takes them:
@@ -79,10 +81,17 @@ class OwnedRows:
 
     def batches(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int, size: int,
                 like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The plan's updates of `size` rows after its first `skip`, as (k, x, y), each gathered when
-        drawn: x and y hold the rows of this rank's blocks (the others' are left unset: they come in
-        the exchange)."""
-        for k, row in rebatched(self.pieces(plan, skip), size):
+        """The plan's updates of `size` rows after its first `skip`, as (k, x, y): views of the
+        `gathered` pieces, cut to a whole number of updates (GATHER_ROWS rows or one update)."""
+        rows = max(size, GATHER_ROWS // size * size)
+        cut = ((k[lo:lo + rows], row[lo:lo + rows]) for k, row in self.pieces(plan, skip) for lo in range(0, len(k), rows))
+        return rebatched(self.gathered(cut, like), size)
+
+    def gathered(self, pieces: Iterator[tuple[np.ndarray, np.ndarray]],
+                 like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Each piece of the plan as (k, x, y), its rows gathered at once when it is drawn: x and y hold
+        the rows of this rank's blocks (the others' are left unset: they come in the exchange)."""
+        for k, row in pieces:
             mine = k % self.ranks == self.rank
             x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
             y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
