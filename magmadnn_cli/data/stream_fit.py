@@ -263,6 +263,8 @@ def _encoded_blocks(source: Any, cfg: DataConfig, numbers: np.ndarray, mine: lis
         if source.cache is not None:  # each split's rows apart: a pass reads its own, whole
             for code in targets:
                 source.cache.put((block, code), x[codes == code], targets[code])
+            if all((block, code) in source.cache.entries for code in targets):
+                source.file.release(block)  # read from the cache from now on
         train = x[np.flatnonzero(codes == stream.TRAIN)[:, None], numbers].astype(np.float64)  # (number columns only)
         moments.add(train)
         low, high = (train.min(axis=0), train.max(axis=0)) if len(train) else (np.inf, -np.inf)
