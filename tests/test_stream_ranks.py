@@ -1,5 +1,5 @@
-"""Streamed epochs on several ranks (issue 48): rank r reads blocks r, r+N, ... of each epoch's block
-order and the ranks exchange the rows of each global batch, so N ranks train one process's weights
+"""Streamed epochs on several ranks (issue 48): rank r reads blocks r, r+N, ... of the file (those it
+encoded and cached in the fitting pass), every epoch, and the ranks exchange the rows of each global batch, so N ranks train one process's weights
 (float64: equal to 1e-12) and no rank reads every block."""
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ def test_ranks_stream_disjoint_blocks_and_train_one_process_weights(tmp_path, ki
         everything = set().union(*per_rank)
         assert sum(len(s) for s in per_rank) == len(everything) > 6  # each block read once, by one rank
         assert all(0 < len(s) < len(everything) for s in per_rank)  # every rank reads, none reads them all
+        in_file = sorted(everything)  # (blocks by their first byte or row group)
+        assert all(s == set(in_file[r::ranks]) for r, s in enumerate(per_rank))  # the blocks it cached: on any node
 
 
 @pytest.mark.mpi

@@ -5,9 +5,10 @@ in memory.
 An epoch's order is a function of the seed and the epoch only: the blocks in the order
 `stream.epoch_rows` draws, their rows mixed in its bounded buffer. Which rows make each global batch
 follows from the blocks' training-row counts alone, so every rank computes it without reading
-(`EpochPlan`). The k-th block taken belongs to rank k mod N, which reads it when one of its rows is
-first needed (`OwnedRows`); before each step the ranks exchange the rows of each one's share of the
-batch (`distributed/stream_ranks.py`). So the global batches are one process's on any rank count,
+(`EpochPlan`). Block b of the file belongs to rank b mod N, the rank that encoded it in the fitting
+pass (data/stream_fit.py) and holds its cached rows, on any node; that rank reads it when one of its
+rows is first needed (`OwnedRows`); before each step the ranks exchange the rows of each one's share
+of the batch (`distributed/stream_ranks.py`). So the global batches are one process's on any rank count,
 and no rank reads every block. Resuming at step s of an epoch replays its plan and skips s updates:
 blocks whose rows were all used before are not read again.
 """
@@ -52,13 +53,15 @@ class EpochPlan:
 
 
 class OwnedRows:
-    """The training rows of this rank's blocks (the k-th taken, for k = rank mod ranks) that are not
-    yet given out: a block is read when one of its rows is first needed, and only its rows still to
+    """The training rows of this rank's blocks (block b of the file for b = rank mod ranks: those
+    it encoded and cached) that are not yet given out: a block is read when one of its rows is first needed, and only its rows still to
     come are kept (compacted as they go; dropped with the last)."""
 
     def __init__(self, source: StreamSource, plan: EpochPlan, rank: int = 0, ranks: int = 1) -> None:
         self.source, self.epoch, self.blocks, self.counts = source, plan.epoch, plan.blocks, plan.counts
         self.order, self.rank, self.ranks = plan.order, rank, ranks
+        at = {block: b for b, block in enumerate(source.blocks)}
+        self.owner = np.array([at[block] % ranks for block in plan.order], np.int64)  # k -> the rank reading it
         self.finished: set[int] = set()  # blocks whose rows were all given out
         self.pending: dict[int, np.ndarray] = {}  # k -> which of its training rows are still to come
         self.left: dict[int, int] = {}  # k -> how many
@@ -70,7 +73,7 @@ class OwnedRows:
         reading = False
         for k, row in plan:
             cut = min(skip, len(k))
-            mine = k[:cut] % self.ranks == self.rank
+            mine = self.owner[k[:cut]] == self.rank
             self.given(k[:cut][mine], row[:cut][mine])
             skip -= cut
             if cut < len(k):
@@ -92,7 +95,7 @@ class OwnedRows:
         """Each piece of the plan as (k, x, y), its rows gathered at once when it is drawn: x and y hold
         the rows of this rank's blocks (the others' are left unset: they come in the exchange)."""
         for k, row in pieces:
-            mine = k % self.ranks == self.rank
+            mine = self.owner[k] == self.rank
             x = np.empty((len(k), *like[0].shape[1:]), like[0].dtype)
             y = np.empty((len(k), *like[1].shape[1:]), like[1].dtype)
             self.take(k, row, mine, x, y)
@@ -101,7 +104,7 @@ class OwnedRows:
 
     def to_read(self) -> list[stream.Block]:
         """This rank's blocks with rows still to come, in the order the epoch takes them."""
-        return [self.order[k] for k in range(self.rank, len(self.order), self.ranks) if k not in self.finished]
+        return [block for k, block in enumerate(self.order) if self.owner[k] == self.rank and k not in self.finished]
 
     def load(self, k: int) -> None:
         """Read block k, keeping its rows still to come."""
@@ -183,21 +186,21 @@ class StreamTrainer(Trainer):
         owned = OwnedRows(self.source, plan, self.data_comm.rank, self.data_comm.size)
         try:  # (an update's rows gathered when drawn, here: about half a step's time, less than a thread's hand-offs)
             for step, (k, x, y) in enumerate(owned.batches(plan.pieces, done * size, size, self.like), done + 1):
-                yield step, self.exchanged(k, x, y, epoch, (step - 1) * size), len(k)
+                yield step, self.exchanged(owned.owner[k], x, y, epoch, (step - 1) * size), len(k)
         finally:
             self.source.close()  # the reader ahead stopped
 
-    def exchanged(self, k: np.ndarray, x: np.ndarray, y: np.ndarray, epoch: int, first: int) -> Micro:
-        """This rank's micro-batches of the update of blocks `k` (x, y: the rows of this rank's blocks),
-        each rank sent the rows it holds of the others' shares."""
+    def exchanged(self, owner: np.ndarray, x: np.ndarray, y: np.ndarray, epoch: int, first: int) -> Micro:
+        """This rank's micro-batches of an update (`owner`: the rank holding each row; x, y: the rows
+        this rank holds), each rank sent the rows it holds of the others' shares."""
         ranks, rank = self.data_comm.size, self.data_comm.rank
         if ranks == 1:  # one process: its rows, in order, are the update's
-            return self.micro((B.to_device(x), B.to_device(y)), self.shares_of(len(k), epoch, 0), first)
-        shares = [self.shares_of(len(k), epoch, d) for d in range(ranks)]
+            return self.micro((B.to_device(x), B.to_device(y)), self.shares_of(len(owner), epoch, 0), first)
+        shares = [self.shares_of(len(owner), epoch, d) for d in range(ranks)]
         wanted = [np.concatenate([np.arange(a, b) for a, b in bounds]) for bounds in shares]
-        held = [w[k[w] % ranks == rank] for w in wanted]
+        held = [w[owner[w] == rank] for w in wanted]
         incoming = exchange_rows(self.data_comm, [(x[h], y[h]) for h in held])
-        return self.micro(self.assembled(k[wanted[rank]] % ranks, incoming), shares[rank], first)
+        return self.micro(self.assembled(owner[wanted[rank]], incoming), shares[rank], first)
 
     def shares_of(self, count: int, epoch: int, share: int) -> list[tuple[int, int]]:
         """Share `share`'s rows [a, b) of each batch of an update of `count` rows."""
