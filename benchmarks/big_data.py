@@ -59,11 +59,15 @@ def chunk(rng: np.random.Generator, rows: int):
 
 
 def generate(folder: Path, name: str, size: float, seed: int, parquet: bool) -> tuple[Path, Path | None, int]:
-    """A CSV of about `size` bytes (and the same rows as Parquet, a row group per chunk); its rows."""
+    """A CSV of about `size` bytes (and the same rows as Parquet, a row group per chunk); its rows.
+    Files kept (--keep) from an earlier run with the same size and seed are used again."""
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
     rng, rows = np.random.default_rng(seed), 0
     csv_path, pq_path = folder / f"{name}.csv", (folder / f"{name}.parquet") if parquet else None
+    made = folder / f"{name}.json"  # what the kept files are: written last, once they are whole
+    if made.exists() and json.loads(made.read_text())["made"] == [size, seed, parquet]:
+        return csv_path, pq_path, json.loads(made.read_text())["rows"]
     first = chunk(rng, 1)
     with open(csv_path, "wb") as f, pacsv.CSVWriter(f, first.schema) as out:
         writer = pq.ParquetWriter(pq_path, first.schema) if pq_path else None
@@ -75,6 +79,7 @@ def generate(folder: Path, name: str, size: float, seed: int, parquet: bool) -> 
             rows += table.num_rows
         if writer:
             writer.close()
+    made.write_text(json.dumps({"made": [size, seed, parquet], "rows": rows}))
     return csv_path, pq_path, rows
 
 

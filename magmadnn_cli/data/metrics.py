@@ -11,6 +11,7 @@ import numpy as np
 
 CONFUSION_MAX_CLASSES = 50  # above this many classes the confusion matrix is summarized, not written out
 MOST_CONFUSED = 20          # the (true, predicted) pairs a summary keeps
+SUMS_ROWS = 1 << 20         # rows counted at a time
 
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> np.ndarray:
@@ -56,7 +57,12 @@ class ClassSums:
         self.cells, self.counts = np.zeros(0, np.int64), np.zeros(0, np.int64)  # wrong cells: true * k + predicted
 
     def add(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
-        k, y_true, y_pred = len(self.labels), y_true.astype(np.int64), y_pred.astype(np.int64)
+        """Count the rows, SUMS_ROWS at a time (int64 copies of a chunk, not of every row)."""
+        for lo in range(0, len(y_true), SUMS_ROWS):
+            self._add(y_true[lo:lo + SUMS_ROWS].astype(np.int64), y_pred[lo:lo + SUMS_ROWS].astype(np.int64))
+
+    def _add(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
+        k = len(self.labels)
         self.rows += len(y_true)
         self.tp += np.bincount(y_true[y_true == y_pred], minlength=k)
         self.predicted += np.bincount(y_pred, minlength=k)

@@ -64,12 +64,14 @@ class TargetTask(Registered):
         return y.reshape(-1).astype(np.int64)
 
     def predicted(self, outputs: np.ndarray) -> np.ndarray:
-        """What each row's outputs (probabilities or logits) predict, compactly: a class index per row."""
-        return outputs.argmax(axis=1)
+        """What each row's outputs (probabilities or logits) predict, compactly: a class index per row,
+        in the smallest unsigned type that holds it (1 byte a row for up to 256 classes: a streamed
+        run's evaluation keeps every row's)."""
+        return outputs.argmax(axis=1).astype(np.min_scalar_type(max(0, outputs.shape[1] - 1)), copy=False)
 
     def truth(self, y: np.ndarray) -> np.ndarray:
-        """Encoded targets in the form `predicted` gives."""
-        return y.reshape(-1).astype(np.int64)
+        """Encoded targets in the form `predicted` gives (class indices already unsigned kept as they are)."""
+        return y.reshape(-1) if y.dtype.kind == "u" else y.reshape(-1).astype(np.int64)
 
     def accuracy(self, predicted: np.ndarray, truth: np.ndarray) -> float:
         """The share of predictions right (multi-label: of the (row, label) cells)."""
@@ -166,7 +168,10 @@ class Binary(Classification):
         return None if count == 2 else f"a binary model has 2 class labels; this one lists {count}"
 
     def predicted(self, outputs: np.ndarray) -> np.ndarray:
-        return (outputs.reshape(-1) > 0.5).astype(np.int64)
+        return (outputs.reshape(-1) > 0.5).astype(np.uint8)
+
+    def truth(self, y: np.ndarray) -> np.ndarray:
+        return y.reshape(-1) if y.dtype.kind == "u" else (y.reshape(-1) > 0.5).astype(np.uint8)
 
     def correct(self, logits: Any, y: Any, fused: bool) -> Any:
         return ((logits > (0.0 if fused else 0.5)) == (y > 0.5)).sum()

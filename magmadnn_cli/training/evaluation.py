@@ -58,7 +58,7 @@ def evaluate_split(network: Any, split: Split, task: str, comm: Communicator | N
     if keep:
         result["outputs"] = np.concatenate(gathered) if gathered else np.zeros((0,), np.float32)
     else:
-        result["classes"] = np.concatenate([c for c, _ in gathered]) if gathered else np.zeros(0, np.int64)
+        result["classes"] = np.concatenate([c for c, _ in gathered]) if gathered else np.zeros(0, np.uint8)
         result["finite"] = np.concatenate([f for _, f in gathered]) if gathered else np.zeros(0, bool)
     if rule.decl.labels:
         classes = result["classes"] if not keep else rule.predicted(result["outputs"])
@@ -74,7 +74,8 @@ def _check_memory(network: Any, rows: int, batch: int, scores: bool) -> None:
         return
     itemsize = np.dtype(B.current().floatx).itemsize
     what = f"evaluating {rows:,} rows in batches of {batch:,} (training.eval_batch_size)"
-    per_row = math.prod(network.output_shape) * itemsize if scores else np.dtype(np.int64).itemsize + 1
+    classes = math.prod(network.output_shape)
+    per_row = classes * itemsize if scores else np.min_scalar_type(max(0, classes - 1)).itemsize + 1
     activations, outputs = batch * network.activation_size * itemsize, 2 * rows * per_row
     if B.current().device == "cpu":
         B.require_memory(activations + outputs, what, how="a batch's activations and every row's outputs")
