@@ -16,7 +16,7 @@ import pytest
 
 from conftest import run_cli
 from magmadnn_cli.config.schema import DataConfig
-from magmadnn_cli.data import image_folder
+from magmadnn_cli.data import image_folder, image_pool
 from magmadnn_cli.data.readers import ReadSpec, read_table
 from magmadnn_cli.errors import DataError
 
@@ -175,7 +175,7 @@ def test_failures_cached_by_a_skipping_run_are_refused_without_skip(tmp_path, de
 def test_progress_lines_through_the_hook(tmp_path, monkeypatch):
     folder(tmp_path / "train", per=100, h=4, w=4)
     monkeypatch.setattr(image_folder, "PROGRESS_EVERY_S", 0.0)
-    monkeypatch.setattr(image_folder, "BLOCK", 16)
+    monkeypatch.setattr(image_pool, "BLOCK", 16)
     lines = []
     with image_folder.decode_progress(lines.append):
         read_table(tmp_path / "train", spec(cache=False))

@@ -63,7 +63,7 @@ def test_workers_write_into_the_cache_file_and_no_pixels_come_back(tmp_path, mon
     returned = []  # what each block sends back to this process
     real = image_folder._gathered
     monkeypatch.setattr(image_folder, "_gathered", lambda out, results, *rest: real(
-        out, ((returned.append(r[1]), r)[1] for r in results), *rest))
+        out, ((returned.append(r[1][1]), r)[1] for r in results), *rest))  # (files done, (start, pixels, ...))
     table = read_table(tmp_path / "t", spec(workers=workers))
     assert len(returned) == 3 and all(pixels is None for pixels in returned)
     how = Decoding((7, 6), "rgb", "stretch")

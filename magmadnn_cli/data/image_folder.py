@@ -1,17 +1,14 @@
 """A folder of class folders of image files (`train/<class>/*.png`, the layout Keras'
 `image_dataset_from_directory` and torchvision's `ImageFolder` read) as data: labels are the folder
 names, sorted; nested folders are read; other files are ignored and counted once. Files are decoded
-with Pillow in worker processes (data.image.workers, default every core), in a fixed order."""
+with Pillow in this process and worker processes (data.image.workers, default every core: `image_pool`),
+in a fixed order."""
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import sys
-import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +20,12 @@ from ..config.data import ImageSettings
 from ..core import backend as B
 from ..errors import DataError
 from . import image_cache, image_decode
+from .image_pool import in_blocks
 from .columns import RawColumns
 from .image_decode import SUFFIXES, Decoding, decode_block, first_look
 from .pixels import settle_eight_bit
 from .table import ReadSpec, Table, typed_labels
 
-BLOCK = 64                # files a worker decodes per task
-# default workers: started only where decoding the rest here would take longer than this; a forked worker
-# starts in ~10 ms, a spawned one in 0.3-0.5 s (a fresh Python importing numpy and Pillow)
-PARALLEL_AFTER_S = {"fork": 0.1, "spawn": 1.0}
 SHOWN = 3                 # ignored files named in the note
 SKIPPED_SHOWN = 20        # skipped files listed with why
 PROGRESS_EVERY_S = 2.0    # a decode taking longer says how far it is, at most this often
@@ -191,35 +185,6 @@ def _first_pixels(files: list[str], how: Decoding, skip: bool) -> np.ndarray:
                     "(data.image.on_error: skip)")
 
 
-def start_method() -> str:
-    """How decoding workers start: forked where that is safe (Linux, no other Python thread, no MPI in
-    the process: a fork copies one thread, and MPI libraries refuse or break under it), else spawned."""
-    safe = sys.platform == "linux" and threading.active_count() == 1 and "mpi4py.MPI" not in sys.modules
-    return "fork" if safe else "spawn"
-
-
-def in_blocks(task: Callable[..., Any], files: list[str], extra: tuple, workers: int | None) -> Iterator[Any]:
-    """`task(start, paths, *extra)` over the files in blocks of BLOCK, results in order: the first block
-    here (it times a file), the rest here or in `workers` processes (default: every core, where the rest
-    here would take longer than PARALLEL_AFTER_S for the start method). Close it (contextlib.closing) to
-    stop the workers."""
-    blocks = [(start, files[start:start + BLOCK]) for start in range(0, len(files), BLOCK)]
-    count, method = min(workers or len(os.sched_getaffinity(0)), len(blocks)), start_method()
-    started = time.perf_counter()
-    yield task(*blocks[0], *extra)
-    rest = blocks[1:]
-    here = (time.perf_counter() - started) / len(blocks[0][1]) * (len(files) - len(blocks[0][1]))
-    if count <= 1 or not rest or not (here > PARALLEL_AFTER_S[method] or workers):  # unset: where they pay
-        yield from (task(start, paths, *extra) for start, paths in rest)
-        return
-    context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(count, mp_context=context, initializer=image_decode.quiet_worker)
-    try:
-        yield from pool.map(task, *zip(*rest), *([e] * len(rest) for e in extra))
-    finally:
-        pool.shutdown(cancel_futures=True)
-
-
 def decode_all(listing: Listing, how: Decoding, workers: int | None, skip: bool = False,
                progress: Callable[[int], None] = lambda done: None, out: np.ndarray | None = None,
                into: str | None = None) -> tuple[list[tuple[int, str]], np.ndarray]:
@@ -237,22 +202,22 @@ def check_all(listing: Listing, workers: int | None) -> list[tuple[int, str]]:
     """The listed files that Pillow cannot read (position, why), each checked cheaply
     (`image_decode.check`: no file decoded whole), in `in_blocks` as decoding runs."""
     with contextlib.closing(in_blocks(image_decode.check_block, listing.files, (), workers)) as checked:
-        return [bad for _, failed in checked for bad in failed]
+        return [bad for _, (_, failed) in checked for bad in failed]
 
 
 def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool,
               progress: Callable[[int], None]) -> tuple[list[tuple[int, str]], np.ndarray]:
     """The blocks sent back put in place; the failures (the first one refused without `skip`), and
-    every file's stamps after decoding."""
+    every file's stamps after decoding; the files done so far said to `progress`."""
     failed: list[tuple[int, str]] = []
     after = np.empty((len(files), 2), np.int64)
-    for start, block, bad, stamped in results:
+    for done, (start, block, bad, stamped) in results:
         if block is not None:
             out[start:start + len(block)] = block
         after[start:start + len(stamped)] = stamped
         _refuse_first(files, bad, skip)
         failed += bad
-        progress(start + len(stamped))
+        progress(done)
     return failed, after
 
 
