@@ -200,6 +200,7 @@ def header_refusals(tmp_path) -> dict[str, bytes]:
             "no frame": jpeg([p for p in parts if p[0] != 0xC0]),
             "16-bit table cut short": jpeg([*parts[:dqt], (0xDB, b"\x10" + parts[dqt][1][1:65]), *parts[dqt + 1:]]),
             "ICC segment short": inserted(good, 0xE2, b"ICC_PROFILE\0\1"),
+            "JFIF segment short": jpeg([(0xE0, b"JFIF\0\1"), *[p for p in parts if p[0] != 0xE0]]),
             "segment past the end": good[:len(jpeg(parts[:sof])) + 5],
             "scan header past the end": good[:len(jpeg(parts[:-1])) + 6],
             "segment length 1": good[:2] + b"\xff\xfe\x00\x01" + good[2:],

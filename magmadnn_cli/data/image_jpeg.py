@@ -28,9 +28,10 @@ MODES = {1: "L", 3: "RGB"}      # components -> mode (and raw mode), as JpegImag
 FRAMES = (0xC0, 0xC1, 0xC2)     # baseline, extended sequential, progressive (Huffman coded)
 SKIPPED = (0xC4, 0xDD, 0xFE)    # DHT, DRI, COM: read past by Pillow, checked by libjpeg
 DQT, SOS, APP14 = 0xDB, 0xDA, 0xEE
-# APPn segments Pillow's parser reads in ways that may fail or change the frame Image.open decodes
-REFUSED_APPS = {0xE1: b"Exif\0\0", 0xE2: b"MPF\0", 0xED: b"Photoshop 3.0\0"}
-ICC = b"ICC_PROFILE\0"
+# APPn segments by (marker, prefix): the least length Pillow's parser reads without failing (shorter:
+# Image.open fails); None: read in ways that may fail or change the frame Image.open decodes
+APPS = {(0xE0, b"JFIF"): 7, (0xE2, b"ICC_PROFILE\0"): 14, (0xE1, b"Exif\0\0"): None, (0xE2, b"MPF\0"): None,
+        (0xED, b"Photoshop 3.0\0"): None}
 
 
 def simple_jpeg(path: str | os.PathLike, size: tuple[int, int] | None = None) -> "Image.Image | None":
@@ -87,10 +88,16 @@ def _plain(marker: int, body: bytes) -> bool:
     if marker == DQT:
         return _tables_whole(body)
     if 0xE0 <= marker <= 0xEF:
-        prefix = REFUSED_APPS.get(marker)
-        short_icc = marker == 0xE2 and body.startswith(ICC) and len(body) < len(ICC) + 2
-        return marker != APP14 and not short_icc and not (prefix and body.startswith(prefix))
+        return marker != APP14 and _app_read(marker, body)
     return False
+
+
+def _app_read(marker: int, body: bytes) -> bool:
+    """Whether Pillow's parser reads an APPn segment (not Adobe's) without failing or changing the frame."""
+    for (known, prefix), least in APPS.items():
+        if known == marker and body.startswith(prefix):
+            return least is not None and len(body) >= least
+    return True
 
 
 def _tables_whole(body: bytes) -> bool:
