@@ -68,6 +68,7 @@ def generate(folder: Path, name: str, size: float, seed: int, parquet: bool) -> 
     made = folder / f"{name}.json"  # what the kept files are: written last, once they are whole
     if made.exists() and json.loads(made.read_text())["made"] == [size, seed, parquet]:
         return csv_path, pq_path, json.loads(made.read_text())["rows"]
+    made.unlink(missing_ok=True)  # the files about to be written are no longer what it says
     first = chunk(rng, 1)
     with open(csv_path, "wb") as f, pacsv.CSVWriter(f, first.schema) as out:
         writer = pq.ParquetWriter(pq_path, first.schema) if pq_path else None

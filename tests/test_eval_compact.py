@@ -47,3 +47,19 @@ def test_the_report_holds_no_int64_copy_of_the_rows_and_counts_right(monkeypatch
     confusion = np.zeros((max(2, width),) * 2, int)
     np.add.at(confusion, (y, predicted), 1)
     assert report["confusion_matrix"] == confusion.tolist()
+
+
+@pytest.mark.parametrize("task, width, per_row", [("classification", 3, 2), ("classification", 300, 3),
+                                                  ("multilabel", 300, 301), ("regression", 2, 8)])
+def test_the_memory_check_counts_what_a_row_keeps(monkeypatch, task, width, per_row):
+    """Checked before the first batch: a row's prediction as kept (a class index, or a label set's
+    L flags) and its finite flag, or its outputs; twice (kept, then gathered)."""
+    from magmadnn_cli.core import backend as B
+    from magmadnn_cli.data.targets import target_task
+    from magmadnn_cli.training import evaluation
+    asked: list[int] = []
+    monkeypatch.setattr(B, "require_memory", lambda nbytes, *a, **k: asked.append(nbytes))
+    network = Logits()
+    network.output_shape, network.activation_size = (width,), 0
+    evaluation._check_memory(network, 1_000, 0, not target_task(task).decl.labels, target_task(task))
+    assert asked == [2 * 1_000 * per_row]

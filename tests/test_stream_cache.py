@@ -123,3 +123,20 @@ def test_a_disk_that_fills_or_a_temporary_folder_that_fails_leaves_the_run_parsi
     for run in ("full", "no_folder"):
         got, parsed = _weights(tmp_path / run), _weights(tmp_path / "file")
         assert all(np.array_equal(got[k], parsed[k]) for k in parsed), run
+
+
+def test_a_cache_unreadable_where_it_is_unpickled_claims_no_blocks(tmp_path, monkeypatch):
+    """On another host (or once its writer is gone) a rank's cache holds nothing it could read: it claims
+    no blocks, so a pass reads those blocks from the file (ahead, in the background) instead of
+    expecting the cache to give them."""
+    cache = stream_cache.EncodedBlocks(str(tmp_path))
+    cache.put("block", np.ones((3, 2), np.float32), np.zeros(3, np.uint8))
+    here = pickle.loads(pickle.dumps(cache))
+    assert "block" in here.entries and here.get("block") is not None
+    state = cache.__getstate__()
+    elsewhere = stream_cache.EncodedBlocks.__new__(stream_cache.EncodedBlocks)
+    elsewhere.__setstate__({**state, "host": "another-host"})
+    assert not elsewhere.entries and elsewhere.get("block") is None
+    gone = stream_cache.EncodedBlocks.__new__(stream_cache.EncodedBlocks)
+    gone.__setstate__({**state, "path": str(tmp_path / "no-such-file")})
+    assert not gone.entries and gone.get("block") is None

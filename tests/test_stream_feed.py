@@ -1,6 +1,7 @@
-"""A streamed epoch's rows are gathered a chunk of whole updates at a time (GATHER_ROWS), when it is
-drawn (issue 48, speed): neither an update at a time (bookkeeping per step) nor a block's rows at once
-(memory); with the cache of encoded rows, no thread reads ahead (its hand-offs cost the steps more
+"""A streamed epoch's rows are gathered a chunk of whole updates at a time (about GATHER_BYTES of
+rows, whatever their width), when it is drawn (issue 48, speed): neither an update at a time
+(bookkeeping per step) nor a block's rows at once (memory); with the cache of encoded rows, no thread
+reads ahead (its hand-offs cost the steps more
 than a cached read). The weights are those of one process, gathered any way."""
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ def small_blocks(monkeypatch):
 def test_rows_are_gathered_a_chunk_of_updates_at_a_time_and_nothing_cached_is_read_ahead(tmp_path, capsys,
                                                                                         monkeypatch, small_blocks):
     config = _config(tmp_path, _write(tmp_path, "csv"))
+    widths: list[int] = []
+    take, prefetcher = stream_trainer.OwnedRows.take, stream.Prefetcher
+    monkeypatch.setattr(stream_trainer.OwnedRows, "take",
+                        lambda self, k, row, mine, x, y: widths.append(x[:1].nbytes) or take(self, k, row, mine, x, y))
     code, out, err = run_cli(capsys, "train", config, "--out", tmp_path / "before")
     assert code == 0, out + err
-    monkeypatch.setattr(stream_trainer, "GATHER_ROWS", 100)  # 3 updates of training.batch_size 32
+    monkeypatch.setattr(stream_trainer, "GATHER_BYTES", 100 * widths[0])  # 3 updates of training.batch_size 32
     gathers: list[int] = []
-    take, prefetcher = stream_trainer.OwnedRows.take, stream.Prefetcher
     monkeypatch.setattr(stream_trainer.OwnedRows, "take",
                         lambda self, k, row, mine, x, y: gathers.append(len(k)) or take(self, k, row, mine, x, y))
     started = []

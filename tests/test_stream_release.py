@@ -17,9 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from magmadnn_cli.config.data import DataConfig
 from magmadnn_cli.config.loading import load_config
 from magmadnn_cli.data import stream, stream_cache
 from magmadnn_cli.data.stream_prepare import prepare_streamed
+from magmadnn_cli.data.table import ReadSpec
 from test_stream_train import _config
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "posix_fadvise"),
@@ -86,3 +88,15 @@ def test_a_cached_blocks_bytes_leave_the_page_cache_and_without_the_cache_they_s
     path = _written(tmp_path, kind)
     _fitted(tmp_path, path)
     assert _resident(path) > 0.9
+
+
+def test_a_parquet_file_moved_during_the_run_is_not_an_error(tmp_path, monkeypatch):
+    """Releasing is advice: a file renamed (or damaged) since the pass opened it loses nothing, raises nothing."""
+    path = _written(tmp_path, "parquet")
+    file = stream.BlockFile.of(path, ReadSpec.of(DataConfig(train=path, target="label")))
+    blocks = file.blocks()
+    path.rename(tmp_path / "moved.parquet")
+    file.release(blocks[0])  # (the spans are read from the footer on the first release)
+    (tmp_path / "moved.parquet").write_bytes(b"PAR1 not a footer")
+    (tmp_path / "moved.parquet").rename(path)
+    file.release(blocks[1])

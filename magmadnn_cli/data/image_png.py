@@ -19,6 +19,7 @@ except ImportError:  # the [images] extra
     Image = PngImagePlugin = None  # type: ignore[assignment]
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SMALL_BYTES = 1 << 22  # files read whole here (4 MiB); larger ones go to Image.open
 MODES = {0: "L", 2: "RGB", 6: "RGBA"}  # the PNG colour types read here (8 bits a sample)
 # chunks Pillow reads into im.info (no pixel changes), with the least length it accepts
 SHORTEST = {b"gAMA": 4, b"cHRM": 32, b"sRGB": 1, b"pHYs": 9}
@@ -44,10 +45,13 @@ def simple_png(path: str | os.PathLike) -> "Image.Image | None":
 
 
 def read_whole(path: str | os.PathLike) -> bytes:
-    """The file's bytes, in one read (one system call for a small file)."""
+    """The file's bytes, in one read (one system call), where it holds at most SMALL_BYTES; else none
+    (b""): a large file is left to Image.open, which reads its header first (the decompression-bomb
+    check, a JPEG's draft) and decodes it whole for much longer than the parse saved here costs."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        return os.read(fd, os.fstat(fd).st_size + 1)
+        size = os.fstat(fd).st_size
+        return os.read(fd, size + 1) if size <= SMALL_BYTES else b""
     finally:
         os.close(fd)
 

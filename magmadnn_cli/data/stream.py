@@ -119,15 +119,16 @@ class BlockFile:
         pages leave the page cache first. Read twice by the fitting passes, they would otherwise outrank
         the cache's pages, written once, and push out the very blocks every epoch reads (a 10 GB table's).
         The file is not changed; a page another process is writing is not dropped."""
-        lo, hi = self._spans[block.lo] if self.kind == "parquet" else (block.lo, block.hi)
-        lo -= lo % mmap.PAGESIZE  # the page it shares with the block before too (whole pages are dropped)
-        if hasattr(os, "posix_fadvise") and hi > lo:
-            with contextlib.suppress(OSError):  # advice only: a file that cannot be opened now loses nothing
-                fd = os.open(self.path, os.O_RDONLY)
-                try:
-                    os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
+        if not hasattr(os, "posix_fadvise"):
+            return
+        with contextlib.suppress(OSError, pa.ArrowException):  # advice only: a file moved or damaged since loses nothing
+            lo, hi = self._spans[block.lo] if self.kind == "parquet" else (block.lo, block.hi)
+            lo -= lo % mmap.PAGESIZE  # the page it shares with the block before too (whole pages are dropped)
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, lo, max(0, hi - lo), os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
     @cached_property
     def _spans(self) -> list[tuple[int, int]]:

@@ -84,13 +84,14 @@ class EncodedBlocks:
         return {"host": socket.gethostname(), "path": path, "entries": self.entries if path else {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.entries, self.size, self.file, self.fd = state["entries"], 0, None, None
+        self.entries, self.size, self.file, self.fd = {}, 0, None, None
         if state["path"] and state["host"] == socket.gethostname():
+            self.entries = state["entries"]
             try:
                 self.file = open(state["path"], "rb")  # the writer's unlinked file, while it lives
                 self.fd = self.file.fileno()
             except OSError:
-                pass
+                self.entries = {}  # (unreadable here: its blocks are parsed, and read ahead, as uncached)
 
 
 class JoinedBlocks:

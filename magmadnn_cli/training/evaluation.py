@@ -44,7 +44,7 @@ def evaluate_split(network: Any, split: Split, task: str, comm: Communicator | N
     parts = inference_batches(network, rows * comm.rank // comm.size, rows * (comm.rank + 1) // comm.size, batch_size)
     rule = target_task(task)
     keep = scores or not rule.decl.labels
-    _check_memory(network, rows, parts[0].stop - parts[0].start if parts else 0, keep)
+    _check_memory(network, rows, parts[0].stop - parts[0].start if parts else 0, keep, rule)
     loss_sum, kept = 0.0, []
     for part in parts:
         loss, out = network.loss_and_output(B.to_device(split.x[part]), B.to_device(split.y[part]))
@@ -66,7 +66,7 @@ def evaluate_split(network: Any, split: Split, task: str, comm: Communicator | N
     return result
 
 
-def _check_memory(network: Any, rows: int, batch: int, scores: bool) -> None:
+def _check_memory(network: Any, rows: int, batch: int, scores: bool, rule: Any) -> None:
     """An evaluation batch's activations (`training.eval_batch_size` rows through every layer) and
     what is kept of every row (its outputs, or its class and a flag; kept, then gathered: twice)
     fit, before the first batch runs."""
@@ -74,8 +74,8 @@ def _check_memory(network: Any, rows: int, batch: int, scores: bool) -> None:
         return
     itemsize = np.dtype(B.current().floatx).itemsize
     what = f"evaluating {rows:,} rows in batches of {batch:,} (training.eval_batch_size)"
-    classes = math.prod(network.output_shape)
-    per_row = classes * itemsize if scores else np.min_scalar_type(max(0, classes - 1)).itemsize + 1
+    kept = rule.predicted(np.zeros((1, *network.output_shape), np.float32)).nbytes + 1  # a row's prediction, flag
+    per_row = math.prod(network.output_shape) * itemsize if scores else kept
     activations, outputs = batch * network.activation_size * itemsize, 2 * rows * per_row
     if B.current().device == "cpu":
         B.require_memory(activations + outputs, what, how="a batch's activations and every row's outputs")

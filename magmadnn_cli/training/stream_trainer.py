@@ -27,7 +27,7 @@ from ..distributed.stream_ranks import exchange_rows
 from .batches import rebatched, split_bounds
 from .trainer import Array, History, Micro, Trainer, Update
 
-GATHER_ROWS = 1 << 13  # rows gathered at once from the blocks (a few MB): the per-update bookkeeping done per piece
+GATHER_BYTES = 1 << 21  # rows gathered at once from the blocks (2 MiB of them): the bookkeeping per piece, not per update
 
 
 class EpochPlan:
@@ -85,8 +85,9 @@ class OwnedRows:
     def batches(self, plan: Iterator[tuple[np.ndarray, ...]], skip: int, size: int,
                 like: tuple[Array, Array]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The plan's updates of `size` rows after its first `skip`, as (k, x, y): views of the
-        `gathered` pieces, cut to a whole number of updates (GATHER_ROWS rows or one update)."""
-        rows = max(size, GATHER_ROWS // size * size)
+        `gathered` pieces, cut to a whole number of updates (about GATHER_BYTES of rows, or one update)."""
+        row_bytes = int(np.prod(like[0].shape[1:])) * like[0].dtype.itemsize
+        rows = max(size, GATHER_BYTES // max(1, row_bytes) // size * size)
         cut = ((k[lo:lo + rows], row[lo:lo + rows]) for k, row in self.pieces(plan, skip) for lo in range(0, len(k), rows))
         return rebatched(self.gathered(cut, like), size)
 
