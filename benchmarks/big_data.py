@@ -11,8 +11,11 @@ The streamed runs over the big table make both fitting passes over the whole fil
 final evaluation) is bounded to the file's first `--blocks` blocks when a whole epoch would take too
 long on a shared machine (the child keeps those blocks after fitting; 0: the whole file).
 
+--ranks N also trains the table that fits, streamed, in float64 on 1 process and on N ranks, and prints the
+weights' largest difference (N ranks give one process's weights: to 1e-12).
+
     python benchmarks/big_data.py [--gb 10] [--fits-mb 300] [--repeats 3] [--variants stream,no-cache,no-cache-no-ahead,ahead]
-                                  [--blocks 24] [--limit-gb 3] [--folder /tmp/big_data] [--keep]
+                                  [--blocks 24] [--limit-gb 3] [--folder /tmp/big_data] [--keep] [--ranks 2]
 """
 
 from __future__ import annotations
@@ -194,6 +197,25 @@ def interleaved(folder: Path, table: Path, rows: int, variants: list[str], repea
     print(f"load average (1 min) before each run: {min(loads):.1f}-{max(loads):.1f}, median {np.median(loads):.1f}", flush=True)
 
 
+def ranks_check(folder: Path, table: Path, ranks: int) -> None:
+    """The same streamed run in float64 on 1 process and on `ranks` (`--processes`): the weights'
+    largest difference (the promise: one process's weights, to 1e-12)."""
+    config = folder / f"{table.stem}_ranks.yaml"
+    config.write_text(CONFIG.format(table=table, stream="true").replace("seed: 0\n", "seed: 0\nprecision: float64\n"))
+    weights = []
+    for count in (1, ranks):
+        out = folder / f"run_{table.stem}_ranks{count}"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "magmadnn_cli", "train", str(config), "--out", str(out), "-q", "--overwrite",
+                        *(["--processes", str(count)] if count > 1 else [])], check=True, capture_output=True)
+        print(f"{table.name}: float64, streamed, {count} process(es): {time.perf_counter() - start:.0f} s", flush=True)
+        with np.load(out / "model.npz", allow_pickle=False) as saved:
+            weights.append({k: saved[k] for k in saved.files if k.startswith("weights/")})
+    largest = max(float(np.max(np.abs(weights[0][k] - weights[1][k]))) for k in weights[0])
+    print(f"{table.name}: {ranks} ranks' weights against 1 process's: largest difference {largest:.3g} "
+          f"({'within' if largest <= 1e-12 else 'BEYOND'} 1e-12)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gb", type=float, default=10.0, help="the big table's size (0: none)")
@@ -204,6 +226,8 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (memory is always run)")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/big_data"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--ranks", type=int, default=0, help="also train the table that fits on 1 process and on N "
+                        "ranks in float64 and compare the weights (0: not)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -218,7 +242,10 @@ def main() -> None:
         print(f"generated {small.name} {small.stat().st_size / 1e6:,.0f} MB ({small_rows:,} rows) in "
               f"{time.perf_counter() - start:.0f} s", flush=True)
         variants = ["memory"] + [v for v in args.variants.split(",") if v in VARIANTS and v != "memory"]
-        interleaved(args.folder, small, small_rows, variants, args.repeats)
+        if args.repeats > 0:
+            interleaved(args.folder, small, small_rows, variants, args.repeats)
+        if args.ranks > 1:
+            ranks_check(args.folder, small, args.ranks)
         if args.gb > 0:
             big_runs(args, small_rows)
     finally:
