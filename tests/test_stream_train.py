@@ -114,7 +114,6 @@ def test_the_epochs_batches_hold_every_training_row_once_in_a_seeded_order(tmp_p
 
 
 @pytest.mark.parametrize("change, named", [
-    ({"training": {"class_weight": "balanced"}}, "training.class_weight"),
     ({"data": {"test": "t.csv"}}, "data.validation / data.test"),
     ({"data": {"shape": [2]}}, "image rows"),
 ])

@@ -266,7 +266,6 @@ def _unsupported(config: Any, ranks: int, fold: tuple[int, int] | None, stale_gr
                                    "labels is)"),
         (data.validation is not None or data.test is not None, "held-out rows come from data.train by the hash rule; "
                                                                  "separate data.validation / data.test files are not streamed yet"),
-        (training.class_weight is not None, "training.class_weight is not supported when streaming yet"),
         (data.shape is not None or training.augment is not None, "image rows (data.shape, training.augment) are not "
                                                                   "streamed yet"),
         (any(getattr(c, "type", c) == "image" for c in data.columns.values()), "image columns are not streamed yet"),
