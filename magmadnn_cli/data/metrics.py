@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -12,6 +12,19 @@ import numpy as np
 CONFUSION_MAX_CLASSES = 50  # above this many classes the confusion matrix is summarized, not written out
 MOST_CONFUSED = 20          # the (true, predicted) pairs a summary keeps
 SUMS_ROWS = 1 << 20         # rows counted at a time
+
+
+def in_chunks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    """The arrays' rows SUMS_ROWS at a time, as int64 (class indices kept a byte a row, counted
+    without an int64 copy of every row: a streamed run's 50 M)."""
+    for lo in range(0, len(arrays[0]), SUMS_ROWS):
+        yield tuple(a[lo:lo + SUMS_ROWS].astype(np.int64) for a in arrays)
+
+
+def class_counts(y: np.ndarray, classes: int) -> np.ndarray:
+    """The rows of each class (class indices)."""
+    return sum((np.bincount(chunk, minlength=classes) for chunk, in in_chunks(y.reshape(-1))),
+               np.zeros(classes, np.int64))
 
 
 def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> np.ndarray:
@@ -57,9 +70,9 @@ class ClassSums:
         self.cells, self.counts = np.zeros(0, np.int64), np.zeros(0, np.int64)  # wrong cells: true * k + predicted
 
     def add(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
-        """Count the rows, SUMS_ROWS at a time (int64 copies of a chunk, not of every row)."""
-        for lo in range(0, len(y_true), SUMS_ROWS):
-            self._add(y_true[lo:lo + SUMS_ROWS].astype(np.int64), y_pred[lo:lo + SUMS_ROWS].astype(np.int64))
+        """Count the rows (`in_chunks`)."""
+        for true, predicted in in_chunks(y_true, y_pred):
+            self._add(true, predicted)
 
     def _add(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
         k = len(self.labels)

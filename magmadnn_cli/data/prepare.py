@@ -20,6 +20,7 @@ from .cells import RawColumns
 from .columns import ColumnEncoder
 from .fitting import fit
 from .classes import case_variants, rare_classes, unseen_note
+from .metrics import class_counts
 from .leakage import chance_share, column_codes, repeated_rows, repeats_note, target_copies
 from .pixels import check_shape, eight_bit_note, unscaled_note
 from .normalize import Normalizer, TargetScaler, normalize_method, scale_note
@@ -77,9 +78,6 @@ def _closest_label(key: str, labels: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-COUNT_ROWS = 1 << 20  # training targets counted at a time
-
-
 def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray, task: str = "classification") -> np.ndarray | None:
     """Per-class loss weights: `balanced` = rows / (classes x the class's training rows), as
     scikit-learn's class_weight='balanced'; a mapping {label: weight} (unlisted labels: 1)."""
@@ -89,10 +87,7 @@ def class_weights(spec: Any, classes: list[Any], train_y: np.ndarray, task: str 
         raise DataError(f"training.class_weight weighs the one class of each row; this {task} target has "
                         "none (several labels a row): remove training.class_weight")
     if spec == "balanced":
-        y, counts = train_y.reshape(-1), np.zeros(len(classes), np.int64)
-        for lo in range(0, len(y), COUNT_ROWS):  # (int64 copies of a chunk: a streamed run's 50 M targets are bytes)
-            counts += np.bincount(y[lo:lo + COUNT_ROWS].astype(np.int64), minlength=len(classes))
-        return len(train_y) / (len(classes) * np.maximum(counts, 1))
+        return len(train_y) / (len(classes) * np.maximum(class_counts(train_y, len(classes)), 1))
     known = {str(c): i for i, c in enumerate(classes)}
     unknown = [str(k) for k in spec if str(k) not in known]
     if unknown:

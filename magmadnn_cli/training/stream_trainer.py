@@ -53,9 +53,9 @@ class EpochPlan:
 
 
 class OwnedRows:
-    """The training rows of this rank's blocks (block b of the file for b = rank mod ranks: those
-    it encoded and cached) that are not yet given out: a block is read when one of its rows is first needed, and only its rows still to
-    come are kept (compacted as they go; dropped with the last)."""
+    """The training rows of this rank's blocks (block b of the file for b = rank mod ranks: those it
+    encoded and cached) that are not yet given out: a block is read when one of its rows is first
+    needed, and only its rows still to come are kept (compacted as they go; dropped with the last)."""
 
     def __init__(self, source: StreamSource, plan: EpochPlan, rank: int = 0, ranks: int = 1) -> None:
         self.source, self.epoch, self.blocks, self.counts = source, plan.epoch, plan.blocks, plan.counts
@@ -185,7 +185,7 @@ class StreamTrainer(Trainer):
         plan = EpochPlan(self.source, epoch, self.plan.shuffle)
         size, done = self.sizes.update_size(epoch), self.position.step
         owned = OwnedRows(self.source, plan, self.data_comm.rank, self.data_comm.size)
-        try:  # (an update's rows gathered when drawn, here: about half a step's time, less than a thread's hand-offs)
+        try:  # (rows gathered a chunk at a time when drawn, here: cheaper than a thread's hand-offs)
             for step, (k, x, y) in enumerate(owned.batches(plan.pieces, done * size, size, self.like), done + 1):
                 yield step, self.exchanged(owned.owner[k], x, y, epoch, (step - 1) * size), len(k)
         finally:
