@@ -76,10 +76,23 @@ def test_spans_are_a_few_a_process_and_short_enough_for_progress():
     spans = image_pool.spans_of(10_000, 2, 40e-6)
     assert spans[0][0] == block and spans[-1][1] == 10_000
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
-    assert len(spans) == 2 * image_pool.SPANS_EACH
+    assert 2 * image_pool.SPANS_EACH <= len(spans) <= 3 * image_pool.SPANS_EACH  # and the short ones
     huge = image_pool.spans_of(1_000_000, 2, 40e-6)
     assert max(b - a for a, b in huge) * 40e-6 <= image_pool.SPAN_S  # a progress line at least this often
-    assert min(b - a for a, b in image_pool.spans_of(300, 8, 40e-6)[:-1]) == block
+    assert all(b - a >= block for a, b in image_pool.spans_of(300, 8, 40e-6)[1:-1])  # a remainder at each end
+
+
+@pytest.mark.parametrize("total, count", [(10_000, 2), (1_000_000, 2), (200_000, 16), (5_000, 3)])
+def test_spans_shrink_where_this_process_meets_the_workers(total, count):
+    """Spans are short where this process (taking the last share, 1/count of the files, from the end)
+    meets the workers (taking the rest from the start): a worker holds up to two spans this process
+    can no longer cancel (the one it runs and one queued), and this process waits for them once it
+    runs out, so those must be short; the first spans are full size (few tasks)."""
+    block, spans = image_pool.BLOCK, image_pool.spans_of(total, count, 40e-6)
+    meet = block + (total - block) * (count - 1) // count
+    at = next(i for i, (a, b) in enumerate(spans) if b >= meet)
+    assert all(b - a <= 2 * block for a, b in spans[max(at - 2, 0):at + 3])
+    assert spans[1][1] - spans[1][0] == spans[-2][1] - spans[-2][0] == max(b - a for a, b in spans) > block
 
 
 def test_closing_stops_the_workers(pools):

@@ -56,9 +56,26 @@ def in_blocks(task: Callable[..., Any], files: list[str], extra: tuple, workers:
 def spans_of(total: int, count: int, per_file: float) -> list[tuple[int, int]]:
     """The files after the first BLOCK in spans (start, stop) for `count` processes: about SPANS_EACH
     each (a process that finishes early takes another), none longer than SPAN_S to decode at
-    `per_file` seconds a file, none shorter than BLOCK."""
+    `per_file` seconds a file; BLOCK files where the workers, going forward, meet this process, going
+    back over the last 1/count of the files (if all go at one pace), growing away from there by a
+    quarter of the distance (one shorter remainder at each far end). A worker holds up to two spans
+    this process can no longer cancel, the one it runs and one queued, and this process waits for
+    them at the end: short spans there keep that wait to milliseconds (full-size ones: two spans)."""
     size = max(BLOCK, min(-(-(total - BLOCK) // (count * SPANS_EACH)), int(SPAN_S / max(per_file, 1e-9))))
-    return [(start, min(start + size, total)) for start in range(BLOCK, total, size)]
+    meet = BLOCK + (total - BLOCK) * (count - 1) // count
+    ahead, behind = _away(meet - BLOCK, size), _away(total - meet, size)
+    edges = [meet - d for d in reversed(ahead)] + [meet] + [meet + d for d in behind]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def _away(length: int, size: int) -> list[int]:
+    """Distances from the meeting point of the span edges on one side `length` files long: spans of
+    BLOCK files, then a quarter of the distance covered, up to `size`; the last one what is left."""
+    edges, done = [], 0
+    while done < length:
+        done += min(max(BLOCK, done // 4), size, length - done)
+        edges.append(done)
+    return edges
 
 
 def _shared(spans: list[tuple[int, int]], workers: int, method: str, job: tuple) -> Iterator[Any]:
