@@ -47,10 +47,12 @@ class SyntheticData(Strict):
 class ImageSettings(Strict):
     """How image files (a folder of class folders) are decoded: their size, colours and resizing."""
     size: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="[height, width] every "
-                                           "image is resized to (default: the first image's)")
+                                           "image is resized to (default: the size most of a sample of 64 images, "
+                                           "spread over the files, have; the first image's where none is more common)")
     color: Literal["auto", "grayscale", "rgb", "rgba"] = Field(
-        "auto", description="the channels: grayscale (1), rgb (3) or rgba (4); auto: the first image's (grayscale "
-                            "for gray and 16-bit gray, rgba where it has alpha or a transparent palette, else rgb)")
+        "auto", description="the channels: grayscale (1), rgb (3) or rgba (4); auto: the colours most of that sample "
+                            "have, tied: the wider (an image's: grayscale for gray and 16-bit gray, rgba where it has "
+                            "alpha or a transparent palette, else rgb)")
     resize: Literal["stretch", "crop", "pad"] = Field(
         "stretch", description="an image of another size: stretch to the size; crop (the centre, to the size's aspect "
                                "ratio) or pad (with black, to it), then resize")
@@ -138,8 +140,8 @@ class DataConfig(Strict):
     scale: PositiveFloat | None = Field(None, description="multiply features by this first (e.g. 0.00392 = 1/255)")
     shape: list[PositiveInt] | None = Field(None, description="per-sample shape, e.g. [1, 28, 28] for image rows (C, H, W)")
     image: ImageSettings | None = Field(None, description="image files (data.train: a folder of class folders): "
-                                        "{size: [H, W], color, resize, workers} (default: the first image's size "
-                                        "and colours)")
+                                        "{size: [H, W], color, resize, workers} (default: the size and colours "
+                                        "most of the images have)")
     delimiter: Literal[",", ";", "\t", "|"] | None = Field(None, description="CSV field separator (default: sniffed; tab for .tsv)")
     decimal: Literal[".", ","] | None = Field(None, description="the decimal mark of CSV number cells (default: '.', or "
                                               "',' detected in a file not separated by commas whose numbers read "

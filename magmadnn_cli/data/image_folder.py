@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import Counter
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ from .pixels import settle_eight_bit
 from .table import ReadSpec, Table, typed_labels
 
 SHOWN = 3                 # ignored files named in the note
+SAMPLED = 64              # files spread over a listing whose headers give data.image's default size and colours
+COLORS = ("grayscale", "rgb", "rgba")  # narrower to wider
 SKIPPED_SHOWN = 20        # skipped files listed with why
 PROGRESS_EVERY_S = 2.0    # a decode taking longer says how far it is, at most this often
 
@@ -48,7 +51,7 @@ def decode_progress(say: Callable[[str], None]) -> Iterator[None]:
 @contextlib.contextmanager
 def looking_only(check: bool = False) -> Iterator[None]:
     """Within it (summary, validate), a folder is listed, not decoded: the size and colours come from
-    the first image's header (or data.image), every sample stands for one image of them (the same
+    a sample of the headers (or data.image), every sample stands for one image of them (the same
     shape and count), nothing is cached. Summary decodes none (black pixels stand in); with `check`
     (validate) every file is also checked cheaply (`check_all`), each bad one named, and the first
     one decoded."""
@@ -152,14 +155,50 @@ def _check_name(root: Path, name: str) -> None:
                         "UTF-8; rename it (its name is the class's label)") from None
 
 
-def decoding(listing: Listing, settings: ImageSettings | None) -> Decoding:
-    """data.image resolved: size and colours default to the first image's."""
+def decoding(listing: Listing, settings: ImageSettings | None, root: Path | str = "") -> tuple[Decoding, list[str]]:
+    """data.image resolved: the size and colours not given are those most of a sample of the files'
+    headers have (`_sampled`; the size: the first image's where none is more common; the colours,
+    tied: the wider, which loses nothing), and the notes where the sample differs."""
     settings = settings or ImageSettings()
     size, color = tuple(settings.size) if settings.size else None, settings.color
-    if size is None or color == "auto":
-        seen_size, seen_color = _first_readable(listing.files, settings.on_error == "skip")
-        size, color = size or seen_size, seen_color if color == "auto" else color
-    return Decoding((int(size[0]), int(size[1])), color, settings.resize)
+    if size is not None and color != "auto":
+        return Decoding((int(size[0]), int(size[1])), color, settings.resize), []
+    looks = _sampled(listing.files, settings.on_error == "skip")
+    sizes, colors, notes = Counter(s for s, _ in looks), Counter(c for _, c in looks), []
+    if size is None:
+        size = sizes.most_common(1)[0][0]  # ties: the first seen, the first image's
+        notes += [_sizes_note(root, sizes, size, settings.resize)] if len(sizes) > 1 else []
+    if color == "auto":
+        color = max(colors, key=lambda c: (colors[c], COLORS.index(c)))
+        notes += [_colors_note(root, colors, color)] if len(colors) > 1 else []
+    return Decoding((int(size[0]), int(size[1])), color, settings.resize), notes
+
+
+def _sampled(files: list[str], skip: bool) -> list[tuple[tuple[int, int], str]]:
+    """The (height, width) and colours of up to SAMPLED files spread over the listing, the first one
+    included (unreadable without `skip`: refused, named); another unreadable file is left to the
+    decode, which names it. None read: the first readable file's, as far as `skip` looks."""
+    looks = []
+    for at in sorted({round(k) for k in np.linspace(0, len(files) - 1, min(len(files), SAMPLED))}):
+        try:
+            looks.append(first_look(Path(files[at])))
+        except Exception as exc:
+            if at == 0 and not skip:
+                raise _unreadable(files[0], image_decode.why(exc)) from exc
+    return looks or [_first_readable(files, skip)]
+
+
+def _sizes_note(root: Path | str, sizes: Counter, size: tuple[int, int], resize: str) -> str:
+    shown = sorted(sizes, key=lambda s: s[0] * s[1])
+    return (f"{root}: the images differ in size (a sample of {sum(sizes.values())} has {len(sizes)} sizes, "
+            f"{shown[0][0]}x{shown[0][1]} to {shown[-1][0]}x{shown[-1][1]}): each is resized to {size[0]}x{size[1]}, "
+            f"the most common (data.image.resize: {resize}); set data.image.size: [H, W] to choose")
+
+
+def _colors_note(root: Path | str, colors: Counter, color: str) -> str:
+    counts = ", ".join(f"{n} {c}" for c, n in colors.most_common())
+    return (f"{root}: the images differ in colours (a sample of {sum(colors.values())}: {counts}): all are decoded "
+            f"as {color}, the most common (tied: the wider); set data.image.color to choose")
 
 
 def _first_readable(files: list[str], skip: bool) -> tuple[tuple[int, int], str]:
@@ -266,7 +305,7 @@ def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec:
                         "has it)")
     skip = settings.on_error == "skip"
     checked = _checked(root, listing, settings.workers, skip)
-    how = decoding(listing, settings)
+    how, defaults = decoding(listing, settings, root)
     dtype = np.dtype(spec.dtype or B.current().floatx)
     B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
                      f"{root}: {len(listing.files):,} decoded images of {how.shape}", on_host=True)
@@ -276,7 +315,8 @@ def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec:
     x = np.broadcast_to(pixels[0].astype(dtype), (int(keep.sum()), *how.shape)) if _looking.get() else \
         pixels[keep].astype(dtype) if failed else pixels.astype(dtype)
     resolved = settings.revised(size=list(how.size), color=how.color)
-    return ReadImages(keep, x, [n for n in (said, _skipped(root, listing, failed) if failed else None) if n], resolved)
+    notes = [*defaults, *(n for n in (said, _skipped(root, listing, failed) if failed else None) if n)]
+    return ReadImages(keep, x, notes, resolved)
 
 
 def _checked(root: Path, listing: Listing, workers: int | None, skip: bool) -> list[tuple[int, str]]:
