@@ -53,7 +53,8 @@ def test_colours_and_size_most_of_the_images_have_said(tmp_path):
     np.testing.assert_array_equal(table.x[0], want)
     said = " ".join(table.notes)
     assert "differ in colours" in said and "11 rgb, 1 grayscale" in said and "data.image.color" in said
-    assert "differ in size" in said and "4 sizes" in said and "6x6" in said and "data.image.size" in said
+    assert "differ in size" in said and "4 sizes" in said and "6x6, the most common (9 of them)" in said
+    assert "data.image.size" in said
 
 
 def test_alike_images_say_nothing_and_ties_go_to_the_first_size_and_the_wider_colours(tmp_path):
@@ -65,6 +66,7 @@ def test_alike_images_say_nothing_and_ties_go_to_the_first_size_and_the_wider_co
     save(tmp_path / "tie" / "b" / "1.png", "RGB", 8, 8)
     tied = read_table(tmp_path / "tie", spec())
     assert tied.settled["image"].size == [4, 4] and tied.settled["image"].color == "rgb"
+    assert "resized to 4x4, the first image's, none more common" in " ".join(tied.notes)
 
 
 def test_the_sample_is_spread_over_a_large_folder_and_given_settings_read_no_header(tmp_path, monkeypatch):

@@ -189,10 +189,12 @@ def _sampled(files: list[str], skip: bool) -> list[tuple[tuple[int, int], str]]:
 
 
 def _sizes_note(root: Path | str, sizes: Counter, size: tuple[int, int], resize: str) -> str:
-    shown = sorted(sizes, key=lambda s: s[0] * s[1])
-    return (f"{root}: the images differ in size (a sample of {sum(sizes.values())} has {len(sizes)} sizes, "
+    shown, counts = sorted(sizes, key=lambda s: s[0] * s[1]), sorted(sizes.values())
+    why = f"the most common ({sizes[size]} of them)" if counts[-1] > counts[-2] else \
+        "the first image's, none more common"
+    return (f"{root}: the images differ in size (a sample of {sum(counts)} has {len(sizes)} sizes, "
             f"{shown[0][0]}x{shown[0][1]} to {shown[-1][0]}x{shown[-1][1]}): each is resized to {size[0]}x{size[1]}, "
-            f"the most common (data.image.resize: {resize}); set data.image.size: [H, W] to choose")
+            f"{why} (data.image.resize: {resize}); set data.image.size: [H, W] to choose")
 
 
 def _colors_note(root: Path | str, colors: Counter, color: str) -> str:
