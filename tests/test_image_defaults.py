@@ -13,7 +13,7 @@ from conftest import run_cli
 from magmadnn_cli.config.schema import DataConfig
 from magmadnn_cli.data import image_folder
 from magmadnn_cli.data.readers import ReadSpec, read_table
-from magmadnn_cli.errors import DataError
+from magmadnn_cli.errors import DataError, MagmaError
 
 Image = pytest.importorskip("PIL.Image")
 rng = np.random.default_rng(4654)
@@ -102,3 +102,13 @@ def test_train_says_it_and_predict_decodes_as_training_did(tmp_path, capsys):
     assert code == 0 and "differ in colours" in out + err and "differ in size" in out + err
     code, out, _ = run_cli(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "t" / "cat" / "000.png"))
     assert code == 0 and out.count("\n") == 2  # a header and the one image, decoded as training did
+
+
+def test_images_too_large_for_memory_name_the_size_setting(tmp_path, monkeypatch):
+    from magmadnn_cli.core import backend as B
+    for i in range(4):
+        save(tmp_path / "t" / "ab"[i % 2] / f"{i}.png", "RGB", 40, 30)
+    monkeypatch.setattr(B, "host_memory_available", lambda: 20_000)  # 4 x 3,600 values x 5 B: 72,000
+    with pytest.raises(MagmaError, match=r"4 decoded images of 3 x 40 x 30 .*data.image.size") as refused:
+        read_table(tmp_path / "t", spec())
+    assert "would need" in str(refused.value)

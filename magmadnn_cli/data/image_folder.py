@@ -310,7 +310,8 @@ def decoded_listing(root: Path, listing: Listing, settings: ImageSettings, spec:
     how, defaults = decoding(listing, settings, root)
     dtype = np.dtype(spec.dtype or B.current().floatx)
     B.require_memory(len(listing.files) * int(np.prod(how.shape)) * (1 + dtype.itemsize),
-                     f"{root}: {len(listing.files):,} decoded images of {how.shape}", on_host=True)
+                     f"{root}: {len(listing.files):,} decoded images of {' x '.join(map(str, how.shape))} (set "
+                     "data.image.size to decode them smaller, e.g. [64, 64])", on_host=True)
     pixels, failed, said = _pixels(root, listing, how, settings, checked)
     keep = np.ones(len(pixels), bool)
     keep[[where for where, _ in failed]] = False
