@@ -72,11 +72,22 @@ def crc(pixels: np.ndarray) -> int:
 
 
 @contextlib.contextmanager
-def locked(slot: Path) -> Iterator[None]:
-    """The slot's lock, held (waiting for another process that holds it)."""
+def locked(slot: Path, waiting: Callable[[str], None] = lambda pid: None) -> Iterator[None]:
+    """The slot's lock, held, with this process's id written in it; where another process holds it,
+    `waiting` is told its id before this one waits. A dead writer's temp files of the slot (only the
+    lock's holder writes them) are removed."""
     fd = os.open(slot.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting(os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        for stale in slot.parent.glob(f".{slot.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -141,24 +152,26 @@ def check_unchanged(files: list[str], before: np.ndarray, after: np.ndarray, fai
                         "no longer being written")
 
 
-def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None,
-            decode: Decode) -> tuple[np.ndarray, Failed, str | None]:
+def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None, decode: Decode,
+            say: Callable[[str], None] = lambda text: None) -> tuple[np.ndarray, Failed, str | None]:
     """`decode`'s pixels and failures, from the cache in `folder` where it holds them for these files
-    and settings (else decoded into a new slot there; `folder` None: into memory, not cached); and a
-    note on the cache."""
+    and settings (else decoded into a new slot there; `folder` None: into memory, not cached; a folder
+    that cannot be made or written: into memory, said); and a note on the cache. `say`: a line while
+    this run waits for another decoding the same folder."""
     before, shape = stamps(files), (len(files), *how.shape)
-    if folder is None:
+    unusable = None if folder is None else _unusable(folder)
+    if folder is None or unusable:
         pixels = np.empty(shape, np.uint8)
         failed, after = decode(pixels, None)
         check_unchanged(files, before, after, failed)
-        return pixels, failed, None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DataError(f"{folder}: cannot create the image cache folder ({exc.strerror or exc}); set "
-                        "data.image.cache_dir to a writable folder, or data.image.cache: false") from exc
+        return pixels, failed, unusable and (f"{root}: decoded in memory, not cached: {unusable}; set "
+                                             "data.image.cache_dir to a writable folder (or data.image.cache: false)")
     slot, key = slot_of(folder, root, how), cache_key(root, files, before, how)
-    with locked(slot):
+
+    def waiting(pid: str) -> None:
+        say(f"{root}: waiting for process {pid}, which is decoding the same images into the cache ({slot}.npy); "
+            "this run then reads them from there")
+    with locked(slot, waiting):
         hit, why = load(slot, key, shape)
         if hit is not None:
             return *hit, f"{root}: decoded images read from the cache ({slot}.npy)"
@@ -172,3 +185,14 @@ def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None,
     prune(folder)
     said = f" (the cached copy was not used: {why})" if why else ""
     return pixels, failed, f"{root}: decoded images cached in {slot}.npy for later runs{said}"
+
+
+def _unusable(folder: Path) -> str | None:
+    """Why the cache folder cannot be used (made, or written by this user), else None."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{folder}: cannot create the image cache folder ({exc.strerror or exc})"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder}: the image cache folder is not writable by this user"
+    return None

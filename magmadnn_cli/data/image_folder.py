@@ -352,7 +352,7 @@ def _pixels(root: Path, listing: Listing, how: Decoding, settings: ImageSettings
     pixels, failed, said = image_cache.decoded(
         root, listing.files, how, folder,
         lambda out, into: decode_all(listing, how, settings.workers, skip, Progress(root, len(listing.files)), out,
-                                     into))
+                                     into), _progress.get() or (lambda text: None))
     _refuse_first(listing.files, failed, skip)  # failures cached by a run that skipped them
     return pixels, failed, said
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
+from ..signals import die_with_parent
 from . import image_decode
 
 BLOCK = 64                # files the first task (which times a file) decodes, and each task without workers
@@ -84,7 +86,7 @@ def _shared(spans: list[tuple[int, int]], workers: int, method: str, job: tuple)
     this process takes is cancelled in the pool first); results in order. Closing it cancels what the
     workers have not started and waits for what they have."""
     context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=job)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt, initargs=(os.getpid(), *job))
     try:
         futures, done, last, count = [pool.submit(_span, *span) for span in spans], {}, len(spans) - 1, BLOCK
         for i, future in enumerate(futures):
@@ -98,8 +100,11 @@ def _shared(spans: list[tuple[int, int]], workers: int, method: str, job: tuple)
         pool.shutdown(cancel_futures=True)
 
 
-def _adopt(*job: Any) -> None:
-    """A worker's start: the job kept (its files sent once, not per span); Ctrl-C left to the command."""
+def _adopt(parent: int, *job: Any) -> None:
+    """A worker's start: it ends with the process that started it (killed, that process's lock on the
+    cache would stay held by this worker, and later runs wait on it for ever); the job kept (its files
+    sent once, not per span); Ctrl-C left to the command."""
+    die_with_parent(signal.SIGKILL, parent)
     _job.set(job)
     image_decode.quiet_worker()
 

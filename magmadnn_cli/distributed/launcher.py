@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import EveryRankError, MagmaError
-from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, relay_text
+from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, die_with_parent, relay_text
 from .comm import launched_ranks, local_ranks
 from .hosts import Layout, is_open_mpi, mpiexec_command, resolve_layout
 from .leftovers import RUN_RECORD, record_path, segments, sweep
@@ -107,11 +107,7 @@ def check_processes(processes: int, oversubscribe: bool, asked_by: str = "--proc
 def _die_with_parent(sig: int) -> Callable[[], None]:
     """For the child, before exec: receive `sig` when the launcher dies, even by SIGKILL (Linux)."""
     def arrange() -> None:
-        try:
-            import ctypes
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+        die_with_parent(sig)
     return arrange
 
 

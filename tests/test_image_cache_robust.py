@@ -1,0 +1,144 @@
+"""The decoded-image cache when things go wrong (issue 46, found by a hostile trial): a decoding worker
+dies with the process that started it (a SIGKILLed `train` left a worker holding the cache's lock, and
+every later run on that folder hung without a word); a run waiting for the lock says whom it waits
+for; a dead writer's temp file is removed by the next run of that slot; a cache folder that cannot be
+used decodes in memory, said once, for predict too (it takes no config to set another)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+from magmadnn_cli.config.schema import DataConfig
+from magmadnn_cli.data import image_cache, image_folder
+from magmadnn_cli.data.readers import ReadSpec, read_table
+
+Image = pytest.importorskip("PIL.Image")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="parent-death signals and flock are Linux's")
+rng = np.random.default_rng(4655)
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "magmadnn" / "images"
+
+
+def folder(root, per=3):
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(per):
+            Image.fromarray(rng.integers(0, 256, (4, 4), dtype=np.uint8)).save(root / c / f"{i}.png")
+
+
+def spec():
+    return ReadSpec(None, None, data=DataConfig(train="x"))
+
+
+def gone(pid: int, within: float = 30.0) -> bool:
+    """Whether process `pid` ends (is reaped by init) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)  # polling a condition with a deadline, not a fixed wait
+    return False
+
+
+def test_a_worker_dies_with_its_parent_killed_and_frees_the_lock(tmp_path):
+    """A process decoding a folder (its worker stopped mid-span) is SIGKILLed: the worker ends too, and
+    the next read of the folder decodes it (it hung on the orphan's lock before)."""
+    folder(tmp_path / "t", per=200)
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from magmadnn_cli.config.schema import DataConfig
+        from magmadnn_cli.data import image_folder, image_pool
+        from magmadnn_cli.data.readers import ReadSpec, read_table
+        main, real = os.getpid(), image_folder.decode_block
+        def stuck(start, paths, *rest):
+            if os.getpid() != main:
+                print(os.getpid(), flush=True)
+                time.sleep(600)  # a worker mid-span, stopped here until the test is done with it
+            return real(start, paths, *rest)
+        image_pool.PARALLEL_AFTER_S = {{"fork": 0.0, "spawn": 0.0}}
+        image_folder.decode_block = stuck
+        read_table(Path({str(tmp_path / "t")!r}), ReadSpec(None, None, data=DataConfig(train="x", image={{"workers": 2}})))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(parent.stdout.readline())  # the worker is in its span, the cache's lock held
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    try:
+        assert gone(worker), "the decoding worker outlived its killed parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a worker left by the code before the fix
+            os.kill(worker, signal.SIGKILL)
+    table = read_table(tmp_path / "t", spec())  # the lock is free: no hang
+    assert len(table.x) == 400
+
+
+def test_a_dead_writers_temp_file_is_removed_by_the_next_run(tmp_path, cache_home):
+    folder(tmp_path / "t")
+    read_table(tmp_path / "t", spec())
+    (npy,) = cache_home.glob("*.npy")
+    stale = npy.parent / f".{npy.name}.abc123.tmp"
+    stale.write_bytes(b"half a cache")
+    (npy.parent / f".{npy.stem}.json.xyz.tmp").write_text("{")
+    other = npy.parent / ".someone-elses.npy.q.tmp"  # another slot's: its own run may be writing it
+    other.write_bytes(b"x")
+    npy.unlink()  # the slot is decoded again
+    read_table(tmp_path / "t", spec())
+    assert not stale.exists() and not list(cache_home.glob(f".{npy.stem}.*.tmp")) and other.exists()
+
+
+def test_a_run_waiting_for_the_lock_says_whom_it_waits_for(tmp_path, cache_home):
+    folder(tmp_path / "t")
+    read_table(tmp_path / "t", spec())
+    (npy,) = cache_home.glob("*.npy")
+    said, waiting = [], threading.Event()
+
+    def say(text):
+        said.append(text)
+        waiting.set()
+    with image_cache.locked(npy.with_suffix("")):  # another run holding the slot
+        def read():
+            with image_folder.decode_progress(say):
+                read_table(tmp_path / "t", spec())
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert waiting.wait(30)
+    reader.join(30)
+    assert not reader.is_alive()
+    assert f"waiting for process {os.getpid()}," in said[0] and "waiting" in said[0] and str(tmp_path / "t") in said[0]
+
+
+def test_a_cache_folder_that_cannot_be_made_decodes_in_memory_said(tmp_path, monkeypatch, capsys):
+    folder(tmp_path / "t")
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    table = read_table(tmp_path / "t", spec())
+    assert len(table.x) == 6
+    note = " ".join(table.notes)
+    assert "decoded in memory, not cached" in note and "data.image.cache_dir" in note
+    (tmp_path / "c.yaml").write_text(
+        "name: m\nseed: 0\ndata: {train: t/}\nmodel:\n  layers:\n    - {type: flatten}\n"
+        "    - {type: dense, units: 2, activation: softmax}\nloss: cross_entropy\noptimizer: {type: adam}\n"
+        "training: {epochs: 1, batch_size: 4}\n")
+    code, _, err = run_cli(capsys, "train", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "t"))
+    assert code == 0 and out.count("\n") == 7, err
