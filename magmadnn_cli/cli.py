@@ -178,7 +178,7 @@ def predict(model: ModelArg,
             strict: StrictOpt = False,
             device: DeviceOpt = "auto") -> None:
     """Predictions from a saved model, one row per input row, in order (streams large files)."""
-    from .commands.predict import predict as run_predict
+    from .commands.predict import predict as run_predict, written
     from .reporting import silence_stdout
     try:
         rows = run_predict(model, data, output, proba, device, keep=tuple(keep or ()), strict=strict, warn=_warn,
@@ -187,7 +187,7 @@ def predict(model: ModelArg,
         silence_stdout()
         raise typer.Exit(141) from None
     if output is not None and str(output) != "-":
-        err.print(f"wrote {rows} predictions to {output}", markup=False, highlight=False)
+        err.print(written(rows, output), markup=False, highlight=False)
 
 
 @app.command()

@@ -22,6 +22,7 @@ from ..errors import DataError, MagmaError
 from ..files import file_sha256
 from ..inference import Predictor, new_tally, read_spec, tally_notes
 from ..inference.encoding import encode, refuse_non_finite_outputs
+from ..inference.image_rows import count_missed, input_chunks, read_input, undecoded_note
 from ..training.evaluation import evaluate_split, split_report
 from ..training.modelfile import SavedModel
 from ..training.run_folder import RunFolder
@@ -55,14 +56,12 @@ def _evaluate(model: Predictor, data_path: Path | None, split: str | None, stric
             f"magmadnn predict {shlex.quote(str(model_path))} {shlex.quote(str(data_path))}"))
         if streams_evaluation(data_path, saved):
             return _evaluate_streamed(model, data_path, spec, strict, warn)
-        table = reader_for(data_path).read(data_path, spec)
-        tally = new_tally()
+        read, tally = read_input(data_path, spec), new_tally()
+        table = read.table
+        count_missed(tally, read)
         x = encode(table, saved, strict, tally)
-        if warn:
-            for note in (*table.notes, *tally_notes(tally, saved, str(data_path)),
-                         training_file_note(saved, model_path, data_path)):
-                if note:
-                    warn(note)
+        for note in (*table.notes, *_notes(tally, model, data_path)) if warn else ():
+            warn(note)
         y = map_labels(table.y, saved.config.data.label_map)
         data = Split(x, saved.targets(target_task(saved.task).encode(y, saved.classes, str(data_path), table.raw)))
         source = str(data_path)
@@ -89,8 +88,9 @@ def _evaluate_streamed(model: Predictor, data_path: Path, spec: Any, strict: boo
     saved, chunk_rows = model.saved, EVALUATE_CHUNK_ROWS
     sums, tally, notes, loss_sum, rows, chunks = report_sums(target_task(saved.task), saved.classes), new_tally(), \
         {}, 0.0, 0, 0
-    for table in reader_for(data_path).chunks(data_path, spec, chunk_rows):
-        table = with_targets(table, spec, whole=False)  # rows without a target left out, as a whole read does
+    for read in input_chunks(data_path, spec, chunk_rows):
+        count_missed(tally, read)
+        table = with_targets(read.table, spec, whole=False)  # rows without a target left out, as a whole read does
         notes.update(dict.fromkeys(table.notes))
         if not len(table.y):
             continue
@@ -99,13 +99,20 @@ def _evaluate_streamed(model: Predictor, data_path: Path, spec: Any, strict: boo
     if not rows:
         raise DataError(f"{data_path}: every row's target is missing (blank, NA, ?, ...); is it the file the model's "
                         f"target ({saved.config.data.target!r}) is in?")
-    for note in (*notes, *tally_notes(tally, saved, str(data_path)), training_file_note(saved, model.path, data_path),
+    for note in (*notes, *_notes(tally, model, data_path),
                  f"{data_path}: evaluated in {chunks} chunk(s) of up to {chunk_rows:,} rows (larger than half the "
                  "memory available, or the model's data.stream: true)") if warn else ():
-        if note:
-            warn(note)
+        warn(note)
     return {"model": str(model.path), "data": str(data_path), "rows": rows, "task": saved.task,
             "loss": loss_sum / max(1, rows), **sums.report()}
+
+
+def _notes(tally: dict[str, Any], model: Predictor, data_path: Path) -> list[str]:
+    """What reading and encoding the file did unasked, and whether it is the training file."""
+    saved = model.saved
+    return [n for n in (*tally_notes(tally, saved, str(data_path)),
+                        undecoded_note(tally, saved.config.data.image, str(data_path), "not scored"),
+                        training_file_note(saved, model.path, data_path)) if n]
 
 
 def _scored_chunk(model: Predictor, table: Table, x: np.ndarray, sums: Any, data_path: Path) -> float:

@@ -76,11 +76,25 @@ def _csv(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray], delimiter
 
 
 def _json_cells(cells: np.ndarray, kind: str) -> np.ndarray:
-    """A column's cells as JSON values: numbers as written, text quoted (once per distinct value)."""
+    """A column's cells as JSON values: numbers as written, text quoted (once per distinct value), a
+    cell without a value (None: no prediction) null."""
+    text = cells.astype(str)
+    absent = _absent(cells, text)
     if kind != "text":
-        return cells.astype(str)
-    uniques, inverse = np.unique(cells.astype(str), return_inverse=True)
-    return np.array([json.dumps(u, ensure_ascii=False) for u in uniques], dtype=object)[inverse.ravel()].astype(str)
+        values = text
+    else:
+        uniques, inverse = np.unique(text, return_inverse=True)
+        values = np.array([json.dumps(u, ensure_ascii=False) for u in uniques], dtype=object)[inverse.ravel()]
+    return np.where(absent, "null", values).astype(str) if absent.any() else values.astype(str)
+
+
+def _absent(cells: np.ndarray, text: np.ndarray) -> np.ndarray:
+    """Which cells hold no value (None: a row without a prediction; CSV writes them empty), `text`
+    the cells as str (None: 'None', compared first: fast)."""
+    absent = text == "None"
+    if absent.any() and cells.dtype == object:
+        absent[absent] = np.equal(cells[absent], None)
+    return absent & (cells.dtype == object)
 
 
 def _jsonl(f: IO[bytes], columns: Columns, chunks: Iterable[np.ndarray]) -> None:
@@ -97,9 +111,14 @@ def _arrow_type(kind: str) -> "pa.DataType":
 
 
 def _batch(chunk: np.ndarray, columns: Columns, schema: "pa.Schema") -> "pa.RecordBatch":
-    arrays = [pa.array(chunk[:, j].astype(str), pa.string()).cast(_arrow_type(kind))
-              for j, kind in enumerate(columns.kinds)]
+    arrays = [_arrow_column(chunk[:, j], kind) for j, kind in enumerate(columns.kinds)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _arrow_column(cells: np.ndarray, kind: str) -> "pa.Array":
+    """A column's text cells typed; a cell without a value (None) null."""
+    text = cells.astype(str)
+    return pa.array(text, pa.string(), mask=_absent(cells, text)).cast(_arrow_type(kind))
 
 
 def _typed(open_writer: Callable[[IO[bytes], "pa.Schema"], object]) -> Callable[..., None]:

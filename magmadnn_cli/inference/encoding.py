@@ -12,6 +12,7 @@ import numpy as np
 
 from ..data.classes import add_unseen, unseen_note
 from ..data.fitting import column_strategy, fill_name
+from ..data.image_column import image_columns
 from ..data.prepare import encode_features
 from ..data.readers import ReadSpec, Table, reader_for
 from ..errors import DataError, ModelFileError
@@ -28,7 +29,7 @@ def extra_columns(path: Path, spec: ReadSpec, saved: SavedModel) -> list[str]:
     names = reader_for(path).columns
     if names is None:
         return []
-    known = set(saved.features) | set(saved.config.data.target_columns) | set(spec.keep)
+    known = set(saved.features) | set(saved.config.data.target_columns) | set(spec.keep) | set(image_columns(spec))
     return [n for n in names(path, spec) if n not in known]
 
 
@@ -93,8 +94,10 @@ EMPTY_SHOWN = 5  # rows of blanks named by number
 
 def new_tally() -> dict[str, Any]:
     """What encoding rows counts (`_inputs`): rows, unseen categories and filled cells by column, and
-    the rows of blanks (the first EMPTY_SHOWN by number, and how many)."""
-    return {"rows": 0, "unseen": {}, "filled": {}, "empty": [], "empty_rows": 0}
+    the rows of blanks (the first EMPTY_SHOWN by number, and how many); what reading them counts
+    (`image_rows.count_missed`): the input rows, and those whose image could not be decoded."""
+    return {"rows": 0, "unseen": {}, "filled": {}, "empty": [], "empty_rows": 0, "input_rows": 0, "undecoded": 0,
+            "undecoded_files": []}
 
 
 def tally_notes(tally: dict[str, Any], saved: SavedModel, source: str) -> list[str]:

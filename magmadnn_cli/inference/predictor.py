@@ -19,6 +19,7 @@ from ..training.builder import build_network
 from ..training.evaluation import inference_batches
 from ..training.modelfile import SavedModel, load
 from .encoding import encode, refuse_non_finite_outputs
+from .image_rows import InputRows, count_missed
 
 
 def restore(saved: SavedModel, path: Path | str | None = None) -> Network:
@@ -109,3 +110,11 @@ class Predictor:
         """One table's output rows as text (kept columns first), counted into `tally`."""
         rows = self.rows(self.table_outputs(self.encoded(table, strict, tally), table), proba)
         return np.concatenate([np.stack([table.kept[k] for k in keep], axis=1), rows], axis=1) if keep else rows
+
+    def predict_rows(self, rows: InputRows, proba: bool, keep: tuple[str, ...], strict: bool,
+                     tally: dict[str, Any]) -> np.ndarray:
+        """An output row per input row, in order (kept columns first): no prediction where the row's
+        image could not be decoded (`image_rows`); all counted into `tally`."""
+        count_missed(tally, rows)
+        out = rows.spread(self.predict_table(rows.table, proba, (), strict, tally))
+        return np.concatenate([np.stack([rows.kept[k] for k in keep], axis=1), out], axis=1) if keep else out
