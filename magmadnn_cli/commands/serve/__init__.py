@@ -8,7 +8,7 @@ The package: this command's entry (`serve`: options checked, the model loaded, t
 server run until stopped); `app` (the ASGI app: endpoints, token, limits); `batching` (the model's
 thread: requests gathered and answered); `bodies` (a request body as a table); `compiled` (a
 request's rows encoded by the model's encoding compiled once); `metrics` (/metrics); `metadata`
-(/metadata)."""
+(/metadata); `images` (an image model: its input described, table rows and text fields refused)."""
 
 import contextlib
 import ctypes

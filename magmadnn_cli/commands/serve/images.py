@@ -20,12 +20,20 @@ def settings(data: Any) -> Any | None:
 
 
 def described(data: Any) -> str:
-    """What each image becomes, e.g. `16x16 (height x width) rgb, resize: stretch, scaled by 0.00392157`."""
+    """What each image becomes, e.g. `16x16 (height x width) rgb, resize: stretch, scaled by 1/255`."""
     image = settings(data)
     height, width = (int(n) for n in image.size)
     scale = getattr(data, "scale", None)
-    return (f"{height}x{width} (height x width) {image.color}, resize: {image.resize}, "
-            + (f"scaled by {scale:g}" if scale is not None else "not scaled"))
+    return f"{height}x{width} (height x width) {image.color}, resize: {image.resize}, {_scaled(scale)}"
+
+
+def _scaled(scale: float | None) -> str:
+    """`scaled by 1/255`, `scaled by 0.5`, or `not scaled`."""
+    if scale is None:
+        return "not scaled"
+    inverse = 1 / scale if scale else 0.0
+    return f"scaled by 1/{round(inverse)}" if inverse >= 1 and abs(inverse - round(inverse)) < 1e-6 * inverse \
+        else f"scaled by {scale:g}"
 
 
 def input_entry(data: Any) -> dict[str, Any]:
