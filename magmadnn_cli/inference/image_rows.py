@@ -88,7 +88,7 @@ def _image_specs(spec: ReadSpec) -> tuple[ReadSpec, ReadSpec] | None:
         return None
     named = replace(spec, features=[names[0]])
     columns = {k: v for k, v in spec.data.columns.items() if k != names[0]}
-    return named, replace(named, data=spec.data.model_copy(update={"columns": columns}))
+    return named, replace(named, data=spec.data.revised(columns=columns))
 
 
 def _decoded(raw: Table, path: Path, spec: ReadSpec, start: int) -> InputRows:
