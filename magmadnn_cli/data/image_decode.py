@@ -148,8 +148,10 @@ def quiet_worker() -> None:
 def why(exc: Exception) -> str:
     """A decoding failure in words."""
     if Image is not None and isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
-        return (f"more pixels than Pillow's decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,}): {exc} (a hostile "
-                "file, or an image far larger than training needs: shrink it first)")
+        return (f"over Pillow's decompression-bomb limit: {exc} (a hostile file, or an image far larger than "
+                "training needs: shrink it first)")  # Pillow's numbers, once
+    if isinstance(exc, FileNotFoundError) and exc.filename and os.path.islink(exc.filename):
+        return f"a broken symbolic link (to {os.readlink(exc.filename)})"
     if Image is not None and isinstance(exc, Image.UnidentifiedImageError):  # its text repeats the path
         return "cannot identify image file (empty, or not in an image format Pillow reads)"
     if isinstance(exc, (OSError, SyntaxError, ValueError)) and "truncated" in str(exc).lower():
@@ -167,7 +169,10 @@ def bombs_refused() -> Iterator[None]:
 
 
 def _opened(path: Path | str) -> "Image.Image":
-    """The file opened lazily (the first frame of an animation)."""
+    """The file (or serve's upload) opened lazily (the first frame of an animation); a path that is not
+    a regular file refused."""
+    if isinstance(path, (str, os.PathLike)):
+        image_png.regular(os.stat(path))
     return Image.open(path)
 
 

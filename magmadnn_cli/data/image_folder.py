@@ -96,7 +96,7 @@ def list_classes(root: Path) -> Listing:
     sorted order), the class folders, and the other files (not images, or outside a class folder)."""
     listing = Listing()
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if not entry.is_dir() or entry.name.startswith("."):  # hidden folders (.ipynb_checkpoints) are no class
+        if not entry.is_dir() or _hidden(entry.name):  # hidden folders (.ipynb_checkpoints) are no class
             listing.ignored.append(entry.path)
             continue
         _check_name(root, entry.name)
@@ -132,12 +132,18 @@ def list_images(root: Path) -> Listing:
 
 def _walk(top: str, listing: Listing) -> None:
     """The files under `top` (hidden folders skipped, everything in sorted order) into `listing`: image
-    files to read, the others ignored."""
+    files to read, the others (hidden files too) ignored."""
     for folder, dirs, names in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not _hidden(d))
         for name in sorted(names):
             path = os.path.join(folder, name)
-            (listing.files if name.lower().endswith(SUFFIXES) else listing.ignored).append(path)
+            (listing.ignored if _hidden(name) or not name.lower().endswith(SUFFIXES) else listing.files).append(path)
+
+
+def _hidden(name: str) -> bool:
+    """A hidden file or folder (.DS_Store, .ipynb_checkpoints, macOS's AppleDouble ._x.png) or the
+    __MACOSX folder a Mac's zip archives hold: never an image or a class."""
+    return name.startswith(".") or name == "__MACOSX"
 
 
 def _unreadable(path: str, why: str) -> DataError:

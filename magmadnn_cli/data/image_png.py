@@ -10,6 +10,7 @@ returns None and is decoded by Image.open as before: the same pixels, the same m
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 
@@ -48,12 +49,21 @@ def read_whole(path: str | os.PathLike) -> bytes:
     """The file's bytes, in one read (one system call), where it holds at most SMALL_BYTES; else none
     (b""): a large file is left to Image.open, which reads its header first (the decompression-bomb
     check, a JPEG's draft) and decodes it whole for much longer than the parse saved here costs."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a named pipe: opened, not waited on
     try:
-        size = os.fstat(fd).st_size
-        return os.read(fd, size + 1) if size <= SMALL_BYTES else b""
+        st = os.fstat(fd)
+        regular(st)
+        return os.read(fd, st.st_size + 1) if st.st_size <= SMALL_BYTES else b""
     finally:
         os.close(fd)
+
+
+def regular(st: os.stat_result) -> None:
+    """Refuse what is not a regular file (reading a named pipe waits for a writer for ever)."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else \
+            "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise OSError(f"not a regular file ({kind})")
 
 
 def _pixel_data(data: bytes) -> bytes | None:
