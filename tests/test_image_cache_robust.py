@@ -142,3 +142,26 @@ def test_a_cache_folder_that_cannot_be_made_decodes_in_memory_said(tmp_path, mon
     assert code == 0, err
     code, out, err = run_cli(capsys, "predict", str(tmp_path / "run"), str(tmp_path / "t"))
     assert code == 0 and out.count("\n") == 7, err
+
+
+def test_a_paths_table_read_in_chunks_does_not_thrash_one_cache_slot(tmp_path, cache_home):
+    """Each chunk of a streamed predict or evaluate is another listing of the same table: cached, each
+    one decoded over the last one's slot (saying the cached copy was not used); chunks are decoded
+    in memory, the whole table is cached."""
+    from magmadnn_cli.data.image_column import imaged_chunks
+    from magmadnn_cli.data.readers import reader_for
+    folder(tmp_path / "im", per=4)
+    rows = [f"im/{c}/{i}.png,{c}" for c in "ab" for i in range(4)]
+    (tmp_path / "t.csv").write_text("photo,label\n" + "\n".join(rows) + "\n")
+    data = DataConfig(train="x", target="label", columns={"photo": "image"})
+    whole = read_table(tmp_path / "t.csv", ReadSpec.of(data))
+    assert len(list(cache_home.glob("*.npy"))) == 1
+    cached = {p: p.stat().st_mtime_ns for p in cache_home.glob("*.npy")}
+    chunks = list(imaged_chunks(reader_for(tmp_path / "t.csv").chunks)(tmp_path / "t.csv", ReadSpec.of(data), 3))
+    assert np.array_equal(np.concatenate([c.x for c in chunks]), whole.x)
+    assert {p: p.stat().st_mtime_ns for p in cache_home.glob("*.npy")} == cached  # not written over
+    assert not any("cache" in n for c in chunks for n in c.notes)
+    from magmadnn_cli.inference.image_rows import input_chunks
+    rows = list(input_chunks(tmp_path / "t.csv", ReadSpec.of(data), 3))
+    assert np.array_equal(np.concatenate([r.table.x for r in rows]), whole.x)
+    assert {p: p.stat().st_mtime_ns for p in cache_home.glob("*.npy")} == cached  # predict's chunks too

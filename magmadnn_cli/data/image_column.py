@@ -31,8 +31,11 @@ def imaged(read: Callable[[Path, ReadSpec], Table]) -> Callable[[Path, ReadSpec]
 
 
 def imaged_chunks(chunks: Callable[..., Iterator[Table]]) -> Callable[..., Iterator[Table]]:
-    """A chunked table reader whose chunks have the image column decoded (predict's bounded memory)."""
-    return lambda path, spec, *rest: (with_image_column(t, path, _named(spec)) for t in chunks(path, _named(spec), *rest))
+    """A chunked table reader whose chunks have the image column decoded (predict's bounded memory), in
+    memory: each chunk is another listing of the same table, so cached each would be decoded over the
+    last one's slot."""
+    return lambda path, spec, *rest: (with_image_column(t, path, _named(spec), cached=False)
+                                      for t in chunks(path, _named(spec), *rest))
 
 
 def _named(spec: ReadSpec) -> ReadSpec:
@@ -41,9 +44,9 @@ def _named(spec: ReadSpec) -> ReadSpec:
     return replace(spec, features=[names[0]]) if names and spec.features_from else spec
 
 
-def with_image_column(table: Table, path: Path, spec: ReadSpec) -> Table:
+def with_image_column(table: Table, path: Path, spec: ReadSpec, cached: bool = True) -> Table:
     """The table with its image column decoded into (N, C, H, W) samples (the table as it is where it
-    has none)."""
+    has none); not `cached`: decoded in memory whatever data.image.cache says (a chunk of a table)."""
     names = image_columns(spec)
     if not names or table.x.ndim > 2:
         return table
@@ -53,7 +56,7 @@ def with_image_column(table: Table, path: Path, spec: ReadSpec) -> Table:
                         f"the other feature column(s) {', '.join(map(repr, (names[1:] or others)[:5]))} cannot go "
                         f"beside it: list data.features: [{names[0]}], or type the others ignore")
     files = _resolved(table, path)
-    settings = spec.data.image or ImageSettings()
+    settings = (spec.data.image or ImageSettings()).revised(**({} if cached else {"cache": False}))
     listing = image_folder.Listing(files=files, labels=[""] * len(files))
     try:
         read = image_folder.decoded_listing(path, listing, settings, spec)

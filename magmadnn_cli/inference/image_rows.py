@@ -64,7 +64,7 @@ def input_chunks(path: Path, spec: ReadSpec, chunk_rows: int) -> Iterator[InputR
         return
     done = 0
     for raw in reader.chunks(path, named[1], chunk_rows):
-        yield _decoded(raw, path, named[0], done)
+        yield _decoded(raw, path, named[0], done, cached=False)  # chunks: in memory (image_column.imaged_chunks)
         done += len(raw.x)
 
 
@@ -91,13 +91,13 @@ def _image_specs(spec: ReadSpec) -> tuple[ReadSpec, ReadSpec] | None:
     return named, replace(named, data=spec.data.revised(columns=columns))
 
 
-def _decoded(raw: Table, path: Path, spec: ReadSpec, start: int) -> InputRows:
+def _decoded(raw: Table, path: Path, spec: ReadSpec, start: int, cached: bool = True) -> InputRows:
     """A table of image paths (data rows `start`, ...) with its image column decoded, and which rows were
     left out (found by their row ids, which the decoded table carries)."""
     if raw.raw.row_ids is None:
         raw.raw.row_ids = np.arange(start, start + len(raw.x))
     ids, cells = raw.raw.row_ids, raw.raw.cells(0)
-    table = with_image_column(raw, path, spec)
+    table = with_image_column(raw, path, spec, cached)
     decoded = np.isin(ids, table.raw.row_ids)
     missed = [str(c).strip() for c in cells[~decoded][:SHOWN]]
     base = os.path.dirname(os.path.abspath(path))
