@@ -165,3 +165,27 @@ def test_a_paths_table_read_in_chunks_does_not_thrash_one_cache_slot(tmp_path, c
     rows = list(input_chunks(tmp_path / "t.csv", ReadSpec.of(data), 3))
     assert np.array_equal(np.concatenate([r.table.x for r in rows]), whole.x)
     assert {p: p.stat().st_mtime_ns for p in cache_home.glob("*.npy")} == cached  # predict's chunks too
+
+
+def test_a_file_rewritten_with_its_size_and_time_kept_is_decoded_again(tmp_path):
+    """`touch -r`, `rsync -t` or a restore keep a changed file's size and modification time; its status
+    change time (ctime, which no call sets back) and inode still tell, so the cache is not trusted."""
+    folder(tmp_path / "t")
+    path = tmp_path / "t" / "a" / "0.png"
+
+    def padded(pixels):  # a PNG of 4,096 bytes (Pillow ignores bytes after IEND): the size kept
+        Image.fromarray(pixels).save(tmp_path / "x.png")
+        data = (tmp_path / "x.png").read_bytes()
+        return data + b"\0" * (4096 - len(data))
+    old = np.asarray(Image.open(path)).copy()
+    path.write_bytes(padded(old))
+    first = read_table(tmp_path / "t", spec())
+    st = os.stat(path)
+    path.write_bytes(padded(255 - old))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    again = read_table(tmp_path / "t", spec())
+    assert not any("read from the cache" in n for n in again.notes)
+    where = list(again.kept["path"]).index("a/0.png")
+    np.testing.assert_array_equal(again.x[where, 0], 255 - old)
+    np.testing.assert_array_equal(first.x[where, 0], old)

@@ -170,7 +170,8 @@ def test_a_block_decodes_every_mode_as_one_file_does(tmp_path, mode, color):
     _, block, failed, after = image_decode.decode_block(5, [str(path)], how)
     assert not failed and block.shape == (1, *how.shape) and block.flags.c_contiguous
     np.testing.assert_array_equal(block[0], image_decode.decode(path, how))
-    assert after.tolist() == [[os.stat(path).st_size, os.stat(path).st_mtime_ns]]
+    st = os.stat(path)
+    assert after.tolist() == [[st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]]
 
 
 def test_relative_paths_are_relpaths(tmp_path):

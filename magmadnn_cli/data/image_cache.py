@@ -1,10 +1,11 @@
 """A cache of decoded images: the uint8 pixels (N, C, H, W) of a folder, memory-mapped, reused by later
 runs. Each (folder, decoding) has one slot in the cache folder (data.image.cache_dir, default
 $XDG_CACHE_HOME/magmadnn/images): `<slot>.npy` (the pixels) and `<slot>.json` (the key: every file's
-path, size and modification time, and the decoding; the pixels' CRC-32; the files that failed), each
-written temp + fsync + rename, the JSON last. The decoders write the pixels straight into the temp
-.npy (memory-mapped, its space allocated first), so they never travel between processes. A slot whose key differs (a file added, removed or
-changed; other settings) or whose pixels do not match their CRC is decoded again, never trusted.
+path, size, modification and status change times and inode, and the decoding; the pixels' CRC-32;
+the files that failed), each written temp + fsync + rename, the JSON last. The decoders write the
+pixels straight into the temp .npy (memory-mapped, its space allocated first), so they never travel
+between processes. A slot whose key differs (a file added, removed or changed; other settings) or
+whose pixels do not match their CRC is decoded again, never trusted.
 A lock file per slot makes the processes of one node (MPI ranks, concurrent runs) decode a folder
 once: the first decodes and writes, the others wait and map what it wrote.
 
@@ -29,7 +30,7 @@ from ..errors import DataError
 from ..files import json_object, temp_beside, write_json
 from .image_decode import Decoding, stamps
 
-VERSION = 2  # 2: large JPEGs decoded at a reduced scale (image_decode._drafted)
+VERSION = 3  # 2: large JPEGs decoded at a reduced scale (image_decode._drafted); 3: stamps with ctime, inode
 CRC_CHUNK = 1 << 26  # bytes checksummed at a time
 Failed = list[tuple[int, str]]  # the files that failed (position, why)
 # fills `out` (N, C, H, W), directly or through the .npy file named (which `out` maps); the files that

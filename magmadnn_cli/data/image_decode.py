@@ -106,13 +106,18 @@ def decode_block(start: int, paths: list[str], how: Decoding, into: str | None =
     return start, None, failed, after
 
 
+STAMPS = 4  # a file's stamp: size, modification time, status change time (ns), inode
+
+
 def stamps(files: list[str]) -> np.ndarray:
-    """Each file's (size, modification time in ns); (-1, -1) for a file that is gone."""
-    out = np.full((len(files), 2), -1, np.int64)
+    """Each file's (size, modification time, status change time in ns, inode); -1s for a file that is
+    gone. The change time is set by every write and no call sets it back, so a file rewritten with its
+    size and modification time kept (touch -r, rsync -t, a restore) differs too."""
+    out = np.full((len(files), STAMPS), -1, np.int64)
     for i, path in enumerate(files):  # one stat a file: the system call is the cost, not the loop
         with contextlib.suppress(OSError):
             st = os.stat(path)
-            out[i] = st.st_size, st.st_mtime_ns
+            out[i] = st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
     return out
 
 

@@ -257,7 +257,7 @@ def _gathered(out: np.ndarray, results: Any, files: list[str], skip: bool,
     """The blocks sent back put in place; the failures (the first one refused without `skip`), and
     every file's stamps after decoding; the files done so far said to `progress`."""
     failed: list[tuple[int, str]] = []
-    after = np.empty((len(files), 2), np.int64)
+    after = np.empty((len(files), image_decode.STAMPS), np.int64)
     for done, (start, block, bad, stamped) in results:
         if block is not None:
             out[start:start + len(block)] = block
