@@ -217,6 +217,30 @@ def test_a_stop_signal_turned_into_a_trial_error_still_stops_the_search(blobs, t
         tune(cfg, tmp_path / "t")
 
 
+def test_a_stop_signal_whose_exception_was_swallowed_still_stops_the_search(blobs, tmp_path, monkeypatch):
+    """A signal's KeyboardInterrupt raised where Python swallows it (a __del__, a weakref or GC callback:
+    'Exception ignored in ...') leaves only the record; the search stops before its next trial (once
+    more in the suite, a SIGTERMed search ran all 400 trials and exited 0)."""
+    import signal
+
+    import magmadnn_cli.commands.train as run_module
+    from magmadnn_cli import signals
+    real, calls = run_module.train, []
+
+    def swallowed(config, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            signals.record(signal.SIGTERM)  # the handler ran; its exception went nowhere
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "train", swallowed)
+    monkeypatch.setattr(signals, "_STOPS", signals._Stops())  # this process: no signal recorded yet
+    cfg = _search_project(blobs, "\nsearch:\n  space:\n    optimizer.learning_rate: [0.05, 0.01, 0.005, 0.001]\n")
+    with pytest.raises(Interrupted, match=r"stopped by SIGTERM after 2 of 4 trial\(s\) finished"):
+        tune(cfg, tmp_path / "t")
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("ranks", [0, 3])
 def test_sigterm_keeps_the_finished_trials(blobs, tmp_path, ranks):
     """A search stopped by SIGTERM (a cluster's time limit) writes what its finished trials found, on

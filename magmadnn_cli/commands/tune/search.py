@@ -253,6 +253,7 @@ def _sequential(trials: Trials, base: dict, out_dir: Path, search: SearchConfig,
     pruner = Pruner(search.early_stop, _curves(results), maximize=objective_direction(search) == "maximize")
     todo = len(trials) - len(results)
     for n, (index, overrides) in enumerate(_to_run(trials, search, results)):
+        signals.check()  # a stop signal whose KeyboardInterrupt was swallowed (raised in a __del__) still stops
         result = run_trial(index, base, overrides, out_dir, pruner)
         if result["status"] == "ok":
             pruner.record(result["curve"])
@@ -277,6 +278,7 @@ def _master(trials: Trials, comm: Any, search: SearchConfig, reporter: Reporter,
     stop = False
     while busy:
         source, result = comm.recv_any()
+        signals.check()  # (as in _sequential)
         busy -= 1
         results.append(result)
         log.append(result)
