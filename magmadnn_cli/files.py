@@ -71,16 +71,16 @@ def disk_full(exc: BaseException | None) -> bool:
 
 
 @contextlib.contextmanager
-def temp_beside(path: Path) -> Iterator[tuple[int, str]]:
-    """A new temp file beside `path`, open (its descriptor, for the block to close) and its name (the
-    mode a new file gets, 0666 less the umask, not mkstemp's private 0600), for the block to write and
-    fsync; renamed over `path` when the block ends without error, removed when it raises (an OSError
-    said as `cannot_write`)."""
+def temp_beside(path: Path, tag: str = "") -> Iterator[tuple[int, str]]:
+    """A new temp file beside `path` (named `.<name>.<tag><random>.tmp`), open (its descriptor, for the
+    block to close) and its name (the mode a new file gets, 0666 less the umask, not mkstemp's private
+    0600), for the block to write and fsync; renamed over `path` when the block ends without error,
+    removed when it raises (an OSError said as `cannot_write`)."""
     tmp = None
     try:
         with signals.held():  # a stop signal waits until the temp file's name is known
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{tag}", suffix=".tmp", dir=path.parent)
             os.fchmod(fd, 0o666 & ~umask())
         yield fd, tmp
         os.replace(tmp, path)

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
 import zlib
 from dataclasses import asdict
 from pathlib import Path
@@ -75,9 +76,12 @@ def crc(pixels: np.ndarray) -> int:
 @contextlib.contextmanager
 def locked(slot: Path, waiting: Callable[[str], None] = lambda pid: None) -> Iterator[None]:
     """The slot's lock, held, with this process's id written in it; where another process holds it,
-    `waiting` is told its id before this one waits. A dead writer's temp files of the slot (only the
-    lock's holder writes them) are removed."""
-    fd = os.open(slot.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    `waiting` is told its id before this one waits; a lock file that cannot be opened (another
+    user's) raises Unusable. The pixels' temp files this host's dead writers left are removed."""
+    try:
+        fd = os.open(slot.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as exc:
+        raise Unusable(f"{slot.with_suffix('.lock')}: cannot open the cache's lock ({exc.strerror or exc})") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -86,12 +90,41 @@ def locked(slot: Path, waiting: Callable[[str], None] = lambda pid: None) -> Ite
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        for stale in slot.parent.glob(f".{slot.name}.*.tmp"):
-            with contextlib.suppress(OSError):
-                stale.unlink()
+        _remove_dead_writers(slot)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+class Unusable(Exception):
+    """The cache cannot be used here (its lock cannot be opened): the images are decoded in memory."""
+
+
+def _writer_tag() -> str:
+    """What names a pixels temp file's writer: `<pid>@<host>.`"""
+    return f"{os.getpid()}@{socket.gethostname()}."
+
+
+def _remove_dead_writers(slot: Path) -> None:
+    """Remove the slot's pixels temp files whose writer was a process of this host that is gone. A
+    live one's stays, and so does another host's (on a shared folder whose locks hold per node, its
+    writer may be at work)."""
+    host = socket.gethostname()
+    for stale in slot.parent.glob(f".{slot.name}.npy.*@*.tmp"):
+        pid, _, rest = stale.name[len(slot.name) + 6:].partition("@")
+        if pid.isdigit() and rest.rpartition(".")[0].rpartition(".")[0] == host and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def load(slot: Path, key: str, shape: tuple[int, ...]) -> tuple[tuple[np.ndarray, Failed] | None, str]:
@@ -117,7 +150,7 @@ def new_npy(path: Path, shape: tuple[int, ...]) -> Iterator[tuple[np.ndarray, st
     it by name): a temp file beside `path`, its space allocated first (a full disk is said now, not a
     crash on a page later), flushed, fsynced and renamed to `path` where the block ends without error,
     removed where it raises."""
-    with temp_beside(path) as (fd, tmp):
+    with temp_beside(path, _writer_tag()) as (fd, tmp):
         os.close(fd)  # mapped by name, here and by the decoders
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
         with open(tmp, "r+b") as f:
@@ -157,17 +190,26 @@ def decoded(root: Path, files: list[str], how: Decoding, folder: Path | None, de
             say: Callable[[str], None] = lambda text: None) -> tuple[np.ndarray, Failed, str | None]:
     """`decode`'s pixels and failures, from the cache in `folder` where it holds them for these files
     and settings (else decoded into a new slot there; `folder` None: into memory, not cached; a folder
-    that cannot be made or written: into memory, said); and a note on the cache. `say`: a line while
-    this run waits for another decoding the same folder."""
+    or lock that cannot be made or written: into memory, said); and a note on the cache. `say`: a
+    line while this run waits for another decoding the same folder."""
     before, shape = stamps(files), (len(files), *how.shape)
     unusable = None if folder is None else _unusable(folder)
-    if folder is None or unusable:
-        pixels = np.empty(shape, np.uint8)
-        failed, after = decode(pixels, None)
-        check_unchanged(files, before, after, failed)
-        return pixels, failed, unusable and (f"{root}: decoded in memory, not cached: {unusable}; set "
-                                             "data.image.cache_dir to a writable folder (or data.image.cache: false)")
-    slot, key = slot_of(folder, root, how), cache_key(root, files, before, how)
+    if folder is not None and not unusable:
+        try:
+            return _through_cache(root, files, how, folder, decode, say, before)
+        except Unusable as exc:  # raised before anything is decoded
+            unusable = str(exc)
+    pixels = np.empty(shape, np.uint8)
+    failed, after = decode(pixels, None)
+    check_unchanged(files, before, after, failed)
+    return pixels, failed, unusable and (f"{root}: decoded in memory, not cached: {unusable}; set "
+                                         "data.image.cache_dir to a writable folder (or data.image.cache: false)")
+
+
+def _through_cache(root: Path, files: list[str], how: Decoding, folder: Path, decode: Decode,
+                   say: Callable[[str], None], before: np.ndarray) -> tuple[np.ndarray, Failed, str]:
+    """`decoded`'s pixels from the folder's slot for them, or decoded into it (`before`: the key's stamps)."""
+    slot, key, shape = slot_of(folder, root, how), cache_key(root, files, before, how), (len(files), *how.shape)
 
     def waiting(pid: str) -> None:
         say(f"{root}: waiting for process {pid}, which is decoding the same images into the cache ({slot}.npy); "

@@ -278,11 +278,11 @@ def _master(trials: Trials, comm: Any, search: SearchConfig, reporter: Reporter,
     stop = False
     while busy:
         source, result = comm.recv_any()
-        signals.check()  # (as in _sequential)
         busy -= 1
         results.append(result)
         log.append(result)
         _report(reporter, result, search)
+        signals.check()  # (as in _sequential; after the result in hand is kept)
         if result["status"] == "ok":
             for epoch, value in enumerate(result["curve"], start=1):
                 curves.setdefault(epoch, []).append(value)
