@@ -19,14 +19,6 @@ from magmadnn_cli.core.graph import Graph, Node, Variable
 from magmadnn_cli.core.graph import ops
 
 
-@pytest.fixture(autouse=True)
-def no_stop_signal_recorded(monkeypatch):
-    """Each test starts with no stop signal recorded in this process (the CLI's `watching` clears it
-    after a command; a stop recorded by one in-process call must not stop the next test's search)."""
-    from magmadnn_cli import signals
-    monkeypatch.setattr(signals, "_STOPS", signals._Stops())
-
-
 @pytest.fixture
 def float64():
     """The test runs on the CPU in float64 (the backend outside any run is the CPU in float32)."""
