@@ -269,8 +269,9 @@ def test_sigterm_keeps_the_finished_trials(blobs, tmp_path, ranks):
         time.sleep(0.02)
     assert p.poll() is None and journaled() >= 3, "the search should be running with 3 trials finished"
     p.send_signal(signal.SIGTERM)
-    _, stderr = p.communicate(timeout=60)
-    assert p.returncode == 128 + signal.SIGTERM, stderr
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, (  # what ran after the signal, for a failure's diagnosis
+        f"exit {p.returncode}, {journaled()} trials journaled; stdout: {stdout[-500:]!r}; stderr: {stderr[-2000:]!r}")
     assert "stopped by SIGTERM after" in stderr and "of 400 trial(s) finished" in stderr and "Traceback" not in stderr
     assert f"Continue with: magmadnn tune {config} -q --out {out} --resume" in stderr, stderr
     rows = list(csv.DictReader((out / "trials.csv").open()))
