@@ -172,16 +172,3 @@ def watching() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         _STOPS.received = 0
-
-
-def die_with_parent(sig: int, parent: int | None = None) -> None:
-    """Have Linux send this process `sig` when its parent ends, even by SIGKILL (PR_SET_PDEATHSIG;
-    elsewhere nothing); where `parent` is given and already gone (this process adopted by another),
-    end now."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)

@@ -101,6 +101,18 @@ def blobs_csv(path, n: int = 120, seed: int = 0, labels=("a", "b", "c")) -> None
     write_csv(path, ["f1", "f2", "f3", "f4", "label"], rows)
 
 
+TINY_CNN = """\
+model:
+  layers:
+    - {type: conv2d, filters: 4, kernel_size: 3, padding: same, activation: relu}
+    - {type: flatten}
+    - {type: dense, units: 2, activation: softmax}
+loss: cross_entropy
+optimizer: {type: adam, learning_rate: 0.01}
+training: {epochs: 1, batch_size: 4}
+"""  # a small CNN for two classes of image files, one epoch (a config's model to training)
+
+
 BLOBS_CONFIG = """\
 name: blobs
 seed: 1

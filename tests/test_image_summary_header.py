@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import TINY_CNN, run_cli
 
 Image = pytest.importorskip("PIL.Image")
 ImageFile = pytest.importorskip("PIL.ImageFile")
@@ -17,14 +17,6 @@ CONFIG = """
 name: looks
 seed: 0
 data: {{train: {train}, validation_split: 0.25{more}}}
-model:
-  layers:
-    - {{type: conv2d, filters: 4, kernel_size: 3, padding: same, activation: relu}}
-    - {{type: flatten}}
-    - {{type: dense, units: 2, activation: softmax}}
-loss: cross_entropy
-optimizer: {{type: adam, learning_rate: 0.01}}
-training: {{epochs: 1, batch_size: 4}}
 """
 
 
@@ -68,7 +60,7 @@ def folder(root, mode, fmt, size=(6, 5)):
 
 def summary(capsys, tmp_path, train, more=""):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(CONFIG.format(train=train, more=more))
+    cfg.write_text(CONFIG.format(train=train, more=more) + TINY_CNN)
     code, out, err = run_cli(capsys, "summary", str(cfg))
     assert code == 0, err
     return out

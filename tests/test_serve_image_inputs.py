@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("PIL")
 
-from conftest import run_train
+from conftest import TINY_CNN, run_train
 from magmadnn_cli.commands.serve.app import Limits, app
 from magmadnn_cli.commands.serve.batching import Metrics, Service
 from magmadnn_cli.inference import Predictor
@@ -55,15 +55,7 @@ data:
   train: {images}/
   validation_split: 0.25
   image: {{size: [{height}, {width}], color: {color}}}
-model:
-  layers:
-    - {{type: conv2d, filters: 4, kernel_size: 3, padding: same, activation: relu}}
-    - {{type: flatten}}
-    - {{type: dense, units: 2, activation: softmax}}
-loss: cross_entropy
-optimizer: {{type: adam, learning_rate: 0.01}}
-training: {{epochs: 1, batch_size: 4}}
-""")
+{TINY_CNN}""")
     result = run_train(root / "run", [], config=config)
     assert result.returncode == 0, result.stderr
     return root / "run" / "model.npz"

@@ -28,6 +28,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..errors import DataError
+from ..processes import alive
 from ..files import json_object, temp_beside, write_json
 from .image_decode import Decoding, stamps
 
@@ -112,19 +113,9 @@ def _remove_dead_writers(slot: Path) -> None:
     host = socket.gethostname()
     for stale in slot.parent.glob(f".{slot.name}.npy.*@*.tmp"):
         pid, _, rest = stale.name[len(slot.name) + 6:].partition("@")
-        if pid.isdigit() and rest.rpartition(".")[0].rpartition(".")[0] == host and not _alive(int(pid)):
+        if pid.isdigit() and rest.rpartition(".")[0].rpartition(".")[0] == host and not alive(int(pid)):
             with contextlib.suppress(OSError):
                 stale.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def load(slot: Path, key: str, shape: tuple[int, ...]) -> tuple[tuple[np.ndarray, Failed] | None, str]:

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
-from ..signals import die_with_parent
+from ..processes import die_with_parent
 from . import image_decode
 
 BLOCK = 64                # files the first task (which times a file) decodes, and each task without workers

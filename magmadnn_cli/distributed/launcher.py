@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import EveryRankError, MagmaError
-from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, die_with_parent, relay_text
+from ..processes import die_with_parent
+from ..signals import CARRIERS, RELAY_VARIABLE, SIGNALS, relay_text
 from .comm import launched_ranks, local_ranks
 from .hosts import Layout, is_open_mpi, mpiexec_command, resolve_layout
 from .leftovers import RUN_RECORD, record_path, segments, sweep

@@ -9,12 +9,14 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ...processes import alive, start_time
+
 
 def identity() -> dict[str, Any]:
     """What a lock records of its holder: PID, its start (a reused PID is told apart), host and, inside a
     Slurm job, the job id and restart count."""
     me: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname()}
-    if (started := _started(os.getpid())) is not None:
+    if (started := start_time(os.getpid())) is not None:
         me["started"] = started
     if job := os.environ.get("SLURM_JOB_ID"):
         restarts = os.environ.get("SLURM_RESTART_COUNT", "")
@@ -68,33 +70,3 @@ def held_elsewhere(folder: Path, lock: Path, held: dict[str, Any], me: dict[str,
                 f"remove {lock}")
     return (f"{said}; if that job is no longer running (`squeue -j {job}` lists nothing), remove {lock}; else wait "
             "for it or use another --out")
-
-
-def alive(pid: int, started: int | None = None) -> bool:
-    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not), and started at
-    `started` where given (else its PID was reused by another process)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's process: its start time still tells a reused PID apart
-    fields = _stat(pid)
-    if fields is None:
-        return True  # no /proc (not Linux): trust the signal
-    return fields[0] not in ("Z", "X") and (started is None or int(fields[19]) == started)
-
-
-def _stat(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat's fields from the state on (None without /proc)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()
-
-
-def _started(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (None without /proc)."""
-    fields = _stat(pid)
-    return int(fields[19]) if fields is not None else None
